@@ -1,0 +1,223 @@
+"""The `memsift` command line (SPEC section 3): parse, call core or flows, print.
+
+Exit codes: 0 success (also "no matches"), 1 failure with a one-line reason on stderr, 2 usage error.
+No traceback unless `--debug`. With `--json`, stdout holds one JSON document and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from core import ConfigError, EmbedderUnavailable, GetError, MemoryIndex, SearchError, StoreError, load_config
+from core.config import MODES
+
+KNOWN_ERRORS = (ConfigError, EmbedderUnavailable, GetError, SearchError, StoreError)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors: exit 2 with the usage line
+        self.print_usage(sys.stderr)
+        print(f"memsift: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> _Parser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+
+    p = _Parser(prog="memsift", description="Hybrid search over an AI agent's Markdown memory.", parents=[common])
+    p.add_argument("--config", metavar="PATH", help="TOML config (default: $MEMSIFT_CONFIG, <workspace>/memsift.toml)")
+    p.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
+    p.add_argument("--workspace", metavar="DIR", help="the agent's workspace (default: config, else current folder)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    index = sub.add_parser("index", parents=[common], help="sync the index (a rebuild if needed or --force)")
+    index.add_argument("--force", action="store_true", help="rebuild everything")
+    index.add_argument(
+        "--no-prefect", action="store_true", help="run the same sync in-process, without a Prefect flow run"
+    )
+
+    search = sub.add_parser("search", parents=[common], help="hybrid search")
+    search.add_argument("query")
+    search.add_argument("--max-results", type=int, metavar="N")
+    search.add_argument("--min-score", type=float, metavar="X")
+    search.add_argument("--mode", choices=MODES)
+    search.add_argument("--path-prefix", metavar="P", help="only files under this workspace-relative prefix")
+    search.add_argument("--explain", action="store_true", help="show every stage's score")
+    search.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="rerank the shortlist")
+
+    get = sub.add_parser("get", parents=[common], help="print a line range of a memory file")
+    get.add_argument("path")
+    get.add_argument("--from", dest="start", type=int, default=1, metavar="N")
+    get.add_argument("--lines", type=int, metavar="K")
+
+    status = sub.add_parser("status", parents=[common], help="index and embedder state")
+    status.add_argument("--deep", action="store_true", help="probe the embedder")
+
+    ev = sub.add_parser("eval", parents=[common], help="retrieval metrics for a query file")
+    ev.add_argument("queries", metavar="QUERIES.jsonl")
+    ev.add_argument("--k", type=int, default=10)
+    ev.add_argument("--mode", choices=MODES)
+    ev.add_argument("--fusion", choices=("minmax", "weighted", "rrf"))
+    ev.add_argument("--min-score", type=float, default=0.0, metavar="X", help="score floor (default 0: rank only)")
+    ev.add_argument("--limit", type=int, metavar="N", help="only the first N queries")
+    return p
+
+
+# Prefect's console chatter would interleave with our output; runs still log to the Prefect API and UI.
+_QUIET_PREFECT = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_FLOW_RUNS_LEVEL": "WARNING",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_TASK_RUNS_LEVEL": "WARNING",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    args.json = getattr(args, "json", False)
+    args.debug = getattr(args, "debug", False)
+    if not args.debug:
+        for key, value in _QUIET_PREFECT.items():
+            os.environ.setdefault(key, value)
+    try:
+        return _COMMANDS[args.command](args)
+    except KNOWN_ERRORS as exc:
+        return _fail(args, str(exc))
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted")
+    except Exception as exc:  # anything else is a bug or an environment problem: one line unless --debug
+        return _fail(args, f"{type(exc).__name__}: {exc}")
+
+
+def _fail(args: argparse.Namespace, message: str) -> int:
+    if args.debug:
+        import traceback
+
+        traceback.print_exc()
+    print(f"memsift: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _config(args: argparse.Namespace, **overrides: Any):
+    return load_config(args.config, workspace=args.workspace, agent=args.agent, overrides=overrides)
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    config = _config(args)  # validate before starting Prefect
+    from api.progress import progress_bar
+
+    with MemoryIndex(config) as index, progress_bar(enabled=not args.json and sys.stderr.isatty()) as progress:
+        index.require_embedder()
+        if args.no_prefect:
+            report = index.sync(force=args.force, progress=progress)
+        else:
+            index.close()  # the flow opens its own
+            from flows.sync import run_sync
+
+            report = run_sync(
+                agent=config.agent,
+                workspace=str(config.workspace),
+                config_path=str(config.source) if config.source else None,
+                force=args.force,
+                progress=progress,
+            )
+    if args.json:
+        _print_json(report.to_dict())
+        return 0
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    r = report
+    print(f"{'rebuilt' if r.rebuilt else 'synced'} agent {config.agent} ({config.workspace})")
+    print(f"files: {r.filesScanned} scanned, {r.added} added, {r.changed} changed, {r.removed} removed")
+    print(f"chunks: {r.chunksEmbedded} embedded, {r.cacheHits} cache hits, {r.chunksWritten} written")
+    print(f"seconds: {r.seconds:.2f}")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if args.rerank:
+        raise SearchError("--rerank: reranking is not available in this version")
+    config = _config(args)
+    with MemoryIndex(config) as index:
+        response = index.search(
+            args.query,
+            max_results=args.max_results,
+            min_score=args.min_score,
+            mode=args.mode,
+            path_prefix=args.path_prefix,
+            explain=args.explain,
+        )
+    if args.json:
+        _print_json(response.to_dict())
+        return 0
+    if response.degraded:
+        print(f"note: {response.degraded}", file=sys.stderr)
+    if not response.results:
+        print("No matches.")
+        return 0
+    blocks = []
+    for hit in response.results:
+        head = f"{hit.score:.3f} {hit.path}:{hit.startLine}-{hit.endLine}"
+        if hit.scores:
+            head += "  (" + ", ".join(f"{k} {v:.3f}" for k, v in hit.scores.items()) + ")"
+        blocks.append(f"{head}\n{hit.snippet}")
+    print("\n\n".join(blocks))
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    config = _config(args)
+    doc = MemoryIndex(config).get(args.path, args.start, args.lines)
+    if args.json:
+        _print_json(doc)
+    elif doc["text"]:
+        print(doc["text"])
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = _config(args)
+    with MemoryIndex(config) as index:
+        doc = index.status(deep=args.deep)
+    if args.json:
+        _print_json(doc)
+        return 0
+    width = max(len(k) for k in doc)
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        print(f"{key:<{width}}  {'-' if value is None else value}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from core.evaluate import evaluate, format_table
+
+    overrides: dict[str, Any] = {}
+    if args.fusion:
+        overrides["search.fusion"] = args.fusion
+    config = _config(args, **overrides)
+    result = evaluate(config, args.queries, k=args.k, mode=args.mode, min_score=args.min_score, limit=args.limit)
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_table(result))
+    return 0
+
+
+_COMMANDS = {"index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status, "eval": cmd_eval}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

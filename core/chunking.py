@@ -1,0 +1,111 @@
+"""Line-based chunking, as OpenClaw does it.
+
+A chunk is a run of whole lines whose weighted length stays within `tokens * 4`; CJK, kana and Hangul
+characters weigh 4 (one such character is roughly one token, four Latin characters are). The next chunk
+starts with whole lines carried back from the end of the previous one, up to `overlap * 4`. A line longer
+than the budget is cut into budget-sized pieces that keep its line number. Line numbers are 1-based and
+inclusive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Chunk:
+    start_line: int
+    end_line: int
+    text: str
+    hash: str
+
+
+def _is_wide(ch: str) -> bool:
+    o = ord(ch)
+    return (
+        0x1100 <= o <= 0x11FF  # Hangul Jamo
+        or 0x2E80 <= o <= 0x9FFF  # CJK radicals, kana, CJK unified ideographs
+        or 0xA960 <= o <= 0xA97F
+        or 0xAC00 <= o <= 0xD7AF  # Hangul syllables
+        or 0xF900 <= o <= 0xFAFF
+        or 0xFF00 <= o <= 0xFFEF  # full-width forms, half-width kana
+        or 0x20000 <= o <= 0x3FFFF
+    )
+
+
+def weight(text: str) -> int:
+    """Weighted length: 4 per CJK/kana/Hangul character, 1 per other character."""
+    if text.isascii():
+        return len(text)
+    return sum(4 if _is_wide(c) else 1 for c in text)
+
+
+def _split_long(line: str, budget: int) -> Iterator[str]:
+    piece: list[str] = []
+    w = 0
+    for ch in line:
+        cw = 4 if _is_wide(ch) else 1
+        if piece and w + cw > budget:
+            yield "".join(piece)
+            piece, w = [], 0
+        piece.append(ch)
+        w += cw
+    if piece:
+        yield "".join(piece)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as editors number them: split on LF, a CR before it dropped; no empty line after a final LF.
+
+    `str.splitlines` is not used: it also splits on form feeds, U+2028 and others, which would shift line
+    numbers against what a person sees and what `get` returns.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def chunk_text(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+    budget = max(1, tokens * 4)
+    carry_budget = max(0, overlap * 4)
+    # Each segment: (line number, text, weight); a long line becomes several segments of one line number.
+    segments: list[tuple[int, str, int]] = []
+    for number, line in enumerate(split_lines(text), start=1):
+        w = weight(line)
+        if w <= budget:
+            segments.append((number, line, w))
+        else:
+            segments.extend((number, piece, weight(piece)) for piece in _split_long(line, budget))
+
+    chunks: list[Chunk] = []
+    current: list[tuple[int, str, int]] = []
+    size = 0
+
+    def flush() -> None:
+        body = "\n".join(s[1] for s in current)
+        if body.strip():
+            chunks.append(Chunk(current[0][0], current[-1][0], body, hashlib.sha256(body.encode()).hexdigest()))
+
+    for seg in segments:
+        cost = seg[2] + 1  # +1 for the newline
+        if current and size + cost > budget:
+            flush()
+            # Carry whole trailing segments back as overlap, never the whole chunk (that would not advance).
+            kept: list[tuple[int, str, int]] = []
+            kept_size = 0
+            for prev in reversed(current[1:]):
+                if kept_size + prev[2] + 1 > carry_budget:
+                    break
+                kept.insert(0, prev)
+                kept_size += prev[2] + 1
+            while kept and kept_size + cost > budget:
+                kept_size -= kept.pop(0)[2] + 1
+            current, size = kept, kept_size
+        current.append(seg)
+        size += cost
+    if current:
+        flush()
+    return chunks

@@ -1,0 +1,362 @@
+"""Configuration: TOML file, then `MEMSIFT_<SECTION>_<KEY>` environment overrides, then validation.
+
+Every key is declared once in `_SCHEMA` with its default and its parser, so an unknown key or a bad value
+is an error that names the key before any work starts (SPEC section 2).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox")
+PROVIDERS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none")
+MODES = ("hybrid", "keyword", "vector")
+FUSIONS = ("minmax", "weighted", "rrf")
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or has a bad value; the message names the key."""
+
+
+def _str(key: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise ConfigError(f"{key}: expected a string, got {v!r}")
+    return v
+
+
+def _bool(key: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return v.strip().lower() in ("1", "true", "yes", "on")
+    raise ConfigError(f"{key}: expected true or false, got {v!r}")
+
+
+def _number(kind: type, lo: float | None = None, hi: float | None = None) -> Callable[[str, Any], Any]:
+    def parse(key: str, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ConfigError(f"{key}: expected a number, got {v!r}")
+        try:
+            n = kind(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected {'an integer' if kind is int else 'a number'}, got {v!r}") from None
+        if kind is int and isinstance(v, float) and v != n:
+            raise ConfigError(f"{key}: expected an integer, got {v!r}")
+        if (lo is not None and n < lo) or (hi is not None and n > hi):
+            raise ConfigError(f"{key}: {n} is out of range [{lo}, {hi if hi is not None else '∞'}]")
+        return n
+
+    return parse
+
+
+def _optional(parse: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+    return lambda key, v: None if v is None or v == "" else parse(key, v)
+
+
+def _choice(*options: str) -> Callable[[str, Any], str]:
+    def parse(key: str, v: Any) -> str:
+        if v not in options:
+            raise ConfigError(f"{key}: {v!r} is not one of {', '.join(options)}")
+        return v
+
+    return parse
+
+
+def _str_list(key: str, v: Any) -> tuple[str, ...]:
+    if isinstance(v, str):  # from the environment: comma separated
+        v = [s.strip() for s in v.split(",") if s.strip()]
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
+    return tuple(v)
+
+
+def _str_map(key: str, v: Any) -> dict[str, str]:
+    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
+        raise ConfigError(f"{key}: expected a table of strings, got {v!r}")
+    return dict(v)
+
+
+# dotted key -> (default, parser). Defaults match SPEC section 2 unless the README says why not.
+_SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
+    "workspace": (None, _optional(_str)),
+    "extraPaths": ((), _str_list),
+    "exclude": (DEFAULT_EXCLUDE, _str_list),
+    "embedding.provider": ("auto", _choice(*PROVIDERS)),
+    "embedding.model": (None, _optional(_str)),
+    "embedding.baseUrl": (None, _optional(_str)),
+    "embedding.headers": ({}, _str_map),
+    "embedding.dimensions": (None, _optional(_number(int, 1, 65536))),
+    "embedding.queryPrefix": (None, _optional(_str)),
+    "embedding.documentPrefix": (None, _optional(_str)),
+    "embedding.fallback": ("none", _choice(*PROVIDERS)),
+    "embedding.batchMaxBytes": (8000, _number(int, 1)),
+    "embedding.batchMaxInputs": (96, _number(int, 1, 4096)),
+    "embedding.concurrency": (None, _optional(_number(int, 1, 64))),
+    "embedding.requestsPerMinute": (None, _optional(_number(float, 0.001))),
+    "embedding.tokensPerMinute": (None, _optional(_number(float, 1))),
+    "embedding.timeoutSeconds": (None, _optional(_number(float, 0.001))),
+    "embedding.retries": (3, _number(int, 0, 20)),
+    "chunking.tokens": (400, _number(int, 16, 8192)),
+    "chunking.overlap": (80, _number(int, 0, 4096)),
+    "search.maxResults": (6, _number(int, 1, 100)),
+    "search.minScore": (0.35, _number(float, 0.0, 1.0)),
+    "search.mode": ("hybrid", _choice(*MODES)),
+    "search.fusion": ("minmax", _choice(*FUSIONS)),
+    "search.vectorWeight": (None, _optional(_number(float, 0.0, 1.0))),
+    "search.textWeight": (None, _optional(_number(float, 0.0, 1.0))),
+    "search.rrfK": (60, _number(int, 1, 10000)),
+    "search.candidateMultiplier": (4, _number(int, 1, 50)),
+    "search.temporalDecay.enabled": (False, _bool),
+    "search.temporalDecay.halfLifeDays": (30.0, _number(float, 0.001)),
+    "search.mmr.enabled": (False, _bool),
+    "search.mmr.lambda": (0.7, _number(float, 0.0, 1.0)),
+    "search.snippetChars": (700, _number(int, 20, 100000)),
+    "search.citations": ("on", _choice("on", "off")),
+    "store.fts.tokenizer": ("unicode61", _choice("unicode61", "trigram")),
+    "store.fts.stemmer": ("porter", _choice("porter", "none")),
+}
+
+# Default leg weights per fusion, chosen on ../shared/bench/locomo-dev (README: "Retrieval quality").
+FUSION_WEIGHTS = {"minmax": (0.3, 0.7), "weighted": (0.7, 0.3), "rrf": (1.0, 1.0)}
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    provider: str
+    model: str | None
+    baseUrl: str | None
+    headers: dict[str, str]
+    dimensions: int | None
+    queryPrefix: str | None
+    documentPrefix: str | None
+    fallback: str
+    batchMaxBytes: int
+    batchMaxInputs: int
+    concurrency: int | None
+    requestsPerMinute: float | None
+    tokensPerMinute: float | None
+    timeoutSeconds: float | None
+    retries: int
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    tokens: int
+    overlap: int
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    maxResults: int
+    minScore: float
+    mode: str
+    fusion: str
+    vectorWeight: float
+    textWeight: float
+    rrfK: int
+    candidateMultiplier: int
+    decayEnabled: bool
+    halfLifeDays: float
+    mmrEnabled: bool
+    mmrLambda: float
+    snippetChars: int
+    citations: bool
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    tokenizer: str
+    stemmer: str
+
+    @property
+    def fts_tokenize(self) -> str:
+        """The FTS5 `tokenize=` argument."""
+        base = "trigram" if self.tokenizer == "trigram" else "unicode61 remove_diacritics 2"
+        return f"porter {base}" if self.stemmer == "porter" and self.tokenizer != "trigram" else base
+
+
+@dataclass(frozen=True)
+class Config:
+    workspace: Path
+    agent: str
+    home: Path
+    extra_paths: tuple[str, ...]
+    exclude: tuple[str, ...]
+    embedding: EmbeddingConfig
+    chunking: ChunkingConfig
+    search: SearchConfig
+    store: StoreConfig
+    agents: dict[str, Path] = field(default_factory=dict)
+    source: Path | None = None
+
+    @property
+    def db_path(self) -> Path:
+        return db_path(self.home, self.agent)
+
+
+def db_path(home: Path, agent: str) -> Path:
+    return home / "memory" / f"{agent}.sqlite"
+
+
+def memsift_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("MEMSIFT_HOME") or Path.home() / ".memsift").expanduser()
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        # embedding.headers is a table-valued key; agents.<id>.workspace is dynamic.
+        if isinstance(value, dict) and dotted not in _SCHEMA:
+            flat.update(_flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _env_key(name: str) -> str:
+    return name.replace("_", "").replace(".", "").lower()
+
+
+_ENV_KEYS = {_env_key(k): k for k in _SCHEMA}
+_SECTIONS = {k.split(".")[0].lower() for k in _SCHEMA if "." in k}
+_NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_API_KEY"}
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """`MEMSIFT_SEARCH_MAX_RESULTS` or `MEMSIFT_SEARCH_MAXRESULTS` -> `search.maxResults`."""
+    found: dict[str, Any] = {}
+    for name, value in env.items():
+        if not name.startswith("MEMSIFT_") or name in _NOT_CONFIG_ENV:
+            continue
+        rest = name[len("MEMSIFT_") :]
+        key = _ENV_KEYS.get(_env_key(rest))
+        if key is not None:
+            found[key] = value
+        elif rest.split("_")[0].lower() in _SECTIONS:
+            raise ConfigError(f"{name}: no such configuration key")
+    return found
+
+
+def find_config_file(explicit: str | Path | None, workspace: Path, env: Mapping[str, str]) -> Path | None:
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"--config: {path} does not exist")
+        return path
+    if env.get("MEMSIFT_CONFIG"):
+        path = Path(env["MEMSIFT_CONFIG"]).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"MEMSIFT_CONFIG: {path} does not exist")
+        return path
+    candidate = workspace / "memsift.toml"
+    return candidate if candidate.is_file() else None
+
+
+def load_config(
+    config_path: str | Path | None = None,
+    *,
+    workspace: str | Path | None = None,
+    agent: str = "main",
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Read and validate the configuration for one agent.
+
+    `workspace` (the `--workspace` flag) wins over the file's `workspace` key, which wins over the current
+    folder. `overrides` are dotted keys set by code (tests, the eval command) after everything else.
+    """
+    env = os.environ if env is None else env
+    start = Path(workspace).expanduser() if workspace else Path.cwd()
+    source = find_config_file(config_path, start, env)
+    raw: dict[str, Any] = {}
+    if source is not None:
+        try:
+            raw = _flatten(tomllib.loads(source.read_text(encoding="utf-8")))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    raw.update(_env_overrides(env))
+    raw.update(overrides or {})
+
+    agents: dict[str, Path] = {}
+    values: dict[str, Any] = {k: default for k, (default, _) in _SCHEMA.items()}
+    for key, value in raw.items():
+        if key.startswith("agents."):
+            parts = key.split(".")
+            if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
+                raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
+            agents[parts[1]] = _resolve(source, _str(key, value))
+            continue
+        if key not in _SCHEMA:
+            raise ConfigError(f"{key}: no such configuration key")
+        values[key] = _SCHEMA[key][1](key, value)
+
+    if not _valid_agent(agent):
+        raise ConfigError(f"--agent: {agent!r} is not a valid agent id (letters, digits, '-', '_')")
+    if workspace:
+        ws = Path(workspace).expanduser()
+    elif agent != "main":
+        if agent not in agents:
+            raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
+        ws = agents[agent]
+    elif values["workspace"]:
+        ws = _resolve(source, values["workspace"])
+    else:
+        ws = Path.cwd()
+    ws = ws.resolve()
+    if not ws.is_dir():
+        raise ConfigError(f"workspace: {ws} is not a folder")
+
+    if values["chunking.overlap"] >= values["chunking.tokens"]:
+        raise ConfigError("chunking.overlap: must be smaller than chunking.tokens")
+    fusion = values["search.fusion"]
+    vw, tw = FUSION_WEIGHTS[fusion]
+    vw = values["search.vectorWeight"] if values["search.vectorWeight"] is not None else vw
+    tw = values["search.textWeight"] if values["search.textWeight"] is not None else tw
+
+    e = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("embedding.")}
+    return Config(
+        workspace=ws,
+        agent=agent,
+        home=memsift_home(env),
+        extra_paths=values["extraPaths"],
+        exclude=values["exclude"],
+        embedding=EmbeddingConfig(**e),
+        chunking=ChunkingConfig(values["chunking.tokens"], values["chunking.overlap"]),
+        search=SearchConfig(
+            maxResults=values["search.maxResults"],
+            minScore=values["search.minScore"],
+            mode=values["search.mode"],
+            fusion=fusion,
+            vectorWeight=vw,
+            textWeight=tw,
+            rrfK=values["search.rrfK"],
+            candidateMultiplier=values["search.candidateMultiplier"],
+            decayEnabled=values["search.temporalDecay.enabled"],
+            halfLifeDays=values["search.temporalDecay.halfLifeDays"],
+            mmrEnabled=values["search.mmr.enabled"],
+            mmrLambda=values["search.mmr.lambda"],
+            snippetChars=values["search.snippetChars"],
+            citations=values["search.citations"] == "on",
+        ),
+        store=StoreConfig(values["store.fts.tokenizer"], values["store.fts.stemmer"]),
+        agents=agents,
+        source=source,
+    )
+
+
+def _resolve(source: Path | None, value: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.is_absolute() and source is not None:
+        path = source.parent / path
+    return path
+
+
+def _valid_agent(agent: str) -> bool:
+    return bool(agent) and len(agent) <= 64 and all(c.isalnum() or c in "-_" for c in agent) and agent.isascii()

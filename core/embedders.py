@@ -1,0 +1,50 @@
+"""Embedders: the interface the indexer and search use, and the choice of one from the configuration.
+
+Hosted providers (issue 5) plug in here; today `auto` and `local` give the packaged MiniLM, `none` gives
+keyword-only search.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from .config import EmbeddingConfig
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The configured embedder cannot run; search degrades to keyword mode and says why."""
+
+
+class Embedder(Protocol):
+    provider: str
+    model: str
+    dims: int
+    #: Everything besides provider and model that changes the vectors (base URL, prefixes, dimensions).
+    fingerprint: str
+    #: Number of model invocations so far (tests assert on it).
+    calls: int
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        """float32 [n, dims], L2-normalised rows."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """float32 [dims], L2-normalised."""
+
+
+def create_embedder(config: EmbeddingConfig) -> Embedder | None:
+    """The embedder the configuration asks for; None for `provider = "none"`.
+
+    Raises EmbedderUnavailable with a reason a person can act on.
+    """
+    if config.provider == "none":
+        return None
+    if config.provider in ("auto", "local"):
+        from .local_embedder import LocalEmbedder
+
+        return LocalEmbedder.shared(config.model)
+    raise EmbedderUnavailable(
+        f"embedding.provider = {config.provider!r} is not available in this version; "
+        "use 'local' (the packaged model) or 'none' (keyword search only)"
+    )

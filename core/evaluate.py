@@ -1,0 +1,123 @@
+"""`memsift eval`: retrieval metrics for a JSON Lines query file (SPEC section 6).
+
+A hit is relevant when its [startLine, endLine] on the query's path covers a relevant line.
+Recall@k: the share of a query's relevant lines covered by the top k. MRR@k: 1 / rank of the first hit
+covering a relevant line. nDCG@k: a hit gains 1 when it covers a relevant line no earlier hit covered,
+against an ideal ranking that covers one new line per rank. The mean line span of hits is reported
+because wider hits cover more lines for free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .config import Config
+from .memory import MemoryIndex
+from .search import Hit
+
+METRICS = ("R@5", "R@10", "MRR@10", "nDCG@10")
+
+
+def load_queries(path: str | Path) -> list[dict[str, Any]]:
+    queries = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            q = json.loads(line)
+            if not isinstance(q.get("query"), str) or not isinstance(q.get("relevant"), list):
+                raise ValueError("needs 'query' (string) and 'relevant' (list)")
+        except ValueError as exc:
+            raise ValueError(f"{path}:{number}: {exc}") from None
+        queries.append(q)
+    return queries
+
+
+def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict[str, float]:
+    wanted = {(r["path"], int(r["line"])) for r in relevant}
+    covered: set[tuple[str, int]] = set()
+    first = 0
+    dcg = 0.0
+    recall_at: dict[int, float] = {}
+    for rank, hit in enumerate(hits[:k], start=1):
+        new = {(p, line) for p, line in wanted - covered if p == hit.path and hit.startLine <= line <= hit.endLine}
+        if new:
+            first = first or rank
+            dcg += 1.0 / math.log2(rank + 1)
+            covered |= new
+        recall_at[rank] = len(covered) / len(wanted) if wanted else 0.0
+    ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(wanted), k) + 1))
+
+    def recall(n: int) -> float:
+        return recall_at.get(min(n, len(hits[:k])), 0.0) if hits else 0.0
+
+    return {
+        "R@5": recall(5),
+        "R@10": recall(10),
+        "MRR@10": 1.0 / first if first and first <= 10 else 0.0,
+        "nDCG@10": dcg / ideal if ideal else 0.0,
+    }
+
+
+def evaluate(
+    config: Config,
+    queries_path: str | Path,
+    *,
+    k: int = 10,
+    mode: str | None = None,
+    min_score: float = 0.0,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    queries = load_queries(queries_path)[:limit]
+    base = Path(queries_path).resolve().parent
+    per_category: dict[str, list[dict[str, float]]] = defaultdict(list)
+    spans: list[int] = []
+    took: list[float] = []
+    indexes: dict[Path, MemoryIndex] = {}
+    try:
+        for q in queries:
+            ws = (base / q["workspace"]).resolve() if q.get("workspace") else config.workspace
+            if ws not in indexes:
+                agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]
+                indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
+                indexes[ws].sync()
+            response = indexes[ws].search(q["query"], max_results=k, min_score=min_score, mode=mode)
+            took.append(response.tookMs)
+            spans.extend(h.endLine - h.startLine + 1 for h in response.results)
+            scores = score_query(response.results, q["relevant"], k)
+            per_category[str(q.get("category_name") or q.get("category") or "all")].append(scores)
+    finally:
+        for index in indexes.values():
+            index.close()
+
+    def mean(rows: list[dict[str, float]]) -> dict[str, float]:
+        return {m: round(statistics.fmean(r[m] for r in rows), 3) for m in METRICS} | {"n": len(rows)}
+
+    everything = [r for rows in per_category.values() for r in rows]
+    return {
+        "k": k,
+        "mode": mode or config.search.mode,
+        "fusion": config.search.fusion,
+        "weights": {"vector": config.search.vectorWeight, "text": config.search.textWeight},
+        "queries": len(everything),
+        "overall": mean(everything) if everything else {},
+        "categories": {name: mean(rows) for name, rows in sorted(per_category.items())},
+        "meanSpan": round(statistics.fmean(spans), 2) if spans else 0.0,
+        "p50Ms": round(statistics.median(took), 2) if took else 0.0,
+    }
+
+
+def format_table(result: dict[str, Any]) -> str:
+    head = f"mode {result['mode']}, fusion {result['fusion']}, k {result['k']}, {result['queries']} queries"
+    lines = [head, f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in METRICS)]
+    for name, row in [*result["categories"].items(), ("overall", result["overall"])]:
+        lines.append(f"{name:<14}{row['n']:>5}" + "".join(f"{row[m]:>9.3f}" for m in METRICS))
+    lines.append(f"mean hit span {result['meanSpan']} lines; median search {result['p50Ms']} ms")
+    return "\n".join(lines)

@@ -1,0 +1,70 @@
+"""`get`: an exact line range of one memory file, and nothing else.
+
+The path is checked as text first (no absolute path, no `..`, no backslash, no NUL), then against the
+discovery rules (only MEMORY.md, memory.md, memory/**/*.md and extraPaths), then on disk (no component may
+be a symlink, and the file is opened with O_NOFOLLOW). A memory file that does not exist yet reads as
+empty text, as OpenClaw's does.
+"""
+
+from __future__ import annotations
+
+import stat as statmod
+from typing import Any
+
+from .chunking import split_lines
+from .config import Config
+from .indexer import read_memory_file
+from .scan import has_symlink, is_memory_path
+
+
+class GetError(Exception):
+    """A refused or malformed `get`; `status` is the HTTP status the API answers with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check_path(config: Config, path: str) -> str:
+    """The workspace-relative path if `get` may read it; GetError otherwise."""
+    if not isinstance(path, str) or not path.strip():
+        raise GetError(400, "path: must not be blank")
+    if "\x00" in path:
+        raise GetError(400, "path: contains a NUL character")
+    if "\\" in path:
+        raise GetError(403, f"path {path!r}: backslashes are refused; use '/'")
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":") or path.startswith("~"):
+        raise GetError(403, f"path {path!r}: absolute paths are refused; give a workspace-relative path")
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise GetError(403, f"path {path!r}: '.', '..' and empty components are refused")
+    if not is_memory_path(config, path):
+        raise GetError(403, f"path {path!r}: not a memory file (MEMORY.md, memory.md, memory/**/*.md, extraPaths)")
+    if has_symlink(config.workspace, path):
+        raise GetError(403, f"path {path!r}: goes through a symlink")
+    return path
+
+
+def get_lines(config: Config, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
+    rel = check_path(config, path)
+    if start < 1:
+        raise GetError(400, f"from: must be 1 or more, got {start}")
+    if count is not None and count < 0:
+        raise GetError(400, f"lines: must be 0 or more, got {count}")
+    full = config.workspace / rel
+    try:
+        st = full.lstat()
+    except FileNotFoundError:
+        return {"path": rel, "from": start, "lines": 0, "text": "", "totalLines": 0}
+    if not statmod.S_ISREG(st.st_mode):
+        raise GetError(403, f"path {rel!r}: not a regular file")
+    try:
+        _, text, problem = read_memory_file(full)
+    except OSError as exc:
+        raise GetError(404, f"path {rel!r}: cannot be read: {exc.strerror or exc}") from None
+    if text is None:
+        raise GetError(422, f"path {rel!r}: cannot be read as text: {problem}")
+    lines = split_lines(text)
+    chosen = lines[start - 1 : None if count is None else start - 1 + count]
+    return {"path": rel, "from": start, "lines": len(chosen), "text": "\n".join(chosen), "totalLines": len(lines)}
+

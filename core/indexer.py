@@ -1,0 +1,255 @@
+"""The incremental sync: scan, diff, chunk, embed what the cache lacks, write, delete what vanished.
+
+`sync` is the one orchestration. Each stage goes through `stage(name, fn)`, which by default just returns
+`fn`; the Prefect flow passes a function that wraps stages in tasks, so the flow and a plain call run the
+same code. Every file is written in the same transaction as its chunks, so a crash leaves each file either
+fully old or fully new; when the index identity changes, the whole rebuild is one transaction and readers
+keep the old index until it commits.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .chunking import chunk_text
+from .config import Config
+from .embedders import Embedder
+from .scan import FileEntry, scan
+from .store import SCHEMA_VERSION, Store
+
+MAX_FILE_BYTES = 8 * 1024 * 1024
+BATCH_FILES = 64
+BATCH_BYTES = 512 * 1024
+
+Progress = Callable[[int, int], None]
+Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
+
+
+@dataclass
+class SyncReport:
+    filesScanned: int = 0
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    chunksWritten: int = 0
+    chunksEmbedded: int = 0
+    cacheHits: int = 0
+    embeddingCalls: int = 0
+    rebuilt: bool = False
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SyncPlan:
+    identity: dict[str, Any]
+    rebuild: bool
+    to_check: list[FileEntry]  # stat changed or new: read, hash, and index if the content changed
+    removed: list[str]
+    known: dict[str, tuple[int, int, str]]
+
+
+def cache_key(embedder: Embedder) -> tuple[str, str, str]:
+    return (embedder.provider, embedder.model, embedder.fingerprint)
+
+
+def index_identity(config: Config, embedder: Embedder | None) -> dict[str, Any]:
+    """Everything that, when changed, makes the stored chunks or vectors wrong."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "provider": embedder.provider if embedder else "none",
+        "model": embedder.model if embedder else None,
+        "fingerprint": embedder.fingerprint if embedder else None,
+        "dims": embedder.dims if embedder else None,
+        "chunking": {"tokens": config.chunking.tokens, "overlap": config.chunking.overlap},
+        "sources": ["memory"],
+        "extraPaths": list(config.extra_paths),
+        "tokenizer": config.store.fts_tokenize,
+    }
+
+
+def plan_sync(
+    store: Store, config: Config, embedder: Embedder | None, report: SyncReport, force: bool = False
+) -> SyncPlan:
+    identity = index_identity(config, embedder)
+    rebuild = force or store.identity() != identity
+    known = {} if rebuild else store.file_rows()
+    result = scan(config)
+    report.warnings.extend(result.warnings)
+    report.filesScanned = len(result.files)
+    to_check = []
+    for entry in result.files:
+        old = known.get(entry.path)
+        if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns:
+            report.unchanged += 1
+        else:
+            to_check.append(entry)
+    seen = {f.path for f in result.files}
+    removed = [p for p in known if p not in seen]
+    return SyncPlan(identity, rebuild, to_check, removed, known)
+
+
+def batches(entries: list[FileEntry]) -> list[list[FileEntry]]:
+    """Coarse units of work: up to BATCH_FILES files or BATCH_BYTES of text each."""
+    out: list[list[FileEntry]] = []
+    current: list[FileEntry] = []
+    size = 0
+    for entry in entries:
+        if current and (len(current) >= BATCH_FILES or size + entry.size > BATCH_BYTES):
+            out.append(current)
+            current, size = [], 0
+        current.append(entry)
+        size += entry.size
+    if current:
+        out.append(current)
+    return out
+
+
+def read_memory_file(path: Path) -> tuple[bytes, str | None, str | None]:
+    """(raw bytes, text or None when unusable, warning or None). Never follows a symlink."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        return raw, None, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"
+    return (raw, *decode(raw))
+
+
+def decode(raw: bytes) -> tuple[str | None, str | None]:
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return raw.decode("utf-16"), None
+        except UnicodeDecodeError:
+            return None, "not valid UTF-16"
+    if b"\x00" in raw:
+        return None, "binary content (NUL bytes)"
+    try:
+        return raw.decode("utf-8-sig"), None
+    except UnicodeDecodeError:
+        return raw.decode("utf-8-sig", errors="replace"), "invalid UTF-8, bad bytes replaced with U+FFFD"
+
+
+def index_batch(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    batch: list[FileEntry],
+    plan: SyncPlan,
+    report: SyncReport,
+) -> None:
+    """Read, hash and chunk a batch of files, embed the chunks the cache lacks, write them in one go."""
+    files: list[tuple[FileEntry, str, list]] = []
+    touched: list[FileEntry] = []
+    for entry in batch:
+        try:
+            raw, text, problem = read_memory_file(config.workspace / entry.path)
+        except OSError as exc:
+            report.warnings.append(f"skipped {entry.path}: {exc.strerror or exc}")
+            continue
+        digest = hashlib.sha256(raw).hexdigest()
+        old = plan.known.get(entry.path)
+        if old is not None and old[2] == digest:
+            touched.append(entry)
+            report.unchanged += 1
+            continue
+        if text is None:
+            report.warnings.append(f"skipped {entry.path}: {problem}")
+            continue
+        if problem:
+            report.warnings.append(f"{entry.path}: {problem}")
+        chunks = chunk_text(text, config.chunking.tokens, config.chunking.overlap)
+        files.append((entry, digest, chunks))
+        if old is None:
+            report.added += 1
+        else:
+            report.changed += 1
+
+    vectors: dict[str, np.ndarray] = {}
+    fresh: dict[str, np.ndarray] = {}
+    if embedder is not None:
+        key = cache_key(embedder)
+        texts = {c.hash: c.text for _, _, chunks in files for c in chunks}
+        vectors = store.cache_get(key, texts)
+        report.cacheHits += len(vectors)
+        missing = [h for h in texts if h not in vectors]
+        step = config.embedding.batchMaxInputs
+        for i in range(0, len(missing), step):
+            part = missing[i : i + step]
+            calls = embedder.calls
+            embedded = embedder.embed_documents([texts[h] for h in part])
+            report.embeddingCalls += embedder.calls - calls
+            fresh.update(zip(part, embedded))
+        report.chunksEmbedded += len(fresh)
+        vectors.update(fresh)
+
+    with store.transaction():
+        if fresh:
+            store.cache_put(cache_key(embedder), fresh)
+        for entry in touched:
+            store.touch_file(entry.path, entry.size, entry.mtime_ns)
+        for entry, digest, chunks in files:
+            rows = [(c.start_line, c.end_line, c.text, c.hash) for c in chunks]
+            vecs = np.stack([vectors[c.hash] for c in chunks]) if embedder is not None and chunks else None
+            store.replace_file(entry.path, entry.source, entry.size, entry.mtime_ns, digest, rows, vecs)
+            report.chunksWritten += len(chunks)
+
+
+def remove_files(store: Store, paths: list[str], report: SyncReport) -> None:
+    with store.transaction():
+        for path in paths:
+            store.remove_file(path)
+    report.removed += len(paths)
+
+
+def _direct(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn
+
+
+def sync(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+    stage: Stage = _direct,
+) -> SyncReport:
+    """Bring the index up to date with the workspace; `force` rebuilds everything (the cache still serves)."""
+    started = time.perf_counter()
+    report = SyncReport()
+    plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force)
+    report.rebuilt = plan.rebuild
+    work = batches(plan.to_check)
+    with store.transaction() if plan.rebuild else nullcontext():
+        if plan.rebuild:
+            store.reset(plan.identity, config.store.fts_tokenize)
+        done = 0
+        for batch in work:
+            if progress:
+                progress(done, len(plan.to_check))
+            stage("index-batch", index_batch)(store, config, embedder, batch, plan, report)
+            done += len(batch)
+        if plan.removed:
+            stage("remove-vanished", remove_files)(store, plan.removed, report)
+        if embedder is not None and store.get_meta("vec_stale") == "1" and store.vec_available:
+            store.rebuild_vec(cache_key(embedder))
+        with store.transaction():
+            store.set_meta("last_sync", str(time.time()))
+    if progress:
+        progress(len(plan.to_check), len(plan.to_check))
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report

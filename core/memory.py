@@ -1,0 +1,139 @@
+"""`MemoryIndex`: one agent's configuration, index file and embedder, behind the operations users call.
+
+The CLI and the API are thin layers over this class; the Prefect flows drive `core.indexer.sync` with it.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from .config import Config
+from .embedders import Embedder, EmbedderUnavailable, create_embedder
+from .get import get_lines
+from .indexer import Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
+from .search import SearchResponse, search
+from .store import Store
+
+
+_CONFIGURED: Any = object()
+
+
+class MemoryIndex:
+    """One agent's index. `embedder` replaces the configured one (a shared instance, or None for keyword
+    only); `use_vec=False` runs the vector leg on the numpy scan, as when sqlite-vec cannot load."""
+
+    def __init__(self, config: Config, *, use_vec: bool = True, embedder: Embedder | None = _CONFIGURED) -> None:
+        self.config = config
+        self._use_vec = use_vec
+        self._store: Store | None = None
+        self._embedder: Embedder | None = None if embedder is _CONFIGURED else embedder
+        self._embedder_error: str | None = None
+        self._embedder_loaded = embedder is not _CONFIGURED
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.config.db_path, use_vec=self._use_vec)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def __enter__(self) -> MemoryIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def embedder(self) -> Embedder | None:
+        """The configured embedder, loaded once; None when `none` or when it failed (see `embedder_error`)."""
+        if not self._embedder_loaded:
+            self._embedder_loaded = True
+            try:
+                self._embedder = create_embedder(self.config.embedding)
+            except EmbedderUnavailable as exc:
+                self._embedder_error = str(exc)
+        return self._embedder
+
+    @property
+    def embedder_error(self) -> str | None:
+        self.embedder()
+        return self._embedder_error
+
+    def require_embedder(self) -> Embedder | None:
+        """For indexing: a configured provider that cannot start is an error, not a silent keyword index."""
+        embedder = self.embedder()
+        if self._embedder_error:
+            raise EmbedderUnavailable(self._embedder_error)
+        return embedder
+
+    def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
+        embedder = self.require_embedder()
+        return sync(self.store, self.config, embedder, force=force, progress=progress, stage=stage)
+
+    def search(self, query: str, **options: Any) -> SearchResponse:
+        """Hybrid search; an agent that was never indexed is synced first (SPEC section 5)."""
+        if self.store.identity() is None:
+            self.sync()
+        return search(self.store, self.config, self.embedder(), query, embedder_error=self._embedder_error, **options)
+
+    def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
+        return get_lines(self.config, path, start, count)
+
+    def status(self, *, deep: bool = False) -> dict[str, Any]:
+        store = self.store
+        identity = store.identity()
+        stats = store.stats()
+        embedder = self.embedder()
+        dirty_reason = None
+        if identity is None:
+            dirty_reason = "never indexed"
+        elif identity != index_identity(self.config, embedder):
+            dirty_reason = "the configuration or model changed: the next sync rebuilds"
+        else:
+            plan = plan_sync(store, self.config, embedder, SyncReport())
+            if plan.to_check or plan.removed:
+                dirty_reason = f"{len(plan.to_check)} files new or modified, {len(plan.removed)} removed"
+        last = store.get_meta("last_sync")
+        doc: dict[str, Any] = {
+            "agent": self.config.agent,
+            "workspace": str(self.config.workspace),
+            "dbPath": str(self.config.db_path),
+            "provider": (identity or {}).get("provider") or (embedder.provider if embedder else "none"),
+            "model": (identity or {}).get("model") or (embedder.model if embedder else None),
+            "dims": (identity or {}).get("dims"),
+            "files": stats["files"],
+            "chunks": stats["chunks"],
+            "dirty": dirty_reason is not None,
+            "dirtyReason": dirty_reason,
+            "vector": {
+                "enabled": bool((identity or {}).get("dims")),
+                "backend": "sqlite-vec" if store.vec_available else "numpy",
+                "error": store.vec_error if not store.vec_available else None,
+            },
+            "fts": {"enabled": identity is not None, "tokenizer": self.config.store.fts_tokenize},
+            "cacheEntries": stats["cacheEntries"],
+            "lastSync": _iso(float(last)) if last else None,
+            "embedderError": self._embedder_error,
+        }
+        if deep:
+            doc["probe"] = self._probe(embedder)
+        return doc
+
+    def _probe(self, embedder: Embedder | None) -> dict[str, Any]:
+        if embedder is None:
+            return {"ok": False, "error": self._embedder_error or "no embedder configured"}
+        started = time.perf_counter()
+        try:
+            vec = embedder.embed_query("memsift probe")
+        except Exception as exc:
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        return {"ok": True, "dims": int(vec.shape[0]), "ms": round((time.perf_counter() - started) * 1000, 1)}
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")

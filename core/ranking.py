@@ -1,0 +1,142 @@
+"""Pure scoring steps of a search: fusion of the two legs, temporal decay, MMR diversity.
+
+They work on `Candidate` lists and know nothing of SQLite, so each can be tested on hand-computed cases.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import date
+
+_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})[^/]*\.md$", re.IGNORECASE)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass
+class Candidate:
+    id: int
+    text: float | None = None  # keyword leg score in [0, 1): r / (1 + r), r = -bm25
+    vector: float | None = None  # cosine similarity
+    score: float = 0.0
+    decay: float | None = None
+
+
+def bm25_score(bm25: float) -> float:
+    """SPEC section 5: r / (1 + r) with r = -bm25 (FTS5's bm25 is negative, lower is better)."""
+    r = max(0.0, -bm25)
+    return r / (1.0 + r)
+
+
+def merge_legs(text_hits: list[tuple[int, float]], vector_hits: list[tuple[int, float]]) -> list[Candidate]:
+    """One Candidate per chunk id, keyword leg scores already mapped by `bm25_score`."""
+    found: dict[int, Candidate] = {}
+    for cid, score in text_hits:
+        found.setdefault(cid, Candidate(cid)).text = score
+    for cid, score in vector_hits:
+        found.setdefault(cid, Candidate(cid)).vector = score
+    return list(found.values())
+
+
+def fuse_weighted(cands: list[Candidate], vector_weight: float, text_weight: float) -> None:
+    """OpenClaw's formula: a weighted sum of the raw leg scores, a missing leg counting 0."""
+    for c in cands:
+        c.score = vector_weight * (c.vector or 0.0) + text_weight * (c.text or 0.0)
+
+
+def fuse_minmax(cands: list[Candidate], vector_weight: float, text_weight: float) -> None:
+    """Each leg min-max normalised over its own candidates, then weighted; a missing leg counts 0.
+
+    Raw BM25 and cosine live on different scales that shift with every query; normalising puts the best
+    hit of each leg at 1 so the weights mean what they say.
+    """
+    norm_t = _minmax([c.text for c in cands if c.text is not None])
+    norm_v = _minmax([c.vector for c in cands if c.vector is not None])
+    for c in cands:
+        t = norm_t(c.text) if c.text is not None else 0.0
+        v = norm_v(c.vector) if c.vector is not None else 0.0
+        c.score = vector_weight * v + text_weight * t
+
+
+def _minmax(values: list[float]):
+    if not values:
+        return lambda x: 0.0
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12:
+        return lambda x: 1.0
+    return lambda x: (x - lo) / (hi - lo)
+
+
+def fuse_rrf(cands: list[Candidate], k: int, vector_weight: float = 1.0, text_weight: float = 1.0) -> None:
+    """Reciprocal rank fusion, scaled so that first place in both legs scores 1."""
+    ranks_t = _ranks([c for c in cands if c.text is not None], lambda c: c.text)
+    ranks_v = _ranks([c for c in cands if c.vector is not None], lambda c: c.vector)
+    top = (vector_weight + text_weight) / (k + 1)
+    for c in cands:
+        s = 0.0
+        if c.id in ranks_t:
+            s += text_weight / (k + ranks_t[c.id])
+        if c.id in ranks_v:
+            s += vector_weight / (k + ranks_v[c.id])
+        c.score = s / top
+
+
+def _ranks(cands: list[Candidate], key) -> dict[int, int]:
+    ordered = sorted(cands, key=lambda c: (-key(c), c.id))
+    return {c.id: i for i, c in enumerate(ordered, start=1)}
+
+
+def passes_floor(c: Candidate, min_score: float) -> bool:
+    """The score floor guards against the vector leg's noise, which always returns neighbours.
+
+    A hit the keyword leg found matched a real query term and is kept whatever its score (BM25 is tiny in
+    small workspaces, and a floor on it drops the best evidence: OpenClaw's weakness, measured in
+    ../shared/bench/locomo-dev). A hit found by the vector leg alone needs cosine >= minScore.
+    """
+    return c.text is not None or (c.vector or 0.0) >= min_score
+
+
+def note_date(path: str) -> date | None:
+    """The date in a daily note's file name (`memory/**/YYYY-MM-DD*.md`), if any."""
+    m = _DATED.search(path)
+    if not m or not path.startswith("memory/"):
+        return None
+    try:
+        return date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:
+        return None
+
+
+def is_evergreen(path: str) -> bool:
+    """MEMORY.md, memory.md and undated notes under memory/ never decay."""
+    return path in ("MEMORY.md", "memory.md") or (path.startswith("memory/") and note_date(path) is None)
+
+
+def decay_factor(age_days: float, half_life_days: float) -> float:
+    return 0.5 ** (max(0.0, age_days) / half_life_days)
+
+
+def mmr_order(cands: list[Candidate], texts: dict[int, str], lam: float, limit: int) -> list[Candidate]:
+    """Maximal marginal relevance: trade score against Jaccard similarity to what is already chosen."""
+    if not cands:
+        return []
+    top = max(c.score for c in cands) or 1.0
+    tokens = {c.id: set(_WORD.findall(texts.get(c.id, "").lower())) for c in cands}
+    chosen: list[Candidate] = []
+    rest = sorted(cands, key=lambda c: -c.score)
+    while rest and len(chosen) < limit:
+        best_i, best_v = 0, -math.inf
+        for i, c in enumerate(rest):
+            sim = max((_jaccard(tokens[c.id], tokens[s.id]) for s in chosen), default=0.0)
+            value = lam * (c.score / top) - (1 - lam) * sim
+            if value > best_v:
+                best_i, best_v = i, value
+        chosen.append(rest.pop(best_i))
+    return chosen
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    if not a and not b:
+        return 0.0
+    return len(a & b) / len(a | b)

@@ -1,0 +1,201 @@
+"""Hybrid search (SPEC section 5): keyword and vector legs, fusion, decay, MMR, floor, cut.
+
+The search never fails because the embedder is missing or broken: it answers from the keyword leg and
+says why in `degraded`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import ranking
+from .config import Config
+from .embedders import Embedder
+from .indexer import cache_key
+from .query import fts_match
+from .store import ChunkRow, Store
+
+MAX_CANDIDATES = 200
+
+
+class SearchError(ValueError):
+    """The request itself is wrong (blank query, bad mode); the message says which part."""
+
+
+@dataclass
+class Hit:
+    path: str
+    startLine: int
+    endLine: int
+    score: float
+    snippet: str
+    source: str
+    citation: str | None
+    scores: dict[str, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["scores"] is None:
+            del d["scores"]
+        return d
+
+
+@dataclass
+class SearchResponse:
+    results: list[Hit]
+    mode: str
+    provider: str
+    model: str | None
+    tookMs: float
+    degraded: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "results": [h.to_dict() for h in self.results],
+            "mode": self.mode,
+            "provider": self.provider,
+            "model": self.model,
+            "tookMs": self.tookMs,
+        }
+        if self.degraded:
+            d["degraded"] = self.degraded
+        return d
+
+
+def search(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    query: str,
+    *,
+    max_results: int | None = None,
+    min_score: float | None = None,
+    mode: str | None = None,
+    path_prefix: str | None = None,
+    explain: bool = False,
+    embedder_error: str | None = None,
+    now: float | None = None,
+) -> SearchResponse:
+    started = time.perf_counter()
+    s = config.search
+    if not query or not query.strip():
+        raise SearchError("query: must not be blank")
+    mode = mode or s.mode
+    if mode not in ("hybrid", "keyword", "vector"):
+        raise SearchError(f"mode: {mode!r} is not one of hybrid, keyword, vector")
+    limit = max_results or s.maxResults
+    floor = s.minScore if min_score is None else min_score
+    fetch = min(MAX_CANDIDATES, limit * s.candidateMultiplier)
+
+    identity = store.identity() or {}
+    degraded = None
+    if mode != "keyword":
+        degraded = _vector_problem(identity, embedder, embedder_error)
+        if degraded:
+            mode = "keyword"
+
+    match = fts_match(query)
+
+    def keyword_leg() -> list[tuple[int, float]]:
+        if match is None:
+            return []
+        return [(cid, ranking.bm25_score(b)) for cid, b in store.fts_search(match, fetch, path_prefix)]
+
+    text_hits = keyword_leg() if mode != "vector" else []
+
+    vector_hits: list[tuple[int, float]] = []
+    if mode != "keyword":
+        assert embedder is not None
+        try:
+            qvec = embedder.embed_query(query)
+        except Exception as exc:  # the model or service failed: answer from keywords, say so
+            degraded = f"embedding the query failed ({type(exc).__name__}: {exc}); keyword results only"
+            text_hits = keyword_leg() if mode == "vector" else text_hits
+            mode = "keyword"
+        else:
+            over = fetch * 4 if path_prefix else fetch
+            vector_hits = store.vec_search(qvec, min(over, MAX_CANDIDATES * 4), cache_key(embedder))
+            if path_prefix:
+                rows = store.chunks_by_ids(cid for cid, _ in vector_hits)
+                vector_hits = [(c, v) for c, v in vector_hits if rows[c].path.startswith(path_prefix)][:fetch]
+
+    cands = ranking.merge_legs(text_hits, vector_hits)
+    if mode == "hybrid":
+        if s.fusion == "weighted":
+            ranking.fuse_weighted(cands, s.vectorWeight, s.textWeight)
+        elif s.fusion == "rrf":
+            ranking.fuse_rrf(cands, s.rrfK, s.vectorWeight, s.textWeight)
+        else:
+            ranking.fuse_minmax(cands, s.vectorWeight, s.textWeight)
+    else:
+        for c in cands:
+            c.score = (c.text if mode == "keyword" else c.vector) or 0.0
+
+    rows = store.chunks_by_ids(c.id for c in cands)
+    if s.decayEnabled:
+        _apply_decay(store, cands, rows, s.halfLifeDays, now if now is not None else time.time())
+    cands.sort(key=lambda c: (-c.score, c.id))
+    if s.mmrEnabled:
+        cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, len(cands))
+    kept = [c for c in cands if ranking.passes_floor(c, floor)][:limit]
+
+    hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
+    return SearchResponse(
+        results=hits,
+        mode=mode,
+        provider=identity.get("provider") or (embedder.provider if embedder else "none"),
+        model=identity.get("model") or (embedder.model if embedder else None),
+        tookMs=round((time.perf_counter() - started) * 1000, 2),
+        degraded=degraded,
+    )
+
+
+def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: str | None) -> str | None:
+    """Why the vector leg cannot run, or None when it can."""
+    if embedder is None:
+        return f"no embedder ({error}); keyword results only" if error else "no embedder configured; keyword results only"
+    if not identity.get("dims"):
+        return "the index holds no vectors (built without an embedder); run `memsift index`; keyword results only"
+    if (identity.get("provider"), identity.get("model"), identity.get("fingerprint")) != cache_key(embedder):
+        return (
+            f"the index was built with {identity.get('provider')}/{identity.get('model')}, not "
+            f"{embedder.provider}/{embedder.model}; run `memsift index`; keyword results only"
+        )
+    return None
+
+
+def _apply_decay(
+    store: Store, cands: list[ranking.Candidate], rows: dict[int, ChunkRow], half_life: float, now: float
+) -> None:
+    paths = {rows[c.id].path for c in cands}
+    mtimes = store.file_mtimes(paths)
+    for c in cands:
+        path = rows[c.id].path
+        if ranking.is_evergreen(path):
+            continue
+        dated = ranking.note_date(path)
+        if dated is not None:
+            age = (now - time.mktime(dated.timetuple())) / 86400
+        else:
+            age = (now - mtimes.get(path, now * 1e9) / 1e9) / 86400
+        c.decay = ranking.decay_factor(age, half_life)
+        c.score *= c.decay
+
+
+def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: bool, explain: bool) -> Hit:
+    scores = None
+    if explain:
+        scores = {k: round(v, 6) for k, v in (("vector", c.vector), ("text", c.text), ("decay", c.decay)) if v is not None}
+    return Hit(
+        path=row.path,
+        startLine=row.start_line,
+        endLine=row.end_line,
+        score=round(c.score, 6),
+        snippet=row.text[:snippet_chars],
+        source=row.source,
+        citation=f"{row.path}#L{row.start_line}-L{row.end_line}" if citations else None,
+        scores=scores,
+    )

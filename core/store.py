@@ -1,0 +1,360 @@
+"""The per-agent index: one SQLite file opened with apsw, FTS5 for BM25, sqlite-vec for KNN.
+
+Tables
+  meta             key/value: schema version, index identity (JSON), last sync
+  files            one row per indexed memory file: stat fingerprint and content hash
+  chunks           line ranges and text; rowid shared with chunks_fts and chunks_vec
+  chunks_fts       FTS5, contentless (the text lives in chunks), rows deletable
+  chunks_vec       vec0 cosine index, created once the embedder's dimensions are known
+  embedding_cache  vectors by (provider, model, fingerprint, text hash): the source of truth for vectors,
+                   so unchanged text is never embedded twice and a numpy scan can stand in for vec0
+
+One writer (the sync), many readers: WAL mode and a busy timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+import numpy as np
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+
+
+class StoreError(RuntimeError):
+    """The index file cannot be used (newer schema, corrupt file); the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: int
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+
+
+def _load_vec(conn: apsw.Connection) -> str | None:
+    """Load sqlite-vec; returns None on success, else why it could not be loaded."""
+    try:
+        import sqlite_vec
+
+        conn.enable_load_extension(True)
+        try:
+            conn.load_extension(sqlite_vec.loadable_path())
+        finally:
+            conn.enable_load_extension(False)
+        return None
+    except Exception as exc:  # ImportError, apsw.ExtensionLoadingError, missing file
+        return f"{type(exc).__name__}: {exc}"
+
+
+class Store:
+    def __init__(self, path: str | Path, *, use_vec: bool = True, readonly: bool = False) -> None:
+        self.path = Path(path)
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+        try:
+            self.conn = apsw.Connection(str(self.path), flags=flags)
+            self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+            self.vec_error = _load_vec(self.conn) if use_vec else "disabled"
+            if not readonly:
+                self.conn.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL")
+                self._migrate()
+            else:
+                self._check_version()
+        except apsw.Error as exc:
+            raise StoreError(f"cannot open the index {self.path}: {exc}") from exc
+
+    @property
+    def vec_available(self) -> bool:
+        return self.vec_error is None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema -------------------------------------------------------------------------------------
+
+    def _check_version(self) -> int:
+        if not self._has_table("meta"):
+            return 0
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the index {self.path} was written by a newer memsift (schema {version}, this one reads "
+                f"{SCHEMA_VERSION}); upgrade memsift or delete the file to rebuild it"
+            )
+        return version
+
+    def _migrate(self) -> None:
+        if self._check_version() == SCHEMA_VERSION:
+            return
+        with self.transaction():
+            self.conn.execute(
+                """
+                CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE IF NOT EXISTS files (
+                    path TEXT PRIMARY KEY,
+                    source TEXT NOT NULL,
+                    size INTEGER NOT NULL,
+                    mtime_ns INTEGER NOT NULL,
+                    hash TEXT NOT NULL,
+                    indexed_at REAL NOT NULL
+                );
+                CREATE TABLE IF NOT EXISTS chunks (
+                    id INTEGER PRIMARY KEY,
+                    path TEXT NOT NULL,
+                    source TEXT NOT NULL,
+                    start_line INTEGER NOT NULL,
+                    end_line INTEGER NOT NULL,
+                    hash TEXT NOT NULL,
+                    text TEXT NOT NULL
+                );
+                CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
+                CREATE TABLE IF NOT EXISTS embedding_cache (
+                    provider TEXT NOT NULL,
+                    model TEXT NOT NULL,
+                    fingerprint TEXT NOT NULL,
+                    hash TEXT NOT NULL,
+                    embedding BLOB NOT NULL,
+                    created_at REAL NOT NULL,
+                    PRIMARY KEY (provider, model, fingerprint, hash)
+                ) WITHOUT ROWID;
+                """
+            )
+            self.set_meta("schema_version", str(SCHEMA_VERSION))
+
+    def _has_table(self, name: str) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
+        )
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE (the writer takes its lock up front), or a savepoint inside one."""
+        if self.conn.in_transaction:
+            with self.conn:
+                yield
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- meta and identity ---------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    def identity(self) -> dict[str, Any] | None:
+        raw = self.get_meta("identity")
+        return json.loads(raw) if raw else None
+
+    def reset(self, identity: dict[str, Any], tokenize: str) -> None:
+        """Drop every file and chunk and start over under a new identity; the embedding cache stays."""
+        with self.transaction():
+            self.conn.execute("DROP TABLE IF EXISTS chunks_fts; DELETE FROM chunks; DELETE FROM files")
+            if self.vec_available:
+                self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
+            self.conn.execute(
+                f"CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='', contentless_delete=1, "
+                f"tokenize={_sql_str(tokenize)})"
+            )
+            dims = identity.get("dims")
+            if dims and self.vec_available:
+                self.conn.execute(
+                    f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] "
+                    "distance_metric=cosine)"
+                )
+            self.set_meta("identity", json.dumps(identity, sort_keys=True))
+            self.set_meta("vec_stale", "0")
+
+    def has_vec_table(self) -> bool:
+        return self._has_table("chunks_vec")
+
+    # -- files and chunks ----------------------------------------------------------------------------
+
+    def file_rows(self) -> dict[str, tuple[int, int, str]]:
+        return {p: (s, m, h) for p, s, m, h in self.conn.execute("SELECT path, size, mtime_ns, hash FROM files")}
+
+    def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
+        self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?", (size, mtime_ns, path))
+
+    def remove_file(self, path: str) -> int:
+        ids = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
+        self._delete_chunks(ids)
+        self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
+        return len(ids)
+
+    def _delete_chunks(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        rows = [(i,) for i in ids]
+        self.conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", rows)
+        if self.vec_available and self.has_vec_table():
+            self.conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", rows)
+        self.conn.executemany("DELETE FROM chunks WHERE id = ?", rows)
+
+    def replace_file(
+        self,
+        path: str,
+        source: str,
+        size: int,
+        mtime_ns: int,
+        file_hash: str,
+        chunks: list[tuple[int, int, str, str]],
+        vectors: np.ndarray | None,
+    ) -> None:
+        """Swap a file's chunks for new ones: `chunks` are (start, end, text, hash), `vectors` aligned."""
+        old = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
+        self._delete_chunks(old)
+        write_vec = vectors is not None and self.vec_available and self.has_vec_table()
+        for i, (start, end, text, h) in enumerate(chunks):
+            self.conn.execute(
+                "INSERT INTO chunks(path, source, start_line, end_line, hash, text) VALUES (?, ?, ?, ?, ?, ?)",
+                (path, source, start, end, h, text),
+            )
+            rowid = self.conn.last_insert_rowid()
+            self.conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rowid, text))
+            if write_vec:
+                self.conn.execute(
+                    "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (rowid, vectors[i].tobytes())
+                )
+        if vectors is not None and not write_vec:
+            self.set_meta("vec_stale", "1")
+        self.conn.execute(
+            "INSERT OR REPLACE INTO files(path, source, size, mtime_ns, hash, indexed_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (path, source, size, mtime_ns, file_hash, time.time()),
+        )
+
+    def chunks_by_ids(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        ids = list(ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(
+            f"SELECT id, path, source, start_line, end_line, text FROM chunks WHERE id IN ({marks})", ids
+        )
+        return {r[0]: ChunkRow(*r) for r in rows}
+
+    def file_mtimes(self, paths: Iterable[str]) -> dict[str, int]:
+        paths = list(paths)
+        marks = ",".join("?" * len(paths))
+        return dict(self.conn.execute(f"SELECT path, mtime_ns FROM files WHERE path IN ({marks})", paths))
+
+    # -- embedding cache -----------------------------------------------------------------------------
+
+    def cache_get(self, key: tuple[str, str, str], hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        hashes = list(dict.fromkeys(hashes))
+        for i in range(0, len(hashes), 500):
+            part = hashes[i : i + 500]
+            marks = ",".join("?" * len(part))
+            for h, blob in self.conn.execute(
+                "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND fingerprint = ? "
+                f"AND hash IN ({marks})",
+                (*key, *part),
+            ):
+                found[h] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def cache_put(self, key: tuple[str, str, str], items: dict[str, np.ndarray]) -> None:
+        now = time.time()
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO embedding_cache(provider, model, fingerprint, hash, embedding, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [(*key, h, np.asarray(v, dtype=np.float32).tobytes(), now) for h, v in items.items()],
+        )
+
+    def rebuild_vec(self, key: tuple[str, str, str]) -> None:
+        """Refill chunks_vec from the cache after writes made while sqlite-vec could not load."""
+        if not (self.vec_available and self.has_vec_table()):
+            return
+        with self.transaction():
+            self.conn.execute("DELETE FROM chunks_vec")
+            rows = self.conn.execute(
+                "SELECT c.id, e.embedding FROM chunks c JOIN embedding_cache e ON e.hash = c.hash "
+                "AND e.provider = ? AND e.model = ? AND e.fingerprint = ?",
+                key,
+            ).fetchall()
+            self.conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", rows)
+            self.set_meta("vec_stale", "0")
+
+    # -- search legs ---------------------------------------------------------------------------------
+
+    def fts_search(self, match: str, limit: int, path_prefix: str | None = None) -> list[tuple[int, float]]:
+        """(chunk id, bm25) best first; bm25 is negative, lower is better."""
+        if path_prefix:
+            sql = (
+                "SELECT f.rowid, bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
+                "WHERE chunks_fts MATCH ? AND c.path LIKE ? ESCAPE '\\' ORDER BY s LIMIT ?"
+            )
+            args: tuple[Any, ...] = (match, _like_prefix(path_prefix), limit)
+        else:
+            sql = "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY s LIMIT ?"
+            args = (match, limit)
+        return [(int(r), float(s)) for r, s in self.conn.execute(sql, args)]
+
+    def vec_search(
+        self, query: np.ndarray, limit: int, key: tuple[str, str, str]
+    ) -> list[tuple[int, float]]:
+        """(chunk id, cosine similarity) best first: vec0 KNN, or a numpy scan of the cache without it."""
+        query = np.asarray(query, dtype=np.float32)
+        if self.vec_available and self.has_vec_table() and self.get_meta("vec_stale") != "1":
+            rows = self.conn.execute(
+                "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?",
+                (query.tobytes(), limit),
+            )
+            return [(int(r), 1.0 - float(d)) for r, d in rows]
+        rows = self.conn.execute(
+            "SELECT c.id, e.embedding FROM chunks c JOIN embedding_cache e ON e.hash = c.hash "
+            "AND e.provider = ? AND e.model = ? AND e.fingerprint = ?",
+            key,
+        ).fetchall()
+        if not rows:
+            return []
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+        sims = matrix @ query
+        top = np.argsort(-sims, kind="stable")[:limit]
+        return [(int(ids[i]), float(sims[i])) for i in top]
+
+    # -- status --------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        files = dict(self.conn.execute("SELECT source, count(*) FROM files GROUP BY source").fetchall())
+        chunks = dict(self.conn.execute("SELECT source, count(*) FROM chunks GROUP BY source").fetchall())
+        cache = self.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+        return {"files": files, "chunks": chunks, "cacheEntries": cache}
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

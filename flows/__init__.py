@@ -1,0 +1,1 @@
+"""Prefect flows that orchestrate `core`: the sync flow today."""

@@ -1,0 +1,109 @@
+"""Shared fixtures: real SQLite files under a temp MEMSIFT_HOME, the real local model, one Prefect harness.
+
+Prefect's settings are fixed here, before anything imports prefect: a fresh PREFECT_HOME and result
+storage for the session, no analytics. The Prefect test harness (a temporary server, several seconds) is
+started once per session and only by tests that run flows.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_session_dir = Path(tempfile.mkdtemp(prefix="memsift-tests-"))
+os.environ["PREFECT_HOME"] = str(_session_dir / "prefect")
+os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(_session_dir / "prefect" / "storage")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.pop("PREFECT_API_URL", None)
+for _name in [n for n in os.environ if n.startswith("MEMSIFT_")]:
+    del os.environ[_name]
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from core import MemoryIndex, load_config  # noqa: E402
+from core.config import Config  # noqa: E402
+from core.local_embedder import LocalEmbedder  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def memsift_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("MEMSIFT_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Callable[..., Path]:
+    """Build a workspace from {relative path: text}; returns its folder."""
+
+    def build(files: dict[str, str], name: str = "ws") -> Path:
+        root = tmp_path / name
+        root.mkdir(exist_ok=True)
+        for rel, text in files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        return root
+
+    return build
+
+
+@pytest.fixture
+def make_config() -> Callable[..., Config]:
+    def make(ws: Path, **overrides: Any) -> Config:
+        return load_config(workspace=ws, overrides=overrides)
+
+    return make
+
+
+class CountingEmbedder:
+    """The real local model, recording every text it is asked to embed (a spy, not a stub)."""
+
+    def __init__(self) -> None:
+        self.inner = LocalEmbedder.shared()
+        self.provider, self.model, self.dims = self.inner.provider, self.inner.model, self.inner.dims
+        self.fingerprint = self.inner.fingerprint
+        self.calls = 0
+        self.documents: list[str] = []
+        self.queries: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        self.documents.extend(texts)
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.queries.append(text)
+        return self.inner.embed_query(text)
+
+
+@pytest.fixture
+def counting_embedder() -> CountingEmbedder:
+    return CountingEmbedder()
+
+
+@pytest.fixture
+def open_index() -> Callable[..., MemoryIndex]:
+    """MemoryIndex(config, embedder=..., use_vec=...), closed after the test."""
+    opened: list[MemoryIndex] = []
+
+    def make(config: Config, **kwargs: Any) -> MemoryIndex:
+        index = MemoryIndex(config, **kwargs)
+        opened.append(index)
+        return index
+
+    yield make
+    for index in opened:
+        index.close()
