@@ -26,6 +26,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _bounded(kind: type, lo: float, hi: float):
+    """An argparse type: a number of `kind` in [lo, hi] (the ranges of search.maxResults / search.minScore)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text} is out of range [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
 def _parser() -> _Parser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document")
@@ -45,8 +60,8 @@ def _parser() -> _Parser:
 
     search = sub.add_parser("search", parents=[common], help="hybrid search")
     search.add_argument("query")
-    search.add_argument("--max-results", type=int, metavar="N")
-    search.add_argument("--min-score", type=float, metavar="X")
+    search.add_argument("--max-results", type=_bounded(int, 1, 100), metavar="N")
+    search.add_argument("--min-score", type=_bounded(float, 0.0, 1.0), metavar="X")
     search.add_argument("--mode", choices=MODES)
     search.add_argument("--path-prefix", metavar="P", help="only files under this workspace-relative prefix")
     search.add_argument("--explain", action="store_true", help="show every stage's score")
@@ -73,9 +88,9 @@ def _parser() -> _Parser:
 # Prefect's console chatter would interleave with our output; runs still log to the Prefect API and UI.
 _QUIET_PREFECT = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
-    "PREFECT_LOGGING_HANDLERS_CONSOLE_FLOW_RUNS_LEVEL": "WARNING",
-    "PREFECT_LOGGING_HANDLERS_CONSOLE_TASK_RUNS_LEVEL": "WARNING",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "ERROR",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_FLOW_RUNS_LEVEL": "ERROR",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_TASK_RUNS_LEVEL": "ERROR",
 }
 
 
@@ -146,8 +161,6 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    if args.rerank:
-        raise SearchError("--rerank: reranking is not available in this version")
     config = _config(args)
     with MemoryIndex(config) as index:
         response = index.search(
@@ -157,6 +170,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             mode=args.mode,
             path_prefix=args.path_prefix,
             explain=args.explain,
+            rerank=args.rerank,
         )
     if args.json:
         _print_json(response.to_dict())

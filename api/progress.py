@@ -13,9 +13,12 @@ def progress_bar(enabled: bool) -> Iterator[Progress | None]:
     if not enabled:
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
 
-    with Bar(TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True) as bar:
+    # On stderr, the stream the caller checked is a terminal: stdout stays clean for pipes.
+    columns = (TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Bar(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("files", total=None)
 
         def update(done: int, total: int) -> None:

@@ -76,8 +76,12 @@ def _str_list(key: str, v: Any) -> tuple[str, ...]:
 
 
 def _str_map(key: str, v: Any) -> dict[str, str]:
-    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
-        raise ConfigError(f"{key}: expected a table of strings, got {v!r}")
+    # Header values are often secrets: errors name the header, never its value.
+    if not isinstance(v, dict):
+        raise ConfigError(f"{key}: expected a table of strings")
+    for name, value in v.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}.{name}: expected a string")
     return dict(v)
 
 
@@ -119,10 +123,23 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "search.citations": ("on", _choice("on", "off")),
     "store.fts.tokenizer": ("unicode61", _choice("unicode61", "trigram")),
     "store.fts.stemmer": ("porter", _choice("porter", "none")),
+    # Read by the parts that use them (the REST API, the watcher and scheduler, the reranker); validated here
+    # so that a file setting them is checked before any work.
+    "rerank.enabled": (False, _bool),
+    "rerank.provider": ("local", _choice("local", "cohere")),
+    "rerank.model": (None, _optional(_str)),
+    "rerank.baseUrl": (None, _optional(_str)),
+    "rerank.candidates": (30, _number(int, 1, 200)),
+    "sync.watch": (True, _bool),
+    "sync.watchDebounceMs": (1500, _number(int, 0, 3_600_000)),
+    "sync.intervalMinutes": (0, _number(float, 0)),
+    "api.host": ("127.0.0.1", _str),
+    "api.port": (8000, _number(int, 1, 65535)),
+    "api.key": (None, _optional(_str)),
 }
 
 # Default leg weights per fusion, chosen on ../shared/bench/locomo-dev (README: "Retrieval quality").
-FUSION_WEIGHTS = {"minmax": (0.3, 0.7), "weighted": (0.7, 0.3), "rrf": (1.0, 1.0)}
+FUSION_WEIGHTS = {"minmax": (0.35, 0.65), "weighted": (0.7, 0.3), "rrf": (1.0, 1.0)}
 
 
 @dataclass(frozen=True)
@@ -181,6 +198,29 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class RerankConfig:
+    enabled: bool
+    provider: str
+    model: str | None
+    baseUrl: str | None
+    candidates: int
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    watch: bool
+    watchDebounceMs: int
+    intervalMinutes: float
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    host: str
+    port: int
+    key: str | None = field(default=None, repr=False)  # a secret: never printed
+
+
+@dataclass(frozen=True)
 class Config:
     workspace: Path
     agent: str
@@ -191,6 +231,9 @@ class Config:
     chunking: ChunkingConfig
     search: SearchConfig
     store: StoreConfig
+    rerank: RerankConfig
+    sync: SyncConfig
+    api: ApiConfig
     agents: dict[str, Path] = field(default_factory=dict)
     source: Path | None = None
 
@@ -226,7 +269,7 @@ def _env_key(name: str) -> str:
 
 _ENV_KEYS = {_env_key(k): k for k in _SCHEMA}
 _SECTIONS = {k.split(".")[0].lower() for k in _SCHEMA if "." in k}
-_NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_API_KEY"}
+_NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG"}
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
@@ -281,6 +324,10 @@ def load_config(
             raw = _flatten(tomllib.loads(source.read_text(encoding="utf-8")))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{source}: not valid UTF-8 (TOML files are UTF-8)") from None
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}") from None
     raw.update(_env_overrides(env))
     raw.update(overrides or {})
 
@@ -320,14 +367,16 @@ def load_config(
     vw = values["search.vectorWeight"] if values["search.vectorWeight"] is not None else vw
     tw = values["search.textWeight"] if values["search.textWeight"] is not None else tw
 
-    e = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("embedding.")}
+    def section(name: str) -> dict[str, Any]:
+        return {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(name + ".")}
+
     return Config(
         workspace=ws,
         agent=agent,
         home=memsift_home(env),
         extra_paths=values["extraPaths"],
         exclude=values["exclude"],
-        embedding=EmbeddingConfig(**e),
+        embedding=EmbeddingConfig(**section("embedding")),
         chunking=ChunkingConfig(values["chunking.tokens"], values["chunking.overlap"]),
         search=SearchConfig(
             maxResults=values["search.maxResults"],
@@ -346,6 +395,9 @@ def load_config(
             citations=values["search.citations"] == "on",
         ),
         store=StoreConfig(values["store.fts.tokenizer"], values["store.fts.stemmer"]),
+        rerank=RerankConfig(**section("rerank")),
+        sync=SyncConfig(**section("sync")),
+        api=ApiConfig(**section("api")),
         agents=agents,
         source=source,
     )

@@ -54,7 +54,7 @@ def get_lines(config: Config, path: str, start: int = 1, count: int | None = Non
     full = config.workspace / rel
     try:
         st = full.lstat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a parent may be a file: still "does not exist"
         return {"path": rel, "from": start, "lines": 0, "text": "", "totalLines": 0}
     if not statmod.S_ISREG(st.st_mode):
         raise GetError(403, f"path {rel!r}: not a regular file")

@@ -154,6 +154,7 @@ def index_batch(
     """Read, hash and chunk a batch of files, embed the chunks the cache lacks, write them in one go."""
     files: list[tuple[FileEntry, str, list]] = []
     touched: list[FileEntry] = []
+    unusable: list[str] = []  # indexed before, unreadable as text now: its old chunks must go
     for entry in batch:
         try:
             raw, text, problem = read_memory_file(config.workspace / entry.path)
@@ -168,6 +169,8 @@ def index_batch(
             continue
         if text is None:
             report.warnings.append(f"skipped {entry.path}: {problem}")
+            if old is not None:
+                unusable.append(entry.path)
             continue
         if problem:
             report.warnings.append(f"{entry.path}: {problem}")
@@ -201,6 +204,8 @@ def index_batch(
             store.cache_put(cache_key(embedder), fresh)
         for entry in touched:
             store.touch_file(entry.path, entry.size, entry.mtime_ns)
+        for path in unusable:
+            store.remove_file(path)
         for entry, digest, chunks in files:
             rows = [(c.start_line, c.end_line, c.text, c.hash) for c in chunks]
             vecs = np.stack([vectors[c.hash] for c in chunks]) if embedder is not None and chunks else None

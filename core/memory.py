@@ -13,7 +13,7 @@ from .config import Config
 from .embedders import Embedder, EmbedderUnavailable, create_embedder
 from .get import get_lines
 from .indexer import Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
-from .search import SearchResponse, search
+from .search import SearchResponse, check_request, search
 from .store import Store
 
 
@@ -76,9 +76,11 @@ class MemoryIndex:
         return sync(self.store, self.config, embedder, force=force, progress=progress, stage=stage)
 
     def search(self, query: str, **options: Any) -> SearchResponse:
-        """Hybrid search; an agent that was never indexed is synced first (SPEC section 5)."""
+        """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
+        embedder works: a provider that cannot start gives a keyword index and a degraded answer."""
+        check_request(query, options.get("max_results"), options.get("min_score"))
         if self.store.identity() is None:
-            self.sync()
+            sync(self.store, self.config, self.embedder())
         return search(self.store, self.config, self.embedder(), query, embedder_error=self._embedder_error, **options)
 
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:

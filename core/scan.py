@@ -115,8 +115,10 @@ def _extra_relpath(ws: Path, extra: str) -> str | None:
     """The workspace-relative form of an extraPaths entry, or None when it leaves the workspace."""
     joined = os.path.normpath(os.path.join(ws, os.path.expanduser(extra)))
     rel = os.path.relpath(joined, ws)
-    if rel == "." or rel.startswith(".."):
-        return None if rel != "." else ""
+    if rel == ".":
+        return ""
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):  # not a name like "..notes"
+        return None
     return rel.replace(os.sep, "/")
 
 
@@ -133,17 +135,22 @@ def has_symlink(ws: Path, rel: str) -> bool:
 
 def is_memory_path(config: Config, rel: str) -> bool:
     """Whether a workspace-relative path names a memory file by the discovery rules (it may not exist yet)."""
-    parts = rel.split("/")
     if rel in ROOT_FILES:
         return True
-    if not rel.lower().endswith(".md") or any(p in config.exclude for p in parts[:-1]):
+    if not rel.lower().endswith(".md"):
         return False
-    if parts[0] == MEMORY_DIR and len(parts) > 1:
+
+    def walked_from(root: str) -> bool:
+        # As `_walk` does: `exclude` applies to the folders below the walk's root, not to the root itself.
+        if root and not rel.startswith(root + "/"):
+            return False
+        inner = rel[len(root) + 1 :] if root else rel
+        return not any(p in config.exclude for p in inner.split("/")[:-1])
+
+    if walked_from(MEMORY_DIR):
         return True
     for extra in config.extra_paths:
         base = _extra_relpath(config.workspace, extra)
-        if base is None:
-            continue
-        if rel == base or (base == "" or rel.startswith(base + "/")):
+        if base is not None and (rel == base or walked_from(base)):
             return True
     return False

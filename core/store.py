@@ -191,7 +191,8 @@ class Store:
                     "distance_metric=cosine)"
                 )
             self.set_meta("identity", json.dumps(identity, sort_keys=True))
-            self.set_meta("vec_stale", "0")
+            # Without sqlite-vec an old chunks_vec could not be dropped: its rows no longer match the chunks.
+            self.set_meta("vec_stale", "0" if self.vec_available or not self.has_vec_table() else "1")
 
     def has_vec_table(self) -> bool:
         return self._has_table("chunks_vec")
@@ -215,8 +216,11 @@ class Store:
             return
         rows = [(i,) for i in ids]
         self.conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", rows)
-        if self.vec_available and self.has_vec_table():
-            self.conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", rows)
+        if self.has_vec_table():
+            if self.vec_available:
+                self.conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", rows)
+            else:  # vec0 cannot be touched without sqlite-vec: its rows are orphans until rebuild_vec
+                self.set_meta("vec_stale", "1")
         self.conn.executemany("DELETE FROM chunks WHERE id = ?", rows)
 
     def replace_file(
@@ -232,7 +236,12 @@ class Store:
         """Swap a file's chunks for new ones: `chunks` are (start, end, text, hash), `vectors` aligned."""
         old = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
         self._delete_chunks(old)
-        write_vec = vectors is not None and self.vec_available and self.has_vec_table()
+        write_vec = (
+            vectors is not None
+            and self.vec_available
+            and self.has_vec_table()
+            and self.get_meta("vec_stale") != "1"  # stale rows may hold these rowids; rebuild_vec refills
+        )
         for i, (start, end, text, h) in enumerate(chunks):
             self.conn.execute(
                 "INSERT INTO chunks(path, source, start_line, end_line, hash, text) VALUES (?, ?, ?, ?, ?, ?)",
@@ -311,9 +320,10 @@ class Store:
         if path_prefix:
             sql = (
                 "SELECT f.rowid, bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
-                "WHERE chunks_fts MATCH ? AND c.path LIKE ? ESCAPE '\\' ORDER BY s LIMIT ?"
+                "WHERE chunks_fts MATCH ? AND substr(c.path, 1, ?) = ? ORDER BY s LIMIT ?"
             )
-            args: tuple[Any, ...] = (match, _like_prefix(path_prefix), limit)
+            # A case-sensitive prefix, as the vector leg's str.startswith (LIKE ignores ASCII case).
+            args: tuple[Any, ...] = (match, len(path_prefix), path_prefix, limit)
         else:
             sql = "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY s LIMIT ?"
             args = (match, limit)
@@ -343,6 +353,19 @@ class Store:
         top = np.argsort(-sims, kind="stable")[:limit]
         return [(int(ids[i]), float(sims[i])) for i in top]
 
+    def vectors_for(self, ids: Iterable[int], key: tuple[str, str, str]) -> dict[int, np.ndarray]:
+        """Stored vectors of some chunks, to score candidates the KNN cut left out."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(
+            "SELECT c.id, e.embedding FROM chunks c JOIN embedding_cache e ON e.hash = c.hash "
+            f"AND e.provider = ? AND e.model = ? AND e.fingerprint = ? WHERE c.id IN ({marks})",
+            (*key, *ids),
+        )
+        return {int(i): np.frombuffer(b, dtype=np.float32) for i, b in rows}
+
     # -- status --------------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -355,6 +378,3 @@ class Store:
 def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
-
-def _like_prefix(prefix: str) -> str:
-    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -1,0 +1,367 @@
+"""Configuration (SPEC section 2): defaults, where the TOML file is found, environment overrides, and that
+every unknown key or bad value is a ConfigError naming the key before any work starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.config import DEFAULT_EXCLUDE, ConfigError, load_config
+
+
+@pytest.fixture
+def ws(workspace) -> Path:
+    return workspace({"MEMORY.md": "# memory\n"})
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- defaults
+
+
+def test_defaults_match_spec(ws: Path, memsift_home: Path) -> None:
+    c = load_config(workspace=ws, env={"MEMSIFT_HOME": str(memsift_home)})
+    assert c.source is None
+    assert c.workspace == ws.resolve()
+    assert c.agent == "main"
+    assert c.home == memsift_home
+    assert c.db_path == memsift_home / "memory" / "main.sqlite"
+    assert c.extra_paths == ()
+    assert list(c.exclude) == [".git", "node_modules", ".venv", "venv", "__pycache__", ".tox"]
+    assert DEFAULT_EXCLUDE == tuple(c.exclude)
+
+    e = c.embedding
+    assert e.provider == "auto"
+    assert e.model is None  # the provider's default
+    assert e.baseUrl is None and e.headers == {} and e.dimensions is None
+    assert e.fallback == "none"
+    assert (e.batchMaxBytes, e.batchMaxInputs) == (8000, 96)
+    assert e.retries == 3
+    assert e.requestsPerMinute is None and e.tokensPerMinute is None  # unset: no client-side rate limit
+
+    assert (c.chunking.tokens, c.chunking.overlap) == (400, 80)
+
+    s = c.search
+    assert (s.maxResults, s.minScore) == (6, 0.35)
+    assert s.mode == "hybrid"
+    assert s.fusion == "minmax"  # documented extension, chosen on the benchmark
+    assert s.rrfK == 60
+    assert s.candidateMultiplier == 4
+    assert (s.decayEnabled, s.halfLifeDays) == (False, 30)
+    assert (s.mmrEnabled, s.mmrLambda) == (False, 0.7)
+    assert s.snippetChars == 700
+    assert s.citations is True
+
+    assert c.store.tokenizer == "unicode61"
+    assert c.store.stemmer == "porter"  # extension
+    assert c.agents == {}
+
+
+def test_default_workspace_is_the_current_folder(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ws)
+    assert load_config(env={}).workspace == ws.resolve()
+
+
+def test_home_defaults_to_dot_memsift(ws: Path) -> None:
+    assert load_config(workspace=ws, env={}).home == Path.home() / ".memsift"
+
+
+def test_weighted_fusion_uses_openclaw_weights(ws: Path) -> None:
+    s = load_config(workspace=ws, env={}, overrides={"search.fusion": "weighted"}).search
+    assert (s.vectorWeight, s.textWeight) == (0.7, 0.3)
+    s = load_config(workspace=ws, env={}, overrides={"search.fusion": "rrf", "search.textWeight": 0.5}).search
+    assert s.fusion == "rrf" and s.textWeight == 0.5 and s.rrfK == 60
+
+
+# ---------------------------------------------------------------- finding the file
+
+
+def test_workspace_toml_is_found(ws: Path) -> None:
+    toml = write(ws / "memsift.toml", "[search]\nmaxResults = 11\nmode = \"keyword\"\n")
+    c = load_config(workspace=ws, env={})
+    assert c.source == toml
+    assert c.search.maxResults == 11
+    assert c.search.mode == "keyword"
+
+
+def test_workspace_toml_is_found_from_the_current_folder(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(ws / "memsift.toml", "[chunking]\ntokens = 200\noverlap = 20\n")
+    monkeypatch.chdir(ws)
+    c = load_config(env={})
+    assert (c.chunking.tokens, c.chunking.overlap) == (200, 20)
+
+
+def test_config_flag_beats_env_beats_workspace_file(ws: Path, tmp_path: Path) -> None:
+    write(ws / "memsift.toml", "[search]\nmaxResults = 1\n")
+    from_env = write(tmp_path / "env.toml", "[search]\nmaxResults = 2\n")
+    from_flag = write(tmp_path / "flag.toml", "[search]\nmaxResults = 3\n")
+    env = {"MEMSIFT_CONFIG": str(from_env)}
+
+    assert load_config(workspace=ws, env={}).search.maxResults == 1
+    c = load_config(workspace=ws, env=env)
+    assert (c.source, c.search.maxResults) == (from_env, 2)
+    c = load_config(from_flag, workspace=ws, env=env)
+    assert (c.source, c.search.maxResults) == (from_flag, 3)
+
+
+def test_memsift_config_from_the_process_environment(ws: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMSIFT_CONFIG", str(write(tmp_path / "c.toml", "[search]\nminScore = 0.5\n")))
+    assert load_config(workspace=ws).search.minScore == 0.5
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_missing_config_file_is_an_error(ws: Path, tmp_path: Path, how: str) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match="--config" if how == "flag" else "MEMSIFT_CONFIG") as err:
+        if how == "flag":
+            load_config(missing, workspace=ws, env={})
+        else:
+            load_config(workspace=ws, env={"MEMSIFT_CONFIG": str(missing)})
+    assert "nope.toml" in str(err.value)
+
+
+def test_relative_workspace_in_toml_is_relative_to_the_file(tmp_path: Path, workspace) -> None:
+    ws = workspace({"MEMORY.md": "x\n"}, name="agent-ws")
+    cfg = write(tmp_path / "conf" / "memsift.toml", 'workspace = "../agent-ws"\n')
+    assert load_config(cfg, env={}).workspace == ws.resolve()
+
+
+def test_workspace_flag_wins_over_toml_workspace(tmp_path: Path, workspace) -> None:
+    a = workspace({"MEMORY.md": "a\n"}, name="a")
+    b = workspace({"MEMORY.md": "b\n"}, name="b")
+    cfg = write(tmp_path / "c.toml", f'workspace = "{a}"\n')
+    assert load_config(cfg, env={}).workspace == a.resolve()
+    assert load_config(cfg, workspace=b, env={}).workspace == b.resolve()
+
+
+# ---------------------------------------------------------------- environment overrides
+
+
+@pytest.mark.parametrize("name", ["MEMSIFT_SEARCH_MAX_RESULTS", "MEMSIFT_SEARCH_MAXRESULTS", "MEMSIFT_search_maxResults"])
+def test_env_overrides_a_single_key(ws: Path, name: str) -> None:
+    write(ws / "memsift.toml", "[search]\nmaxResults = 3\nminScore = 0.2\n")
+    c = load_config(workspace=ws, env={name: "9"})
+    assert c.search.maxResults == 9
+    assert c.search.minScore == 0.2  # other keys from the file are kept
+
+
+def test_env_overrides_from_the_process_environment(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMSIFT_SEARCH_MAX_RESULTS", "9")
+    monkeypatch.setenv("MEMSIFT_SEARCH_TEMPORAL_DECAY_ENABLED", "true")
+    monkeypatch.setenv("MEMSIFT_STORE_FTS_TOKENIZER", "trigram")
+    monkeypatch.setenv("MEMSIFT_EXCLUDE", "a, b")
+    c = load_config(workspace=ws)
+    assert c.search.maxResults == 9
+    assert c.search.decayEnabled is True
+    assert c.store.tokenizer == "trigram"
+    assert c.exclude == ("a", "b")
+
+
+def test_env_beats_the_file(ws: Path) -> None:
+    write(ws / "memsift.toml", '[search]\nmode = "vector"\n')
+    assert load_config(workspace=ws, env={"MEMSIFT_SEARCH_MODE": "keyword"}).search.mode == "keyword"
+
+
+@pytest.mark.parametrize("value, expected", [("false", False), ("0", False), ("on", True), ("YES", True)])
+def test_env_booleans(ws: Path, value: str, expected: bool) -> None:
+    assert load_config(workspace=ws, env={"MEMSIFT_SEARCH_MMR_ENABLED": value}).search.mmrEnabled is expected
+
+
+def test_non_config_memsift_variables_are_not_keys(ws: Path, tmp_path: Path) -> None:
+    env = {"MEMSIFT_HOME": str(tmp_path / "h"), "MEMSIFT_API_KEY": "k"}
+    assert load_config(workspace=ws, env=env).home == tmp_path / "h"
+
+
+# ---------------------------------------------------------------- unknown keys and bad values
+
+
+@pytest.mark.parametrize(
+    "toml, key",
+    [
+        ("[search]\nbogus = 1\n", "search.bogus"),
+        ("bogus = 1\n", "bogus"),
+        ("[embeding]\nprovider = \"local\"\n", "embeding.provider"),
+        ("[search.mmr]\nlamda = 0.5\n", "search.mmr.lamda"),
+        ("[agents.work]\npath = \"x\"\n", "agents.work.path"),
+    ],
+)
+def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value).startswith(f"{key}:")
+
+
+@pytest.mark.parametrize("name", ["MEMSIFT_SEARCH_BOGUS", "MEMSIFT_EMBEDDING_PROVIDR", "MEMSIFT_CHUNKING_SIZE"])
+def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={name: "1"})
+    assert name in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "toml, key",
+    [
+        ('[search]\nmaxResults = "x"\n', "search.maxResults"),
+        ("[search]\nmaxResults = 0\n", "search.maxResults"),
+        ("[search]\nmaxResults = 2.5\n", "search.maxResults"),
+        ("[search]\nminScore = 2\n", "search.minScore"),
+        ("[search]\nminScore = true\n", "search.minScore"),
+        ('[search]\nmode = "fuzzy"\n', "search.mode"),
+        ('[search]\nfusion = "max"\n', "search.fusion"),
+        ('[search.mmr]\nenabled = "maybe"\n', "search.mmr.enabled"),
+        ("[search.temporalDecay]\nenabled = 1\n", "search.temporalDecay.enabled"),
+        ('[embedding]\nprovider = "gpt"\n', "embedding.provider"),
+        ("[embedding]\nretries = -1\n", "embedding.retries"),
+        ('[store.fts]\ntokenizer = "icu"\n', "store.fts.tokenizer"),
+        ("extraPaths = [1, 2]\n", "extraPaths"),
+        ("workspace = 5\n", "workspace"),
+        ("[agents.work]\nworkspace = 5\n", "agents.work.workspace"),
+    ],
+)
+def test_bad_toml_value_is_named(ws: Path, toml: str, key: str) -> None:
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value).startswith(f"{key}:")
+
+
+@pytest.mark.parametrize(
+    "name, value, key",
+    [
+        ("MEMSIFT_SEARCH_MAX_RESULTS", "x", "search.maxResults"),
+        ("MEMSIFT_SEARCH_MIN_SCORE", "2", "search.minScore"),
+        ("MEMSIFT_SEARCH_MODE", "fuzzy", "search.mode"),
+        ("MEMSIFT_SEARCH_MMR_ENABLED", "maybe", "search.mmr.enabled"),
+    ],
+)
+def test_bad_env_value_is_named(ws: Path, name: str, value: str, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={name: value})
+    assert str(err.value).startswith(f"{key}:")
+
+
+def test_overrides_are_validated_too(ws: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^search\.snippetChars:"):
+        load_config(workspace=ws, env={}, overrides={"search.snippetChars": "lots"})
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "[chunking]\ntokens = 100\noverlap = 100\n",
+        "[chunking]\ntokens = 100\noverlap = 150\n",
+        "[chunking]\noverlap = 400\n",  # default tokens 400
+    ],
+)
+def test_overlap_must_be_smaller_than_tokens(ws: Path, toml: str) -> None:
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError, match=r"^chunking\.overlap:"):
+        load_config(workspace=ws, env={})
+
+
+def test_overlap_below_tokens_is_fine(ws: Path) -> None:
+    write(ws / "memsift.toml", "[chunking]\ntokens = 100\noverlap = 99\n")
+    assert load_config(workspace=ws, env={}).chunking.overlap == 99
+
+
+def test_overlap_check_sees_env_overrides(ws: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^chunking\.overlap:"):
+        load_config(workspace=ws, env={"MEMSIFT_CHUNKING_OVERLAP": "400"})
+
+
+def test_invalid_toml_is_a_clear_error(ws: Path) -> None:
+    toml = write(ws / "memsift.toml", "[search\nmaxResults = \n")
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    message = str(err.value)
+    assert str(toml) in message and "not valid TOML" in message
+    assert "\n" not in message  # one line for the CLI
+
+
+def test_config_that_is_not_utf8_is_a_clear_error(ws: Path) -> None:
+    toml = ws / "memsift.toml"
+    toml.write_bytes(b'[search]\nmode = "hybrid" # caf\xe9\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(toml) in str(err.value)
+
+
+# ---------------------------------------------------------------- agents
+
+
+def test_agents_workspace_selects_another_workspace(tmp_path: Path, workspace) -> None:
+    main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
+    work_ws = workspace({"MEMORY.md": "work\n"}, name="work-ws")
+    cfg = write(main_ws / "memsift.toml", '[agents.work]\nworkspace = "../work-ws"\n')
+
+    c = load_config(cfg, agent="work", env={"MEMSIFT_HOME": str(tmp_path / "h")})
+    assert c.agent == "work"
+    assert c.workspace == work_ws.resolve()
+    assert c.db_path == tmp_path / "h" / "memory" / "work.sqlite"
+    assert {k: v.resolve() for k, v in c.agents.items()} == {"work": work_ws.resolve()}
+
+    main = load_config(cfg, env={"MEMSIFT_HOME": str(tmp_path / "h")}, workspace=main_ws)
+    assert main.workspace == main_ws.resolve()
+    assert main.db_path == tmp_path / "h" / "memory" / "main.sqlite"
+
+
+def test_agent_workspace_found_through_the_current_folder(workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
+    other = workspace({"memory/a.md": "x\n"}, name="other")
+    write(main_ws / "memsift.toml", f'[agents.notes]\nworkspace = "{other}"\n')
+    monkeypatch.chdir(main_ws)
+    assert load_config(agent="notes", env={}).workspace == other.resolve()
+
+
+def test_unknown_agent_is_an_error(ws: Path) -> None:
+    write(ws / "memsift.toml", '[agents.work]\nworkspace = "."\n')
+    with pytest.raises(ConfigError, match="unknown agent 'play'"):
+        load_config(agent="play", env={}, config_path=ws / "memsift.toml")
+
+
+@pytest.mark.parametrize("agent", ["", "../etc", "a b", "x" * 65, "ünï"])
+def test_invalid_agent_id_is_an_error(ws: Path, agent: str) -> None:
+    with pytest.raises(ConfigError, match="--agent"):
+        load_config(workspace=ws, agent=agent, env={})
+
+
+def test_agent_workspace_that_is_not_a_folder_is_an_error(ws: Path) -> None:
+    write(ws / "memsift.toml", '[agents.work]\nworkspace = "missing"\n')
+    with pytest.raises(ConfigError, match=r"^workspace: .*missing.* is not a folder"):
+        load_config(ws / "memsift.toml", agent="work", env={})
+
+
+def test_workspace_that_is_not_a_folder_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="^workspace:"):
+        load_config(workspace=tmp_path / "missing", env={})
+
+
+# ---------------------------------------------------------------- gaps against the SPEC
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        '[api]\nhost = "127.0.0.1"\nport = 8000\n',
+        "[sync]\nwatch = true\nwatchDebounceMs = 1500\nintervalMinutes = 0\n",
+        '[rerank]\nprovider = "local"\ncandidates = 30\n',
+    ],
+    ids=["api", "sync", "rerank"],
+)
+def test_spec_keys_are_accepted(ws: Path, toml: str) -> None:
+    write(ws / "memsift.toml", toml)
+    load_config(workspace=ws, env={})
+
+
+def test_bad_headers_error_does_not_print_the_secret(ws: Path) -> None:
+    write(ws / "memsift.toml", '[embedding.headers]\nAuthorization = "Bearer sk-secret-123"\nX-Retries = 3\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value).startswith("embedding.headers")
+    assert "sk-secret-123" not in str(err.value)

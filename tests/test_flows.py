@@ -1,0 +1,259 @@
+"""The Prefect sync flow (flows/sync.py): real flow runs against the session's Prefect test server.
+
+Every test here runs a flow, so every test takes `prefect_harness`; the runs, task runs and artifacts are
+read back with Prefect's own client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
+from prefect.client.schemas.objects import FlowRun, TaskRun
+
+from api.cli import main
+from core import ConfigError, SyncReport
+from flows.sync import run_sync
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+MEMSIFT = Path(sys.executable).parent / "memsift"
+RUN_NAME = re.compile(r"^sync-main-(\d{4}-\d\d-\d\dT\d\d:\d\d)$")
+
+
+@pytest.fixture(autouse=True)
+def _restore_environ():
+    """`api.cli.main` sets Prefect's quiet-console variables with os.environ.setdefault; undo that."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def _flow_run_ids() -> set[UUID]:
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["memsift-sync"])))
+    return {r.id for r in runs}
+
+
+class Runs:
+    """The memsift-sync flow runs started since this object was made."""
+
+    def __init__(self) -> None:
+        self.before = _flow_run_ids()
+
+    def new(self) -> list[FlowRun]:
+        fresh = _flow_run_ids() - self.before
+        with get_client(sync_client=True) as client:
+            return client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(fresh))))
+
+    def one(self) -> FlowRun:
+        runs = self.new()
+        assert len(runs) == 1, [r.name for r in runs]
+        return runs[0]
+
+
+def task_runs(flow_run: FlowRun) -> list[TaskRun]:
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
+
+
+def task_counts(flow_run: FlowRun) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in task_runs(flow_run):
+        base = t.name.rsplit("-", 1)[0]  # Prefect names a task run '<task name>-<3 hex>'
+        counts[base] = counts.get(base, 0) + 1
+    return counts
+
+
+def artifacts(flow_run: FlowRun) -> dict[str, object]:
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run.id]))
+        )
+    return {a.key: a for a in found if a.key}  # a failed run also stores its exception, without a key
+
+
+def notes(n: int) -> dict[str, str]:
+    return {f"memory/2026-01-{i % 28 + 1:02d}-n{i:03d}.md": f"# note {i}\n- fact number {i} about topic {i % 7}\n" for i in range(n)}
+
+
+# ---------------------------------------------------------------- counts
+
+
+def test_run_sync_counts_second_run_embeds_nothing_force_rebuilds(workspace) -> None:
+    ws = workspace(notes(5) | {"MEMORY.md": "# Memory\n- evergreen fact\n"})
+    first = run_sync("main", workspace=str(ws))
+    assert isinstance(first, SyncReport)
+    assert (first.filesScanned, first.added, first.changed, first.removed) == (6, 6, 0, 0)
+    assert first.chunksWritten == first.chunksEmbedded == 6
+    assert first.embeddingCalls >= 1 and first.rebuilt is True and first.warnings == []
+
+    runs = Runs()
+    second = run_sync("main", workspace=str(ws))
+    assert (second.filesScanned, second.added, second.changed, second.removed, second.unchanged) == (6, 0, 0, 0, 6)
+    assert second.chunksEmbedded == second.embeddingCalls == second.chunksWritten == 0
+    assert second.rebuilt is False
+    assert task_counts(runs.one()) == {"scan-and-diff": 1}  # nothing to read: no index-batch task at all
+
+    (ws / "memory" / "2026-01-01-n000.md").write_text("# note 0\n- rewritten fact\n")
+    (ws / "MEMORY.md").unlink()
+    runs = Runs()
+    third = run_sync("main", workspace=str(ws))
+    assert (third.filesScanned, third.added, third.changed, third.removed, third.unchanged) == (5, 0, 1, 1, 4)
+    assert third.chunksEmbedded == 1
+    assert task_counts(runs.one()) == {"scan-and-diff": 1, "index-batch": 1, "remove-vanished": 1}
+
+    runs = Runs()
+    forced = run_sync("main", workspace=str(ws), force=True)
+    assert forced.rebuilt is True
+    assert forced.added == 5 and forced.chunksWritten == 5
+    assert forced.chunksEmbedded == 0 and forced.cacheHits == 5 and forced.embeddingCalls == 0  # the cache serves
+    run = runs.one()
+    assert run.name.startswith("rebuild-main-") and run.parameters["force"] is True
+    assert run.state.is_completed()
+
+
+# ---------------------------------------------------------------- the flow run, its tasks and artifacts
+
+
+def test_flow_run_is_named_completed_coarse_and_reported(workspace) -> None:
+    ws = workspace(notes(100))
+    runs = Runs()
+    seen: list[tuple[int, int]] = []
+    report = run_sync("main", workspace=str(ws), progress=lambda done, total: seen.append((done, total)))
+    assert report.added == 100 and report.chunksEmbedded == 100
+    assert seen == [(0, 100), (64, 100), (100, 100)]  # the progress callback reaches the flow's batches
+
+    run = runs.one()
+    assert run.state is not None and run.state.is_completed() and run.state_name == "Completed"
+    m = RUN_NAME.match(run.name)
+    assert m, run.name
+    stamp = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M").replace(tzinfo=timezone.utc)
+    assert abs(run.start_time - stamp) < timedelta(minutes=2)
+    assert run.parameters == {"agent": "main", "workspace": str(ws), "config_path": None, "force": False}
+
+    tasks = task_runs(run)
+    assert all(t.state is not None and t.state.is_completed() for t in tasks)
+    assert task_counts(run) == {"scan-and-diff": 1, "index-batch": 2}  # 64 + 36 files, not 100 tasks
+
+    found = artifacts(run)
+    assert set(found) == {"sync-report-main"}  # no warnings: no markdown artifact
+    table = found["sync-report-main"]
+    assert table.type == "table"
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    expected = report.to_dict()
+    del expected["warnings"]
+    assert {r["metric"]: r["value"] for r in rows} == expected
+
+
+def test_warnings_make_a_markdown_artifact(workspace) -> None:
+    ws = workspace({"MEMORY.md": "# Memory\n- fine\n"})
+    (ws / "memory").mkdir()
+    (ws / "memory" / "blob.md").write_bytes(b"PK\x03\x04\x00\x00binary")
+    runs = Runs()
+    report = run_sync("main", workspace=str(ws))
+    assert report.added == 1
+    assert report.warnings == ["skipped memory/blob.md: binary content (NUL bytes)"]
+
+    run = runs.one()
+    assert run.state.is_completed()  # a skipped file is a warning, not a failure
+    found = artifacts(run)
+    assert set(found) == {"sync-report-main", "sync-warnings-main"}
+    md = found["sync-warnings-main"]
+    assert md.type == "markdown"
+    assert "- skipped memory/blob.md: binary content (NUL bytes)" in md.data
+
+
+def test_other_agent_from_a_config_file(workspace, memsift_home: Path) -> None:
+    main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
+    side = workspace(notes(3), name="side-ws")
+    cfg = main_ws / "memsift.toml"
+    cfg.write_text('[agents.Side_2]\nworkspace = "../side-ws"\n')
+    runs = Runs()
+    report = run_sync("Side_2", config_path=str(cfg))
+    assert report.added == 3
+    assert (memsift_home / "memory" / "Side_2.sqlite").is_file()
+    run = runs.one()
+    assert re.match(r"^sync-Side_2-\d{4}-", run.name)
+    assert "sync-report-side-2" in artifacts(run)  # artifact keys: lower case, digits, dashes
+    assert side.is_dir()
+
+
+def test_bad_configuration_fails_the_run(workspace) -> None:
+    ws = workspace({"MEMORY.md": "x\n", "memsift.toml": '[search]\nmode = "fuzzy"\n'})
+    runs = Runs()
+    with pytest.raises(ConfigError, match=r"^search\.mode"):
+        run_sync("main", workspace=str(ws))
+    run = runs.one()
+    assert run.state.is_failed()
+    assert "sync-report-main" not in artifacts(run)
+
+
+# ---------------------------------------------------------------- `memsift index` through the flow
+
+
+def _api_url() -> str:
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    assert url and url.startswith("http")
+    return url
+
+
+def test_cli_index_runs_the_flow(workspace, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PREFECT_API_URL", _api_url())
+    ws = workspace(notes(3))
+    runs = Runs()
+    assert main(["--workspace", str(ws), "index", "--json"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    assert report["added"] == 3 and report["rebuilt"] is True
+    run = runs.one()
+    assert RUN_NAME.match(run.name) and run.state.is_completed()
+    assert run.parameters["workspace"] == str(ws.resolve())
+    rows = json.loads(artifacts(run)["sync-report-main"].data)
+    assert {r["metric"]: r["value"] for r in rows}["added"] == 3
+
+    runs = Runs()
+    assert main(["--workspace", str(ws), "index", "--force"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"rebuilt agent main ({ws.resolve()})\n")
+    assert "files: 3 scanned, 3 added, 0 changed, 0 removed\n" in out
+    assert "chunks: 0 embedded, 3 cache hits, 3 written\n" in out
+    assert runs.one().name.startswith("rebuild-main-")
+
+
+def test_cli_index_process_json_is_one_document(workspace, memsift_home: Path) -> None:
+    """A real `memsift index --json` against the harness server: Prefect's chatter never reaches stdout."""
+    ws = workspace(notes(2))
+    (ws / "memory" / "blob.md").write_bytes(b"\x00binary")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSIFT_")}
+    env.update(MEMSIFT_HOME=str(memsift_home), PREFECT_API_URL=_api_url())
+    runs = Runs()
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "index", "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["added"] == 2 and report["warnings"] == ["skipped memory/blob.md: binary content (NUL bytes)"]
+    assert "Traceback" not in proc.stderr
+    run = runs.one()
+    assert run.state.is_completed()
+    assert set(artifacts(run)) == {"sync-report-main", "sync-warnings-main"}

@@ -1,0 +1,169 @@
+"""Discovery of memory files (core/scan.py): which files a sync sees, and which it never reads."""
+
+from __future__ import annotations
+
+import os
+
+from core.scan import is_memory_path, scan
+
+
+def paths(config) -> list[str]:
+    return [f.path for f in scan(config).files]
+
+
+def test_root_files_and_recursive_memory_folder(workspace, make_config):
+    ws = workspace(
+        {
+            "MEMORY.md": "root upper",
+            "memory.md": "root lower",
+            "memory/2026-05-14.md": "daily",
+            "memory/people/dana.md": "nested",
+            "memory/deep/er/still.md": "deeper",
+            "memory/notes.txt": "not markdown",
+            "memory/image.png": "binary-ish",
+            "README.md": "not memory",
+            "src/x.md": "not memory either",
+        }
+    )
+    if not (ws / "memory.md").exists() or (ws / "MEMORY.md").samefile(ws / "memory.md"):
+        expected_root = ["MEMORY.md"]  # a case-insensitive file system holds one of the two
+    else:
+        expected_root = ["MEMORY.md", "memory.md"]
+    assert paths(make_config(ws)) == sorted(
+        expected_root + ["memory/2026-05-14.md", "memory/deep/er/still.md", "memory/people/dana.md"]
+    )
+
+
+def test_entries_carry_stat_and_relative_slash_paths(workspace, make_config):
+    ws = workspace({"memory/a/b.md": "twelve bytes"})
+    [entry] = scan(make_config(ws)).files
+    st = (ws / "memory/a/b.md").stat()
+    assert (entry.path, entry.size, entry.mtime_ns) == ("memory/a/b.md", st.st_size, st.st_mtime_ns)
+    assert not os.path.isabs(entry.path) and "\\" not in entry.path
+
+
+def test_symlinks_are_never_followed(workspace, make_config, tmp_path):
+    outside = workspace({"secret.md": "outside the workspace"}, name="outside")
+    ws = workspace({"memory/real.md": "real", "memory/sub/inner.md": "inner"})
+    (ws / "memory/link.md").symlink_to(ws / "memory/real.md")
+    (ws / "memory/passwd.md").symlink_to("/etc/passwd")
+    (ws / "memory/outdir").symlink_to(outside, target_is_directory=True)
+    (ws / "memory/loop").symlink_to(ws / "memory", target_is_directory=True)
+    (ws / "memory/sub/self").symlink_to("..", target_is_directory=True)
+    (ws / "memory/dangling.md").symlink_to(ws / "nowhere.md")
+    (ws / "MEMORY.md").symlink_to(outside / "secret.md")
+    result = scan(make_config(ws))
+    assert [f.path for f in result.files] == ["memory/real.md", "memory/sub/inner.md"]
+
+
+def test_symlinked_memory_folder_is_not_walked(workspace, make_config):
+    outside = workspace({"notes/a.md": "outside"}, name="outside")
+    ws = workspace({"MEMORY.md": "root"})
+    (ws / "memory").symlink_to(outside / "notes", target_is_directory=True)
+    assert paths(make_config(ws)) == ["MEMORY.md"]
+
+
+def test_excluded_folder_names_are_skipped(workspace, make_config):
+    files = {
+        "memory/keep.md": "k",
+        "memory/.git/x.md": "g",
+        "memory/node_modules/pkg/y.md": "n",
+        "memory/a/__pycache__/z.md": "p",
+        "memory/archive/old.md": "a",
+    }
+    ws = workspace(files)
+    assert paths(make_config(ws)) == ["memory/archive/old.md", "memory/keep.md"]
+    assert paths(make_config(ws, exclude=["archive"])) == [
+        "memory/.git/x.md",
+        "memory/a/__pycache__/z.md",
+        "memory/keep.md",
+        "memory/node_modules/pkg/y.md",
+    ]
+
+
+def test_extra_paths_folder_file_missing_and_outside(workspace, make_config):
+    workspace({"elsewhere.md": "outside"}, name="outside")
+    ws = workspace(
+        {
+            "notes/a.md": "a",
+            "notes/sub/b.md": "b",
+            "notes/c.txt": "not md",
+            "notes/.git/d.md": "excluded",
+            "docs/one.md": "one",
+            "docs/two.md": "not listed",
+            "docs/plain.txt": "not md",
+        }
+    )
+    config = make_config(
+        ws, extraPaths=["notes", "docs/one.md", "missing", "../outside/elsewhere.md", "../outside", "docs/plain.txt"]
+    )
+    result = scan(config)
+    assert [f.path for f in result.files] == ["docs/one.md", "notes/a.md", "notes/sub/b.md"]
+    warnings = "\n".join(result.warnings)
+    assert "'missing'" in warnings and "does not exist" in warnings
+    assert "'../outside/elsewhere.md'" in warnings and "'../outside'" in warnings
+    assert warnings.count("outside the workspace") == 2
+    assert "'docs/plain.txt'" in warnings
+    assert len(result.warnings) == 4
+
+
+def test_extra_path_through_a_symlink_is_skipped_with_a_warning(workspace, make_config):
+    outside = workspace({"notes/a.md": "outside"}, name="outside")
+    ws = workspace({"MEMORY.md": "root"})
+    (ws / "linked").symlink_to(outside / "notes", target_is_directory=True)
+    result = scan(make_config(ws, extraPaths=["linked", "linked/a.md"]))
+    assert [f.path for f in result.files] == ["MEMORY.md"]
+    assert len(result.warnings) == 2 and all("symlink" in w for w in result.warnings)
+
+
+def test_extra_path_whose_name_starts_with_two_dots_is_inside(workspace, make_config):
+    # "..notes" is a folder inside the workspace, not a way out of it.
+    ws = workspace({"..notes/a.md": "dotted"})
+    result = scan(make_config(ws, extraPaths=["..notes"]))
+    assert [f.path for f in result.files] == ["..notes/a.md"]
+    assert result.warnings == []
+
+
+def test_hard_link_is_listed_once(workspace, make_config):
+    ws = workspace({"memory/a.md": "same inode", "notes/other.md": "x"})
+    os.link(ws / "memory/a.md", ws / "memory/b.md")
+    os.link(ws / "memory/a.md", ws / "notes/c.md")
+    found = paths(make_config(ws, extraPaths=["notes"]))
+    linked = [p for p in found if p in ("memory/a.md", "memory/b.md", "notes/c.md")]
+    assert len(linked) == 1
+    assert "notes/other.md" in found
+
+
+def test_extra_path_overlapping_memory_folder_is_not_duplicated(workspace, make_config):
+    ws = workspace({"memory/a.md": "a", "memory/sub/b.md": "b"})
+    assert paths(make_config(ws, extraPaths=["memory/sub", "memory/a.md"])) == ["memory/a.md", "memory/sub/b.md"]
+
+
+def test_is_memory_path_follows_the_discovery_rules(workspace, make_config):
+    config = make_config(workspace({}), extraPaths=["notes", "docs/one.md"])
+    for yes in ("MEMORY.md", "memory.md", "memory/x.md", "memory/a/b/c.md", "notes/n.md", "docs/one.md"):
+        assert is_memory_path(config, yes), yes
+    for no in ("README.md", "memory/x.txt", "memory/.git/x.md", "src/x.md", "docs/two.md", "Memory.md", "memory"):
+        assert not is_memory_path(config, no), no
+
+
+def test_every_scanned_file_passes_is_memory_path(workspace, make_config):
+    # What search returns, get must be willing to read: both follow the same rules, exclude included.
+    ws = workspace(
+        {
+            "MEMORY.md": "r",
+            "memory/a.md": "a",
+            "memory/archive/b.md": "b",
+            "node_modules/docs/c.md": "vendored docs, listed explicitly",
+            "node_modules/docs/.git/d.md": "excluded below the listed folder",
+            "vendor/one.md": "single file in an excluded folder",
+        }
+    )
+    config = make_config(
+        ws, extraPaths=["node_modules/docs", "vendor/one.md"], exclude=["node_modules", "vendor", ".git", "archive"]
+    )
+    found = paths(config)
+    assert found == ["MEMORY.md", "memory/a.md", "node_modules/docs/c.md", "vendor/one.md"]
+    assert all(is_memory_path(config, p) for p in found)
+    assert not is_memory_path(config, "node_modules/docs/.git/d.md")
+    assert not is_memory_path(config, "memory/archive/b.md")

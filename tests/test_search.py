@@ -1,0 +1,196 @@
+"""Hybrid search end to end (core/search.py via MemoryIndex.search) on real index files and the real model."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from core import SearchError
+from core.store import Store
+
+NOTES = {
+    "MEMORY.md": "# Memory\nDana is the team lead. She drinks a flat white every morning before work.\n",
+    "memory/2026-11-20.md": "Deploy failed with ERR_SSL_PROTOCOL after the proxy upgrade.\nRolled back at 14:05.\n",
+    "memory/2026-11-21.md": "Code review: PR #17 merged, it fixes the flaky login test.\n",
+    "memory/2026-11-23.md": "PR #71 still waits for QA on the payment page.\n",
+    "memory/2026-11-22.md": "SSL certificates renewed for the staging proxy; protocol errors gone.\n",
+    "memory/people.md": "We adopted a golden retriever puppy named Biscuit last spring.\n",
+    "memory/trips.md": "Travel: flights to Lisbon booked for the conference in March.\n",
+}
+
+
+@pytest.fixture
+def index(workspace, make_config, open_index, counting_embedder):
+    idx = open_index(make_config(workspace(NOTES)), embedder=counting_embedder)
+    idx.sync()
+    return idx
+
+
+def paths(response) -> list[str]:
+    return [h.path for h in response.results]
+
+
+def test_hybrid_finds_an_exact_identifier(index):
+    response = index.search("ERR_SSL_PROTOCOL")
+    assert response.mode == "hybrid" and response.degraded is None
+    assert paths(response)[0] == "memory/2026-11-20.md"
+
+
+def test_hybrid_finds_an_issue_number(index):
+    response = index.search("PR #17")
+    assert paths(response)[0] == "memory/2026-11-21.md"
+
+
+def test_vector_mode_finds_a_paraphrase_without_shared_words(index):
+    query = "which beverage does she enjoy at breakfast"
+    assert index.search(query, mode="keyword").results == []  # no keyword in common
+    response = index.search(query, mode="vector")
+    assert response.mode == "vector"
+    assert paths(response)[0] == "MEMORY.md"
+    assert index.search("what dog did they get", mode="vector").results[0].path == "memory/people.md"
+
+
+def test_vector_only_hits_below_min_score_are_dropped(index):
+    response = index.search("which beverage does she enjoy at breakfast", mode="vector", explain=True)
+    assert all(h.scores["vector"] >= 0.35 for h in response.results)
+    assert len(response.results) < len(NOTES)
+
+
+def test_keyword_hit_survives_the_floor(index):
+    # BM25 is tiny in a small workspace; the floor must not drop the only keyword evidence.
+    response = index.search("Lisbon", min_score=0.99, explain=True)
+    assert paths(response) == ["memory/trips.md"]
+
+
+def test_degraded_without_embedder_answers_in_keyword_mode(workspace, make_config, open_index):
+    index = open_index(make_config(workspace(NOTES)), embedder=None)
+    response = index.search("ERR_SSL_PROTOCOL proxy")  # never indexed: the search syncs first
+    assert response.mode == "keyword"
+    assert response.degraded and "no embedder" in response.degraded
+    assert response.to_dict()["degraded"] == response.degraded
+    assert paths(response)[0] == "memory/2026-11-20.md"
+
+
+def test_degraded_when_the_index_has_no_vectors(workspace, make_config, open_index, counting_embedder):
+    config = make_config(workspace(NOTES))
+    open_index(config, embedder=None).sync()
+    response = open_index(config, embedder=counting_embedder).search("Biscuit puppy", mode="vector")
+    assert response.mode == "keyword" and "no vectors" in response.degraded
+    assert paths(response) == ["memory/people.md"]
+
+
+def test_configured_provider_none_is_keyword_only(workspace, make_config, open_index):
+    index = open_index(make_config(workspace(NOTES), **{"embedding.provider": "none"}))
+    response = index.search("golden retriever")
+    assert response.mode == "keyword" and response.degraded
+    assert paths(response) == ["memory/people.md"]
+
+
+def test_never_indexed_agent_with_a_broken_provider_degrades(workspace, make_config, open_index):
+    # SPEC 5: the first search syncs, and never fails because the embedder cannot start.
+    index = open_index(make_config(workspace(NOTES), **{"embedding.provider": "openai"}))
+    response = index.search("Lisbon conference")
+    assert response.mode == "keyword" and response.degraded
+    assert paths(response) == ["memory/trips.md"]
+
+
+def test_indexed_agent_with_a_broken_provider_degrades(workspace, make_config, open_index):
+    ws = workspace(NOTES)
+    open_index(make_config(ws), embedder=None).sync()
+    index = open_index(make_config(ws, **{"embedding.provider": "openai"}))
+    response = index.search("Lisbon conference")
+    assert response.mode == "keyword" and "openai" in response.degraded
+    assert paths(response) == ["memory/trips.md"]
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_blank_query_is_an_error(index, query):
+    with pytest.raises(SearchError, match="blank"):
+        index.search(query)
+
+
+def test_unknown_mode_is_an_error(index):
+    with pytest.raises(SearchError, match="mode"):
+        index.search("proxy", mode="fuzzy")
+
+
+def test_query_with_only_symbols_runs(index):
+    response = index.search("*** ((( ^^^", min_score=0.0)
+    assert response.mode == "hybrid"  # keyword leg empty, vector leg still answers
+
+
+def test_snippet_is_cut_to_snippet_chars(workspace, make_config, open_index, counting_embedder):
+    long = "The quarterly budget spreadsheet " + "with many columns " * 40 + "\n"
+    ws = workspace({"MEMORY.md": long})
+    index = open_index(make_config(ws, **{"search.snippetChars": 50}), embedder=counting_embedder)
+    [hit] = index.search("quarterly budget spreadsheet").results
+    assert hit.snippet == long[:50]
+
+
+def test_result_shape_and_citation(index):
+    [hit, *_] = index.search("golden retriever puppy").results
+    d = hit.to_dict()
+    assert d["path"] == "memory/people.md" and d["source"] == "memory"
+    assert (d["startLine"], d["endLine"]) == (1, 1)
+    assert d["citation"] == "memory/people.md#L1-L1"
+    assert "scores" not in d
+    for h in index.search("proxy ssl deploy").results:
+        assert re.fullmatch(r"[\w/.-]+#L(\d+)-L(\d+)", h.citation)
+        assert h.citation == f"{h.path}#L{h.startLine}-L{h.endLine}"
+        assert 1 <= h.startLine <= h.endLine
+
+
+def test_citations_off(workspace, make_config, open_index):
+    index = open_index(make_config(workspace(NOTES), **{"search.citations": "off"}), embedder=None)
+    assert index.search("Biscuit").results[0].citation is None
+
+
+def test_explain_shows_leg_scores(index):
+    [hit, *_] = index.search("ERR_SSL_PROTOCOL", explain=True).results
+    assert set(hit.scores) >= {"vector", "text"}
+    assert 0 < hit.scores["text"] < 1 and -1 <= hit.scores["vector"] <= 1
+
+
+def test_results_are_sorted_by_score(index):
+    scores = [h.score for h in index.search("proxy ssl certificates deploy", min_score=0.0).results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_max_results_is_respected(workspace, make_config, open_index):
+    ws = workspace({f"memory/n{i}.md": f"standup note {i} about the roadmap\n" for i in range(12)})
+    index = open_index(make_config(ws, **{"search.maxResults": 4}), embedder=None)
+    assert len(index.search("roadmap").results) == 4
+    assert len(index.search("roadmap", max_results=2).results) == 2
+    assert len(index.search("roadmap", max_results=10).results) == 10
+
+
+def test_path_prefix_filters_every_leg(index):
+    for mode in ("hybrid", "keyword", "vector"):
+        response = index.search("proxy ssl deploy certificates", mode=mode, path_prefix="memory/2026-11-2", min_score=0)
+        assert response.results, mode
+        assert all(h.path.startswith("memory/2026-11-2") for h in response.results), mode
+    assert paths(index.search("Dana flat white", path_prefix="memory/", min_score=0)).count("MEMORY.md") == 0
+    assert paths(index.search("Dana flat white", path_prefix="MEMORY.md")) == ["MEMORY.md"]
+
+
+def test_search_on_a_never_indexed_agent_syncs_first(workspace, make_config, open_index, counting_embedder):
+    index = open_index(make_config(workspace(NOTES)), embedder=counting_embedder)
+    assert index.store.identity() is None
+    assert paths(index.search("Lisbon conference"))[0] == "memory/trips.md"
+    assert index.store.identity() is not None
+
+
+def test_changed_model_identity_degrades_instead_of_mixing_vectors(
+    workspace, make_config, open_index, counting_embedder
+):
+    config = make_config(workspace(NOTES))
+    open_index(config, embedder=counting_embedder).sync()
+    with Store(config.db_path) as store, store.transaction():
+        identity = store.identity()
+        identity["fingerprint"] = "another-model-build"
+        store.set_meta("identity", json.dumps(identity, sort_keys=True))
+    response = open_index(config, embedder=counting_embedder).search("Biscuit")
+    assert response.mode == "keyword" and "memsift index" in response.degraded
+    assert paths(response) == ["memory/people.md"]
