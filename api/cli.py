@@ -154,7 +154,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     r = report
     print(f"{'rebuilt' if r.rebuilt else 'synced'} agent {config.agent} ({config.workspace})")
-    print(f"files: {r.filesScanned} scanned, {r.added} added, {r.changed} changed, {r.removed} removed")
+    print(
+        f"files: {r.filesScanned} scanned, {r.added} added, {r.changed} changed, {r.removed} removed"
+        + (f", {r.skipped} skipped" if r.skipped else "")
+    )
     print(f"chunks: {r.chunksEmbedded} embedded, {r.cacheHits} cache hits, {r.chunksWritten} written")
     print(f"seconds: {r.seconds:.2f}")
     return 0

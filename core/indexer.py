@@ -42,6 +42,7 @@ class SyncReport:
     changed: int = 0
     removed: int = 0
     unchanged: int = 0
+    skipped: int = 0  # not readable as text (binary, too large): recorded without chunks
     chunksWritten: int = 0
     chunksEmbedded: int = 0
     cacheHits: int = 0
@@ -154,7 +155,6 @@ def index_batch(
     """Read, hash and chunk a batch of files, embed the chunks the cache lacks, write them in one go."""
     files: list[tuple[FileEntry, str, list]] = []
     touched: list[FileEntry] = []
-    unusable: list[str] = []  # indexed before, unreadable as text now: its old chunks must go
     for entry in batch:
         try:
             raw, text, problem = read_memory_file(config.workspace / entry.path)
@@ -168,9 +168,10 @@ def index_batch(
             report.unchanged += 1
             continue
         if text is None:
+            # Recorded with no chunks: old chunks go, and the next sync skips it by stat until it changes.
             report.warnings.append(f"skipped {entry.path}: {problem}")
-            if old is not None:
-                unusable.append(entry.path)
+            report.skipped += 1
+            files.append((entry, digest, []))
             continue
         if problem:
             report.warnings.append(f"{entry.path}: {problem}")
@@ -204,8 +205,6 @@ def index_batch(
             store.cache_put(cache_key(embedder), fresh)
         for entry in touched:
             store.touch_file(entry.path, entry.size, entry.mtime_ns)
-        for path in unusable:
-            store.remove_file(path)
         for entry, digest, chunks in files:
             rows = [(c.start_line, c.end_line, c.text, c.hash) for c in chunks]
             vecs = np.stack([vectors[c.hash] for c in chunks]) if embedder is not None and chunks else None

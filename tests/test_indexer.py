@@ -159,8 +159,9 @@ def test_bad_encodings_are_handled(workspace, make_config, open_index, counting_
     assert texts["memory/bom8.md"] == "utf eight with a bom"
     assert index.search("sixteen bits").results[0].path == "memory/utf16.md"
     assert index.search("croissant").results[0].path == "memory/latin1.md"
-    again = index.sync()  # the unreadable file is reported again, nothing crashes
-    assert any("memory/binary.md" in w for w in again.warnings)
+    assert report.skipped == 1
+    again = index.sync()  # recorded without chunks: skipped by stat until it changes, not re-read
+    assert again.unchanged == 5 and again.skipped == 0 and again.warnings == []
 
 
 def test_empty_and_blank_files_have_no_chunks(workspace, make_config, open_index, counting_embedder):
@@ -180,7 +181,8 @@ def test_file_that_turns_binary_loses_its_old_chunks(workspace, make_config, ope
     report = index.sync()
     assert any("memory/a.md" in w and "binary" in w for w in report.warnings)
     assert index.search("Zanzibar").results == []
-    assert "memory/a.md" not in index.store.file_rows()
+    assert report.skipped == 1 and "memory/a.md" in index.store.file_rows()
+    assert index.store.conn.execute("SELECT count(*) FROM chunks WHERE path = 'memory/a.md'").fetchone()[0] == 0
 
 
 def test_renamed_file_is_served_from_the_cache(workspace, make_config, open_index, counting_embedder):
