@@ -23,6 +23,7 @@ run: install
 	$(BIN)/memsift --workspace $(EXAMPLE) search "what does Dana drink in the morning"
 
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 eval: install

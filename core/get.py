@@ -67,4 +67,3 @@ def get_lines(config: Config, path: str, start: int = 1, count: int | None = Non
     lines = split_lines(text)
     chosen = lines[start - 1 : None if count is None else start - 1 + count]
     return {"path": rel, "from": start, "lines": len(chosen), "text": "\n".join(chosen), "totalLines": len(lines)}
-

@@ -6,7 +6,7 @@ The CLI and the API are thin layers over this class; the Prefect flows drive `co
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .config import Config
@@ -15,7 +15,6 @@ from .get import get_lines
 from .indexer import Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
 from .search import SearchResponse, check_request, search
 from .store import Store
-
 
 _CONFIGURED: Any = object()
 
@@ -138,4 +137,4 @@ class MemoryIndex:
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")

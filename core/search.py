@@ -178,7 +178,9 @@ def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
 def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: str | None) -> str | None:
     """Why the vector leg cannot run, or None when it can."""
     if embedder is None:
-        return f"no embedder ({error}); keyword results only" if error else "no embedder configured; keyword results only"
+        return (
+            f"no embedder ({error}); keyword results only" if error else "no embedder configured; keyword results only"
+        )
     if not identity.get("dims"):
         return "the index holds no vectors (built without an embedder); run `memsift index`; keyword results only"
     if (identity.get("provider"), identity.get("model"), identity.get("fingerprint")) != cache_key(embedder):
@@ -210,7 +212,9 @@ def _apply_decay(
 def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: bool, explain: bool) -> Hit:
     scores = None
     if explain:
-        scores = {k: round(v, 6) for k, v in (("vector", c.vector), ("text", c.text), ("decay", c.decay)) if v is not None}
+        scores = {
+            k: round(v, 6) for k, v in (("vector", c.vector), ("text", c.text), ("decay", c.decay)) if v is not None
+        }
     return Hit(
         path=row.path,
         startLine=row.start_line,

@@ -142,9 +142,7 @@ class Store:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
 
     def _has_table(self, name: str) -> bool:
-        return (
-            self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
-        )
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -187,8 +185,7 @@ class Store:
             dims = identity.get("dims")
             if dims and self.vec_available:
                 self.conn.execute(
-                    f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] "
-                    "distance_metric=cosine)"
+                    f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
                 )
             self.set_meta("identity", json.dumps(identity, sort_keys=True))
             # Without sqlite-vec an old chunks_vec could not be dropped: its rows no longer match the chunks.
@@ -329,9 +326,7 @@ class Store:
             args = (match, limit)
         return [(int(r), float(s)) for r, s in self.conn.execute(sql, args)]
 
-    def vec_search(
-        self, query: np.ndarray, limit: int, key: tuple[str, str, str]
-    ) -> list[tuple[int, float]]:
+    def vec_search(self, query: np.ndarray, limit: int, key: tuple[str, str, str]) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first: vec0 KNN, or a numpy scan of the cache without it."""
         query = np.asarray(query, dtype=np.float32)
         if self.vec_available and self.has_vec_table() and self.get_meta("vec_stale") != "1":
@@ -377,4 +372,3 @@ class Store:
 
 def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
-

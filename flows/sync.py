@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -33,7 +33,7 @@ def _run_name() -> str:
     from prefect.runtime import flow_run
 
     params = flow_run.parameters
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M")
     return f"{'rebuild' if params.get('force') else 'sync'}-{params.get('agent', 'main')}-{stamp}"
 
 

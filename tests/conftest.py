@@ -38,6 +38,15 @@ def prefect_harness():
 
 
 @pytest.fixture(autouse=True)
+def _restore_environ():
+    """`api.cli.main` sets Prefect's quiet-console variables with os.environ.setdefault; undo that."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
 def memsift_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("MEMSIFT_HOME", str(home))

@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -33,20 +33,9 @@ NOTES = {
     "memory/2026-05-14.md": "".join(f"line {i}: deploy log entry number {i}\n" for i in range(1, 11))
     + "- The deploy failed with ERR_SSL_PROTOCOL_ERROR because the load balancer certificate expired.\n",
     "memory/2026-05-15.md": (
-        "# 2026-05-15\n"
-        "- Priya wants offline mode for the mobile app in Q1.\n"
-        "- Marco is the on-call SRE this quarter.\n"
+        "# 2026-05-15\n- Priya wants offline mode for the mobile app in Q1.\n- Marco is the on-call SRE this quarter.\n"
     ),
 }
-
-
-@pytest.fixture(autouse=True)
-def _restore_environ():
-    """`main()` sets Prefect's quiet-console variables with os.environ.setdefault; keep them out of other tests."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 @pytest.fixture
@@ -166,7 +155,9 @@ def test_search_human_output_format(capsys, ws: Path) -> None:
 
 
 def test_search_scores_are_sorted_and_limited(capsys, ws: Path) -> None:
-    code, out, _ = run(capsys, "--workspace", ws, "search", "mobile app offline", "--min-score", "0", "--max-results", "2")
+    code, out, _ = run(
+        capsys, "--workspace", ws, "search", "mobile app offline", "--min-score", "0", "--max-results", "2"
+    )
     assert code == 0
     heads = [HEAD.match(line) for line in out.splitlines() if HEAD.match(line)]
     assert len(heads) == 2
@@ -234,7 +225,13 @@ def test_get_prints_exactly_the_line_range(capsys, lines_ws: Path) -> None:
 def test_get_json(capsys, lines_ws: Path) -> None:
     code, out, _ = run(capsys, "--workspace", lines_ws, "get", "memory/log.md", "--from", "2", "--lines", "2", "--json")
     assert code == 0
-    assert json.loads(out) == {"path": "memory/log.md", "from": 2, "lines": 2, "text": "line 2\nline 3", "totalLines": 10}
+    assert json.loads(out) == {
+        "path": "memory/log.md",
+        "from": 2,
+        "lines": 2,
+        "text": "line 2\nline 3",
+        "totalLines": 10,
+    }
 
 
 @pytest.mark.parametrize(
@@ -285,7 +282,7 @@ def test_status_json(capsys, ws: Path) -> None:
     assert doc["vector"]["enabled"] is True and doc["fts"]["enabled"] is True
     assert doc["cacheEntries"] == 3
     synced = datetime.fromisoformat(doc["lastSync"])
-    assert abs((datetime.now(timezone.utc) - synced).total_seconds()) < 120
+    assert abs((datetime.now(UTC) - synced).total_seconds()) < 120
 
     (ws / "memory" / "2026-05-16.md").write_text("a new note\n")
     assert json.loads(run(capsys, "--workspace", ws, "status", "--json")[1])["dirty"] is True
@@ -471,9 +468,13 @@ def test_real_process_json_stdout_is_one_document(ws: Path, memsift_home: Path) 
 
 
 def test_real_process_errors(ws: Path, memsift_home: Path) -> None:
-    proc = subprocess.run([MEMSIFT, "--workspace", ws, "get", "/etc/passwd"], capture_output=True, text=True, env=_env(memsift_home))
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "get", "/etc/passwd"], capture_output=True, text=True, env=_env(memsift_home)
+    )
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "absolute")
-    proc = subprocess.run([MEMSIFT, "--workspace", ws, "serach", "x"], capture_output=True, text=True, env=_env(memsift_home))
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "serach", "x"], capture_output=True, text=True, env=_env(memsift_home)
+    )
     assert proc.returncode == 2 and proc.stdout == "" and "invalid choice: 'serach'" in proc.stderr
 
 

@@ -82,7 +82,7 @@ def test_weighted_fusion_uses_openclaw_weights(ws: Path) -> None:
 
 
 def test_workspace_toml_is_found(ws: Path) -> None:
-    toml = write(ws / "memsift.toml", "[search]\nmaxResults = 11\nmode = \"keyword\"\n")
+    toml = write(ws / "memsift.toml", '[search]\nmaxResults = 11\nmode = "keyword"\n')
     c = load_config(workspace=ws, env={})
     assert c.source == toml
     assert c.search.maxResults == 11
@@ -142,7 +142,9 @@ def test_workspace_flag_wins_over_toml_workspace(tmp_path: Path, workspace) -> N
 # ---------------------------------------------------------------- environment overrides
 
 
-@pytest.mark.parametrize("name", ["MEMSIFT_SEARCH_MAX_RESULTS", "MEMSIFT_SEARCH_MAXRESULTS", "MEMSIFT_search_maxResults"])
+@pytest.mark.parametrize(
+    "name", ["MEMSIFT_SEARCH_MAX_RESULTS", "MEMSIFT_SEARCH_MAXRESULTS", "MEMSIFT_search_maxResults"]
+)
 def test_env_overrides_a_single_key(ws: Path, name: str) -> None:
     write(ws / "memsift.toml", "[search]\nmaxResults = 3\nminScore = 0.2\n")
     c = load_config(workspace=ws, env={name: "9"})
@@ -185,9 +187,9 @@ def test_non_config_memsift_variables_are_not_keys(ws: Path, tmp_path: Path) -> 
     [
         ("[search]\nbogus = 1\n", "search.bogus"),
         ("bogus = 1\n", "bogus"),
-        ("[embeding]\nprovider = \"local\"\n", "embeding.provider"),
+        ('[embeding]\nprovider = "local"\n', "embeding.provider"),
         ("[search.mmr]\nlamda = 0.5\n", "search.mmr.lamda"),
-        ("[agents.work]\npath = \"x\"\n", "agents.work.path"),
+        ('[agents.work]\npath = "x"\n', "agents.work.path"),
     ],
 )
 def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:

@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -35,15 +35,6 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 RUN_NAME = re.compile(r"^sync-main-(\d{4}-\d\d-\d\dT\d\d:\d\d)$")
-
-
-@pytest.fixture(autouse=True)
-def _restore_environ():
-    """`api.cli.main` sets Prefect's quiet-console variables with os.environ.setdefault; undo that."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def _flow_run_ids() -> set[UUID]:
@@ -91,7 +82,10 @@ def artifacts(flow_run: FlowRun) -> dict[str, object]:
 
 
 def notes(n: int) -> dict[str, str]:
-    return {f"memory/2026-01-{i % 28 + 1:02d}-n{i:03d}.md": f"# note {i}\n- fact number {i} about topic {i % 7}\n" for i in range(n)}
+    return {
+        f"memory/2026-01-{i % 28 + 1:02d}-n{i:03d}.md": f"# note {i}\n- fact number {i} about topic {i % 7}\n"
+        for i in range(n)
+    }
 
 
 # ---------------------------------------------------------------- counts
@@ -145,7 +139,7 @@ def test_flow_run_is_named_completed_coarse_and_reported(workspace) -> None:
     assert run.state is not None and run.state.is_completed() and run.state_name == "Completed"
     m = RUN_NAME.match(run.name)
     assert m, run.name
-    stamp = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M").replace(tzinfo=timezone.utc)
+    stamp = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M").replace(tzinfo=UTC)
     assert abs(run.start_time - stamp) < timedelta(minutes=2)
     assert run.parameters == {"agent": "main", "workspace": str(ws), "config_path": None, "force": False}
 

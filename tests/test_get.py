@@ -80,7 +80,11 @@ def test_extra_path_inside_an_excluded_folder_is_readable(workspace, make_config
 
 def test_missing_memory_file_is_empty(index):
     assert index.get("memory/2030-01-01.md") == {
-        "path": "memory/2030-01-01.md", "from": 1, "lines": 0, "text": "", "totalLines": 0
+        "path": "memory/2030-01-01.md",
+        "from": 1,
+        "lines": 0,
+        "text": "",
+        "totalLines": 0,
     }
     assert index.get("memory/new/folder/note.md")["text"] == ""
 

@@ -78,9 +78,7 @@ def test_fuse_rrf_weighted_legs():
     cands = three()
     fuse_rrf(cands, k=10, vector_weight=3.0, text_weight=1.0)
     top = 4 / 11
-    assert scores(cands) == pytest.approx(
-        {1: (1 / 12 + 3 / 11) / top, 2: (3 / 12) / top, 3: (1 / 11) / top}
-    )
+    assert scores(cands) == pytest.approx({1: (1 / 12 + 3 / 11) / top, 2: (3 / 12) / top, 3: (1 / 11) / top})
 
 
 def test_floor_keeps_keyword_hits_and_needs_cosine_for_vector_only():
