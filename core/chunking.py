@@ -10,6 +10,7 @@ inclusive.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -22,24 +23,27 @@ class Chunk:
     hash: str
 
 
+# CJK, kana and Hangul: about one token per character (and no spaces between words).
+WIDE = re.compile(
+    "[\u1100-\u11ff"  # Hangul Jamo
+    "\u2e80-\u9fff"  # CJK radicals, kana, CJK unified ideographs
+    "\ua960-\ua97f"
+    "\uac00-\ud7af"  # Hangul syllables
+    "\uf900-\ufaff"
+    "\uff00-\uffef"  # full-width forms, half-width kana
+    "\U00020000-\U0003ffff]"
+)
+
+
 def _is_wide(ch: str) -> bool:
-    o = ord(ch)
-    return (
-        0x1100 <= o <= 0x11FF  # Hangul Jamo
-        or 0x2E80 <= o <= 0x9FFF  # CJK radicals, kana, CJK unified ideographs
-        or 0xA960 <= o <= 0xA97F
-        or 0xAC00 <= o <= 0xD7AF  # Hangul syllables
-        or 0xF900 <= o <= 0xFAFF
-        or 0xFF00 <= o <= 0xFFEF  # full-width forms, half-width kana
-        or 0x20000 <= o <= 0x3FFFF
-    )
+    return WIDE.match(ch) is not None
 
 
 def weight(text: str) -> int:
     """Weighted length: 4 per CJK/kana/Hangul character, 1 per other character."""
     if text.isascii():
         return len(text)
-    return sum(4 if _is_wide(c) else 1 for c in text)
+    return len(text) + 3 * len(WIDE.findall(text))
 
 
 def _split_long(line: str, budget: int) -> Iterator[str]:

@@ -1,5 +1,10 @@
 """Turning a user's text into an FTS5 MATCH expression that can never carry FTS syntax.
 
+CJK, kana and Hangul have no spaces between words, so the FTS tokenizers would see a whole sentence as one
+token (unicode61) or need 3+ characters (trigram). `fts_text` spaces such characters apart, both in what is
+indexed and in the query, where a run becomes a quoted phrase of single characters: a two-character word
+is then found inside any sentence, under either tokenizer.
+
 The text is split into Unicode word tokens (letters, digits, underscore, so `ERR_SSL_PROTOCOL` stays one
 token and FTS5 matches it as the phrase `err ssl protocol`). Each token is quoted, so `AND`, `NEAR(`,
 `*`, `^`, `:` and quotes are plain text. Tokens are OR'ed and BM25 ranks documents that match more of
@@ -10,7 +15,10 @@ from __future__ import annotations
 
 import re
 
+from .chunking import WIDE
+
 _TOKEN = re.compile(r"\w+", re.UNICODE)
+_WIDE_RUN = re.compile(WIDE.pattern + "+")
 MAX_TERMS = 64
 
 # A short list: question words and function words that carry no topic. Measured on locomo-dev (README).
@@ -25,6 +33,13 @@ STOP_WORDS = frozenset(
 )
 
 
+def fts_text(text: str) -> str:
+    """The text as the FTS table indexes it: each CJK, kana or Hangul character spaced apart."""
+    if text.isascii():
+        return text
+    return _WIDE_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
+
+
 def query_terms(text: str) -> list[str]:
     """Lower-cased word tokens, de-duplicated in order, stop words dropped unless they are all there is."""
     tokens = list(dict.fromkeys(t.lower() for t in _TOKEN.findall(text.replace("\x00", " "))))
@@ -37,4 +52,4 @@ def fts_match(text: str) -> str | None:
     terms = query_terms(text)
     if not terms:
         return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return " OR ".join('"' + " ".join(fts_text(t).split()).replace('"', '""') + '"' for t in terms)

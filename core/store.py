@@ -25,6 +25,8 @@ from typing import Any
 import apsw
 import numpy as np
 
+from .query import fts_text
+
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000
 
@@ -245,7 +247,7 @@ class Store:
                 (path, source, start, end, h, text),
             )
             rowid = self.conn.last_insert_rowid()
-            self.conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rowid, text))
+            self.conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rowid, fts_text(text)))
             if write_vec:
                 self.conn.execute(
                     "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (rowid, vectors[i].tobytes())

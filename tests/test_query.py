@@ -133,13 +133,6 @@ def test_whole_cjk_runs_and_diacritics_are_findable(store):
     assert hits(store, "café") == [DOCS[4]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="SPEC 2 says CJK text must be findable under either tokenizer, but the keyword leg (all there is "
-    "in keyword or degraded mode) misses a CJK word inside an unspaced sentence: unicode61 indexes the whole "
-    "run as one token, trigram needs 3+ characters",
-)
 @pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
 def test_cjk_word_inside_a_sentence_is_findable(tmp_path, tokenizer):
     assert found_in_one_note(tmp_path, tokenizer, "明日は東京で会議があります", "東京")
