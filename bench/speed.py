@@ -14,8 +14,8 @@ Sections (pick with --sections, default all three):
 Everything lives in a temporary folder (MEMSIFT_HOME, PREFECT_HOME, the generated workspaces), removed at the
 end unless --keep. Prints a markdown table and writes JSON to bench/results/speed-<UTC timestamp>.json.
 
-    .venv/bin/python bench/speed.py                 # full run (about 8-10 minutes on 2 cores)
-    .venv/bin/python bench/speed.py --quick         # small sizes, about 2 minutes
+    .venv/bin/python bench/speed.py                 # full run (about 3.5 minutes on 2 idle cores)
+    .venv/bin/python bench/speed.py --quick         # small sizes, under a minute
     .venv/bin/python bench/speed.py --sections noop --no-prefect --files 2000
 """
 
@@ -38,7 +38,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,20 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SECTIONS = ("index", "noop", "query")
-FULL = dict(chunks=400, rounds=2, files=10_000, noop_runs=5, flow_runs=3, query_chunks=10_000, distinct=1_000,
-            queries=200, warmup=10)
-QUICK = dict(chunks=96, rounds=1, files=1_000, noop_runs=3, flow_runs=2, query_chunks=1_000, distinct=150,
-             queries=40, warmup=5)
+FULL = dict(
+    chunks=400,
+    rounds=2,
+    files=10_000,
+    noop_runs=5,
+    flow_runs=3,
+    query_chunks=10_000,
+    distinct=1_000,
+    queries=200,
+    warmup=10,
+)
+QUICK = dict(
+    chunks=96, rounds=1, files=1_000, noop_runs=3, flow_runs=2, query_chunks=1_000, distinct=150, queries=40, warmup=5
+)
 
 
 def log(msg: str) -> None:
@@ -67,11 +77,11 @@ def log(msg: str) -> None:
 # whose chunks keep the same line ranges (chunk boundaries depend only on line lengths).
 SWAP = {
     "person": "Dana Omar Sven Ravi Hiro Zara Ines Theo Marco Priya Kenji Lucia Aisha Tomas Elena Nadia Felix "
-              "Jonas Mateo Yusuf Chloe Ingrid Amelia Rafael Soraya Dmitri Leilani Beatriz Gunnar".split(),
+    "Jonas Mateo Yusuf Chloe Ingrid Amelia Rafael Soraya Dmitri Leilani Beatriz Gunnar".split(),
     "city": "Oslo Rome Kyiv Lima Paris Osaka Porto Turin Quito Berlin Lisbon Madrid Vienna Zurich Dublin Warsaw "
-            "Nairobi Seville Toronto Glasgow".split(),
+    "Nairobi Seville Toronto Glasgow".split(),
     "system": "billing checkout payments ledger gateway reports mailer search invoices catalog scheduler "
-              "profiles".split(),
+    "profiles".split(),
     "tool": "Postgres Kafka Redis Nginx Terraform Docker Grafana Sentry Airflow Prefect Ansible Jenkins".split(),
     "food": "ramen sushi tacos pasta curry pho falafel risotto paella dumplings gnocchi".split(),
     "drink": "coffee matcha oolong cocoa chai espresso lemonade".split(),
@@ -80,28 +90,90 @@ SWAP = {
 }
 _SWAP_WORD = {w: cat for cat, words in SWAP.items() for w in words}
 
-ERRORS = ["ERR_SSL_PROTOCOL", "ECONNRESET", "OOMKilled", "504 Gateway Timeout", "deadlock detected",
-          "disk quota exceeded", "certificate has expired", "too many open files", "CrashLoopBackOff"]
+ERRORS = [
+    "ERR_SSL_PROTOCOL",
+    "ECONNRESET",
+    "OOMKilled",
+    "504 Gateway Timeout",
+    "deadlock detected",
+    "disk quota exceeded",
+    "certificate has expired",
+    "too many open files",
+    "CrashLoopBackOff",
+]
 PLACES = ["river path", "old harbour", "city park", "canal towpath", "hill trail", "beach promenade"]
-TOPICS = ["habit formation", "distributed consensus", "sourdough hydration", "the history of maps",
-          "negotiation", "sleep and memory", "urban gardening", "compound interest", "Roman aqueducts"]
-BOOKS = ["Thinking in Systems", "The Design of Everyday Things", "Salt Fat Acid Heat", "Deep Work",
-         "The Overstory", "Designing Data-Intensive Applications", "A Pattern Language"]
-ITEMS = ["a fountain pen", "noise-cancelling headphones", "a cast-iron pan", "a board game", "hiking boots",
-         "a ceramic teapot", "a puzzle of 1000 pieces", "a subscription to a bakery"]
+TOPICS = [
+    "habit formation",
+    "distributed consensus",
+    "sourdough hydration",
+    "the history of maps",
+    "negotiation",
+    "sleep and memory",
+    "urban gardening",
+    "compound interest",
+    "Roman aqueducts",
+]
+BOOKS = [
+    "Thinking in Systems",
+    "The Design of Everyday Things",
+    "Salt Fat Acid Heat",
+    "Deep Work",
+    "The Overstory",
+    "Designing Data-Intensive Applications",
+    "A Pattern Language",
+]
+ITEMS = [
+    "a fountain pen",
+    "noise-cancelling headphones",
+    "a cast-iron pan",
+    "a board game",
+    "hiking boots",
+    "a ceramic teapot",
+    "a puzzle of 1000 pieces",
+    "a subscription to a bakery",
+]
 ALLERGENS = ["peanuts", "shellfish", "gluten", "sesame", "kiwi", "lactose"]
 FEATURES = ["TLS 1.0", "legacy webhooks", "the v1 API", "basic auth", "SOAP endpoints", "IPv4-only routing"]
-ACTIVITIES = ["swimming lessons", "violin practice", "football training", "a climbing session",
-              "a chess club", "a pottery class"]
-CAUSES = ["race condition in the retry loop", "missing index on created_at", "stale DNS cache",
-          "timezone bug in the cron parser", "connection pool that never shrank", "off-by-one in pagination"]
+ACTIVITIES = [
+    "swimming lessons",
+    "violin practice",
+    "football training",
+    "a climbing session",
+    "a chess club",
+    "a pottery class",
+]
+CAUSES = [
+    "race condition in the retry loop",
+    "missing index on created_at",
+    "stale DNS cache",
+    "timezone bug in the cron parser",
+    "connection pool that never shrank",
+    "off-by-one in pagination",
+]
 WEATHER = ["rainy and cold", "foggy all day", "unusually warm", "windy with hail", "sunny but freezing"]
 GAMES = ["Carcassonne", "Azul", "Codenames", "Wingspan", "Ticket to Ride", "Dixit"]
-FACTS = ["octopuses have three hearts", "the Eiffel Tower grows in summer", "honey never spoils",
-         "bananas are berries but strawberries are not", "a day on Venus is longer than its year",
-         "the first computer bug was a real moth"]
-HEADINGS = ["Work", "Family", "Health", "Reading", "Errands", "Ideas", "Follow-ups", "Meetings", "Money",
-            "Travel", "Home", "Learning"]
+FACTS = [
+    "octopuses have three hearts",
+    "the Eiffel Tower grows in summer",
+    "honey never spoils",
+    "bananas are berries but strawberries are not",
+    "a day on Venus is longer than its year",
+    "the first computer bug was a real moth",
+]
+HEADINGS = [
+    "Work",
+    "Family",
+    "Health",
+    "Reading",
+    "Errands",
+    "Ideas",
+    "Follow-ups",
+    "Meetings",
+    "Money",
+    "Travel",
+    "Home",
+    "Learning",
+]
 
 TEMPLATES = [
     "{person} said the {system} deploy failed with `{error}` right after the {tool} upgrade.",
@@ -110,7 +182,7 @@ TEMPLATES = [
     "Bought {item} for {person}'s birthday; it cost {price} euros at the shop near the {place}.",
     "Reminder: renew the passport before {month} {day}; the consulate in {city} needs two weeks.",
     "The {system} p95 latency went from {n} ms to {m} ms after we turned on {tool} connection pooling.",
-    "Read {pages} pages of \"{book}\"; the chapter about {topic} was the best part so far.",
+    'Read {pages} pages of "{book}"; the chapter about {topic} was the best part so far.',
     "{person} recommended a small {food} place in {city}, said the lunch menu is worth the queue.",
     "Ran {km} km along the {place} in {minutes} minutes; the left knee felt fine this time.",
     "Open question: should the {system} service keep raw events for {days} days or only {days2}?",
@@ -138,16 +210,38 @@ TEMPLATES = [
 def _fill(rng: random.Random, template: str) -> str:
     person, person2 = rng.sample(SWAP["person"], 2)
     slots = dict(
-        person=person, person2=person2, city=rng.choice(SWAP["city"]), system=rng.choice(SWAP["system"]),
-        tool=rng.choice(SWAP["tool"]), food=rng.choice(SWAP["food"]), drink=rng.choice(SWAP["drink"]),
-        weekday=rng.choice(SWAP["weekday"]), month=rng.choice(SWAP["month"]), error=rng.choice(ERRORS),
-        place=rng.choice(PLACES), topic=rng.choice(TOPICS), book=rng.choice(BOOKS), item=rng.choice(ITEMS),
-        allergen=rng.choice(ALLERGENS), feature=rng.choice(FEATURES), activity=rng.choice(ACTIVITIES),
-        cause=rng.choice(CAUSES), weather=rng.choice(WEATHER), game=rng.choice(GAMES), fact=rng.choice(FACTS),
-        time=f"{rng.randint(7, 21)}:{rng.choice(['00', '15', '30', '45'])}", price=rng.randint(12, 2400),
-        n=rng.randint(120, 900), m=rng.randint(40, 300), pages=rng.randint(8, 80), km=rng.randint(3, 21),
-        minutes=rng.randint(15, 140), days=rng.choice([7, 14, 30, 90]), days2=rng.choice([180, 365]),
-        day=rng.randint(1, 28), percent=rng.randint(5, 95),
+        person=person,
+        person2=person2,
+        city=rng.choice(SWAP["city"]),
+        system=rng.choice(SWAP["system"]),
+        tool=rng.choice(SWAP["tool"]),
+        food=rng.choice(SWAP["food"]),
+        drink=rng.choice(SWAP["drink"]),
+        weekday=rng.choice(SWAP["weekday"]),
+        month=rng.choice(SWAP["month"]),
+        error=rng.choice(ERRORS),
+        place=rng.choice(PLACES),
+        topic=rng.choice(TOPICS),
+        book=rng.choice(BOOKS),
+        item=rng.choice(ITEMS),
+        allergen=rng.choice(ALLERGENS),
+        feature=rng.choice(FEATURES),
+        activity=rng.choice(ACTIVITIES),
+        cause=rng.choice(CAUSES),
+        weather=rng.choice(WEATHER),
+        game=rng.choice(GAMES),
+        fact=rng.choice(FACTS),
+        time=f"{rng.randint(7, 21)}:{rng.choice(['00', '15', '30', '45'])}",
+        price=rng.randint(12, 2400),
+        n=rng.randint(120, 900),
+        m=rng.randint(40, 300),
+        pages=rng.randint(8, 80),
+        km=rng.randint(3, 21),
+        minutes=rng.randint(15, 140),
+        days=rng.choice([7, 14, 30, 90]),
+        days2=rng.choice([180, 365]),
+        day=rng.randint(1, 28),
+        percent=rng.randint(5, 95),
     )
     return template.format(**slots)
 
@@ -234,8 +328,12 @@ QUERY_TEMPLATES = [
 
 def make_queries(seed: int, n: int) -> list[str]:
     rng = random.Random(seed)
-    return [_fill(rng, QUERY_TEMPLATES[i % len(QUERY_TEMPLATES)] if i < len(QUERY_TEMPLATES)
-                  else rng.choice(QUERY_TEMPLATES)) for i in range(n)]
+    return [
+        _fill(
+            rng, QUERY_TEMPLATES[i % len(QUERY_TEMPLATES)] if i < len(QUERY_TEMPLATES) else rng.choice(QUERY_TEMPLATES)
+        )
+        for i in range(n)
+    ]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -249,8 +347,13 @@ def pct(values: list[float], q: float) -> float:
 
 def summary_ms(values_s: list[float]) -> dict[str, float]:
     ms = [v * 1000 for v in values_s]
-    return {"p50": round(pct(ms, 50), 2), "p95": round(pct(ms, 95), 2), "max": round(max(ms), 2),
-            "mean": round(statistics.fmean(ms), 2), "n": len(ms)}
+    return {
+        "p50": round(pct(ms, 50), 2),
+        "p95": round(pct(ms, 95), 2),
+        "max": round(max(ms), 2),
+        "mean": round(statistics.fmean(ms), 2),
+        "n": len(ms),
+    }
 
 
 def write_files(root: Path, files: dict[str, str]) -> None:
@@ -278,7 +381,13 @@ def embedder() -> tuple[Any, dict[str, float]]:
         emb = LocalEmbedder.shared()
         load_s = time.perf_counter() - t
         t = time.perf_counter()
+        # A few texts, short and chunk-sized (two windows), so first-use costs of the larger shapes are not timed.
+        # From a seed no section uses, so no timed text is embedded here.
+        from core.chunking import chunk_text
+
+        long = [c.text for i in range(4) for c in chunk_text(daily_note(-1, i))][:8]
         emb.embed_documents(["warm-up text one", "a second, slightly longer warm-up sentence for the model"])
+        emb.embed_documents(long)
         emb.embed_query("warm-up query")
         warm_s = time.perf_counter() - t
         _EMBEDDER["emb"] = emb
@@ -333,9 +442,13 @@ def token_stats(texts: list[str]) -> dict[str, float]:
     lens = [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
     body = MAX_TOKENS - 2
     windows = [max(1, -(-n // body)) for n in lens]
-    return {"pieces_mean": round(statistics.fmean(lens), 1), "pieces_max": max(lens),
-            "windows_mean": round(statistics.fmean(windows), 3), "windows_total": sum(windows),
-            "chars_mean": round(statistics.fmean(len(t) for t in texts), 1)}
+    return {
+        "pieces_mean": round(statistics.fmean(lens), 1),
+        "pieces_max": max(lens),
+        "windows_mean": round(statistics.fmean(windows), 3),
+        "windows_total": sum(windows),
+        "chars_mean": round(statistics.fmean(len(t) for t in texts), 1),
+    }
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -367,6 +480,7 @@ def section_index(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
     raw_s: list[float] = []
     sync_s: list[float] = []
+    sync_embed_s: list[float] = []  # time inside embed_documents during each sync
     raw_cpu: list[float] = []  # CPU seconds of this process, all threads: less sensitive to other load
     sync_cpu: list[float] = []
     reports: list[dict[str, Any]] = []
@@ -382,11 +496,26 @@ def section_index(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     def run_sync(r: int) -> None:
         use_home(tmp / f"s1-home-{r}")  # empty: a first sync, nothing cached
         cfg = load_config(workspace=ws)
-        with MemoryIndex(cfg) as index:
-            t, c = time.perf_counter(), time.process_time()
-            report = index.sync()
-            sync_s.append(time.perf_counter() - t)
-            sync_cpu.append(time.process_time() - c)
+        inside = [0.0]
+        original = emb.embed_documents
+
+        def timed(texts: list[str]) -> np.ndarray:  # the same shared instance, its calls timed
+            t = time.perf_counter()
+            try:
+                return original(texts)
+            finally:
+                inside[0] += time.perf_counter() - t
+
+        emb.embed_documents = timed
+        try:
+            with MemoryIndex(cfg) as index:
+                t, c = time.perf_counter(), time.process_time()
+                report = index.sync()
+                sync_s.append(time.perf_counter() - t)
+                sync_cpu.append(time.process_time() - c)
+        finally:
+            del emb.embed_documents  # back to the class's method
+        sync_embed_s.append(inside[0])
         if report.chunksWritten != n_chunks or report.chunksEmbedded != len(texts) or report.cacheHits:
             raise SystemExit(f"index: the sync did not do what the raw pass did: {report.to_dict()}")
         reports.append(report.to_dict())
@@ -419,6 +548,9 @@ def section_index(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "raw_windows_per_s": round(stats["windows_total"] / statistics.median(raw_s), 2),
         "sync_chunks_per_s": round(sync_rate, 2),
         "ratio_sync_over_raw": round(sync_rate / raw_rate, 3),
+        "sync_embed_seconds": [round(v, 3) for v in sync_embed_s],
+        "sync_outside_embedder_s": [round(a - b, 3) for a, b in zip(sync_s, sync_embed_s)],
+        "sync_outside_embedder_share": round(statistics.median((a - b) / a for a, b in zip(sync_s, sync_embed_s)), 4),
         "sync_reports": reports,
     }
 
@@ -532,13 +664,19 @@ def free_port() -> int:
 def prefect_noop(args: argparse.Namespace, tmp: Path, ws: Path, core: dict[str, Any]) -> dict[str, Any]:
     port = free_port()
     env = dict(os.environ)
-    env.update(PREFECT_HOME=str(tmp / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_UI_ENABLED="false")
+    env.update(PREFECT_HOME=str(tmp / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false")
     env.pop("PREFECT_API_URL", None)
     server_log = tmp / "prefect-server.log"
     prefect_bin = Path(sys.executable).with_name("prefect")
-    cmd = [str(prefect_bin) if prefect_bin.exists() else "prefect", "server", "start", "--host", "127.0.0.1",
-           "--port", str(port)]
+    cmd = [
+        str(prefect_bin) if prefect_bin.exists() else "prefect",
+        "server",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     health = f"http://127.0.0.1:{port}/api/health"
     t = time.perf_counter()
     with open(server_log, "wb") as fh:
@@ -563,8 +701,11 @@ def prefect_noop(args: argparse.Namespace, tmp: Path, ws: Path, core: dict[str, 
 
         # Prefect reads its settings when imported: set them first (this process has not imported it yet).
         assert "prefect" not in sys.modules, "prefect was imported before its settings were set"
-        os.environ.update(PREFECT_HOME=env["PREFECT_HOME"], PREFECT_SERVER_ANALYTICS_ENABLED="false",
-                          PREFECT_API_URL=f"http://127.0.0.1:{port}/api")
+        os.environ.update(
+            PREFECT_HOME=env["PREFECT_HOME"],
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
+        )
         t = time.perf_counter()
         from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
@@ -577,10 +718,15 @@ def prefect_noop(args: argparse.Namespace, tmp: Path, ws: Path, core: dict[str, 
                 t = time.perf_counter()
                 report = run_sync(agent="main", workspace=str(ws))
                 elapsed = time.perf_counter() - t
-            if report.unchanged + report.changed != args.files or report.changed != expect_changed \
-                    or report.chunksEmbedded or counter.calls != expect_changed:
-                raise SystemExit(f"noop: the flow's sync ({label}) did unexpected work: reads={counter.calls} "
-                                 f"{report.to_dict()}")
+            if (
+                report.unchanged + report.changed != args.files
+                or report.changed != expect_changed
+                or report.chunksEmbedded
+                or counter.calls != expect_changed
+            ):
+                raise SystemExit(
+                    f"noop: the flow's sync ({label}) did unexpected work: reads={counter.calls} {report.to_dict()}"
+                )
             log(f"noop: flow run ({label}) {elapsed * 1000:.0f} ms")
             return elapsed, report.seconds
 
@@ -805,20 +951,36 @@ def table(results: dict[str, Any]) -> str:
         t = r["chunk_tokens"]
         rows += [
             ("index", "model load (import + ONNX session), s", f"{r['model']['load_s']:.2f}"),
-            ("index", "corpus", f"{r['notes']} notes, {r['chunks']} chunks, {t['pieces_mean']:.0f} word pieces and "
-                                f"{t['windows_mean']:.2f} model windows per chunk"),
-            ("index", "(a) raw embed_documents, chunks/s", f"{r['raw_chunks_per_s']:.2f} "
-                                                           f"({r['raw_windows_per_s']:.1f} windows/s)"),
+            (
+                "index",
+                "corpus",
+                f"{r['notes']} notes, {r['chunks']} chunks, {t['pieces_mean']:.0f} word pieces and "
+                f"{t['windows_mean']:.2f} model windows per chunk",
+            ),
+            (
+                "index",
+                "(a) raw embed_documents, chunks/s",
+                f"{r['raw_chunks_per_s']:.2f} ({r['raw_windows_per_s']:.1f} windows/s)",
+            ),
             ("index", "(b) first MemoryIndex.sync(), chunks/s", f"{r['sync_chunks_per_s']:.2f}"),
             ("index", "ratio (b)/(a)", f"{r['ratio_sync_over_raw']:.3f}"),
+            (
+                "index",
+                "share of the sync spent outside the embedder",
+                f"{r['sync_outside_embedder_share'] * 100:.1f}% ({statistics.median(r['sync_outside_embedder_s']):.2f} "
+                f"s of {statistics.median(r['sync_seconds']):.1f} s)",
+            ),
         ]
     if "noop" in s:
         r = s["noop"]
         rows += [
             ("noop", f"first keyword-only sync of {r['files']} files, s", f"{r['first_sync_keyword_only_s']:.2f}"),
-            ("noop", f"no-op sync, core, median of {len(r['core_runs_s'])}, ms",
-             f"{r['core_median_ms']:.0f} (files read: {r['file_reads_during_noop']}, "
-             f"unchanged {r['unchanged']}, chunksEmbedded {r['chunksEmbedded']})"),
+            (
+                "noop",
+                f"no-op sync, core, median of {len(r['core_runs_s'])}, ms",
+                f"{r['core_median_ms']:.0f} (files read: {r['file_reads_during_noop']}, "
+                f"unchanged {r['unchanged']}, chunksEmbedded {r['chunksEmbedded']})",
+            ),
         ]
         rows.append(("noop", "one file changed, core, median of 3, ms", f"{r['core_one_changed_median_ms']:.0f}"))
         if "prefect" in r:
@@ -827,34 +989,72 @@ def table(results: dict[str, Any]) -> str:
             rows += [
                 ("noop", "Prefect server ready, s", f"{p['server_ready_s']:.1f}"),
                 ("noop", "no-op via flow, first run, ms", f"{p['first_run_ms']:.0f}"),
-                ("noop", f"no-op via flow, median of {n}, ms",
-                 f"{p['median_ms']:.0f} (sync inside the flow: {p['sync_inside_flow_median_ms']:.0f})"),
+                (
+                    "noop",
+                    f"no-op via flow, median of {n}, ms",
+                    f"{p['median_ms']:.0f} (sync inside the flow: {p['sync_inside_flow_median_ms']:.0f})",
+                ),
                 ("noop", "Prefect overhead per run (flow - core), ms", f"{p['overhead_ms']:.0f}"),
-                ("noop", f"no-op via flow, heartbeats off, median of {n}, ms",
-                 f"{p['heartbeats_off_median_ms']:.0f} (overhead {p['heartbeats_off_overhead_ms']:.0f})"),
-                ("noop", f"one file changed, via flow, median of {n}, ms",
-                 f"{p['one_changed_median_ms']:.0f} (sync inside the flow: "
-                 f"{p['one_changed_sync_inside_flow_median_ms']:.0f})"),
+                (
+                    "noop",
+                    f"no-op via flow, heartbeats off, median of {n}, ms",
+                    f"{p['heartbeats_off_median_ms']:.0f} (overhead {p['heartbeats_off_overhead_ms']:.0f})",
+                ),
+                (
+                    "noop",
+                    f"one file changed, via flow, median of {n}, ms",
+                    f"{p['one_changed_median_ms']:.0f} (sync inside the flow: "
+                    f"{p['one_changed_sync_inside_flow_median_ms']:.0f})",
+                ),
             ]
     if "query" in s:
         r = s["query"]
-        rows.append(("query", "index", f"{r['chunks']} chunks; {r['base_texts_embedded_by_model']} embedded by "
-                                       f"the model, the rest perturbed copies"))
+        rows.append(
+            (
+                "query",
+                "index",
+                f"{r['chunks']} chunks; {r['base_texts_embedded_by_model']} embedded by "
+                f"the model, the rest perturbed copies",
+            )
+        )
         for m in ("hybrid", "keyword", "vector"):
             q = r["latency_ms"][m]
             rows.append(("query", f"{m} p50 / p95 / max, ms", f"{q['p50']:.1f} / {q['p95']:.1f} / {q['max']:.1f}"))
         e = r["embed_query_ms"]["hybrid"]
         rows += [
             ("query", "embed_query in hybrid p50 / p95, ms", f"{e['p50']:.1f} / {e['p95']:.1f}"),
-            ("query", "hybrid time spent embedding the query",
-             f"{r['hybrid_embed_share_of_total'] * 100:.0f}% of total "
-             f"(median per query {r['hybrid_embed_share_median'] * 100:.0f}%)"),
-            ("query", "hybrid minus embedding p50 / p95, ms",
-             f"{r['hybrid_minus_embed_ms']['p50']:.1f} / {r['hybrid_minus_embed_ms']['p95']:.1f}"),
+            (
+                "query",
+                "hybrid time spent embedding the query",
+                f"{r['hybrid_embed_share_of_total'] * 100:.0f}% of total "
+                f"(median per query {r['hybrid_embed_share_median'] * 100:.0f}%)",
+            ),
+            (
+                "query",
+                "hybrid minus embedding p50 / p95, ms",
+                f"{r['hybrid_minus_embed_ms']['p50']:.1f} / {r['hybrid_minus_embed_ms']['p95']:.1f}",
+            ),
         ]
     out = ["| Section | Metric | Value |", "| --- | --- | --- |"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(out)
+
+
+def cpu_busy(seconds: float = 1.0) -> float:
+    """Share of all CPUs busy over `seconds` while this process sleeps: the load of other processes."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except OSError:
+        return float("nan")
+    return round(1 - (idle1 - idle0) / max(1, total1 - total0), 3)
 
 
 def environment() -> dict[str, Any]:
@@ -873,12 +1073,15 @@ def environment() -> dict[str, Any]:
         pass
     try:
         git = ["git", "-C", str(ROOT)]
-        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=False).stdout.strip()
-        dirty = subprocess.run([*git, "status", "--porcelain", "--", "core", "flows", "api"], capture_output=True,
-                               text=True, check=False).stdout.split("\n")
-        diff = subprocess.run([*git, "diff", "HEAD", "--", "core", "flows", "api"], capture_output=True,
-                              check=False).stdout
+        commit = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "core", "flows", "api"], capture_output=True, text=True, check=False
+        ).stdout.split("\n")
+        diff = subprocess.run(
+            [*git, "diff", "HEAD", "--", "core", "flows", "api"], capture_output=True, check=False
+        ).stdout
         info["commit"] = commit + ("+dirty" if any(dirty) else "")
         # The code measured is the work tree: name what differs from the commit, and a digest of the diff.
         info["modified"] = [line[3:] for line in dirty if line]
@@ -889,16 +1092,21 @@ def environment() -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sections", default=",".join(SECTIONS),
-                   help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)"
+    )
     p.add_argument("--quick", action="store_true", help="small sizes for a run of a couple of minutes")
     p.add_argument("--seed", type=int, default=7, help="seed of the generated notes and queries")
     g = p.add_argument_group("index")
     g.add_argument("--chunks", type=int, help=f"chunks in the corpus (default {FULL['chunks']})")
-    g.add_argument("--rounds", type=int, help="raw/sync measurement rounds in ABBA order; medians reported "
-                                              f"(default {FULL['rounds']})")
+    g.add_argument(
+        "--rounds",
+        type=int,
+        help=f"raw/sync measurement rounds in ABBA order; medians reported (default {FULL['rounds']})",
+    )
     g = p.add_argument_group("noop")
     g.add_argument("--files", type=int, help=f"small files (default {FULL['files']})")
     g.add_argument("--noop-runs", type=int, help=f"timed core no-op syncs (default {FULL['noop_runs']})")
@@ -907,8 +1115,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--server-timeout", type=float, default=180, help="seconds to wait for the Prefect server")
     g = p.add_argument_group("query")
     g.add_argument("--query-chunks", type=int, help=f"chunks in the index (default {FULL['query_chunks']})")
-    g.add_argument("--distinct", type=int, help="chunk texts embedded by the real model; the rest are perturbed "
-                                                f"copies (default {FULL['distinct']}; = --query-chunks for all real)")
+    g.add_argument(
+        "--distinct",
+        type=int,
+        help="chunk texts embedded by the real model; the rest are perturbed "
+        f"copies (default {FULL['distinct']}; = --query-chunks for all real)",
+    )
     g.add_argument("--queries", type=int, help=f"timed queries per mode (default {FULL['queries']})")
     g.add_argument("--warmup", type=int, help=f"warm-up queries per mode (default {FULL['warmup']})")
     g.add_argument("--noise", type=float, default=0.15, help="norm of the noise added to a copy's vector")
@@ -936,7 +1148,7 @@ def main(argv: list[str] | None = None) -> int:
     use_home(tmp / "home")
     os.environ["PREFECT_HOME"] = str(tmp / "prefect")
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     results: dict[str, Any] = {
         "started": started.isoformat(timespec="seconds"),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -946,33 +1158,47 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg": {},
     }
     log(f"temporary folder {tmp}; sections {', '.join(args.sections)}")
-    load = os.getloadavg()[0]
-    if load > 0.5:
-        log(f"warning: load average {load:.2f} before the start; other processes skew wall-clock figures")
+    busy = cpu_busy()
+    results["busy_before"] = {"start": busy}
+    if busy > 0.1:
+        log(
+            f"warning: the CPUs were {busy:.0%} busy with other processes before the start; "
+            "wall-clock figures will be skewed"
+        )
     try:
         # The noop section runs last: it imports Prefect, whose background workers outlive the flow runs.
-        for name in sorted(args.sections, key=lambda s: s == "noop"):
+        order = sorted(args.sections, key=lambda s: s == "noop")
+        for name in order:
+            if name != order[0]:
+                results["busy_before"][name] = cpu_busy()
             t = time.perf_counter()
             before = os.getloadavg()
-            results["sections"][name] = {"index": section_index, "noop": section_noop,
-                                         "query": section_query}[name](args, tmp)
+            results["sections"][name] = {"index": section_index, "noop": section_noop, "query": section_query}[name](
+                args, tmp
+            )
             results["sections"][name]["section_s"] = round(time.perf_counter() - t, 1)
-            results["loadavg"][name] = {"before": [round(x, 2) for x in before],
-                                        "after": [round(x, 2) for x in os.getloadavg()]}
+            results["loadavg"][name] = {
+                "before": [round(x, 2) for x in before],
+                "after": [round(x, 2) for x in os.getloadavg()],
+            }
     finally:
         if args.keep:
             log(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    results["seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
+    results["seconds"] = round((datetime.now(UTC) - started).total_seconds(), 1)
     md = table(results)
     results["table"] = md
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"speed-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(results, indent=2, default=float) + "\n", encoding="utf-8")
     print(md)
-    print(f"\n{results['environment'].get('cpus')} CPUs, commit {results['environment'].get('commit')}, "
-          f"{results['seconds']:.0f} s in all; JSON: {path}")
+    print(
+        f"\n{results['environment'].get('cpus')} CPUs, commit {results['environment'].get('commit')}, "
+        f"{results['seconds']:.0f} s in all; CPUs busy with other processes before each section: "
+        + ", ".join(f"{k} {v:.0%}" for k, v in results["busy_before"].items())
+        + f"\nJSON: {path}"
+    )
     return 0
 
 

@@ -130,6 +130,8 @@ class Store:
                     text TEXT NOT NULL
                 );
                 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
+                -- joins with embedding_cache (vectors_for, the numpy scan, rebuild_vec) go chunk -> cache
+                CREATE INDEX IF NOT EXISTS chunks_by_hash ON chunks(hash);
                 CREATE TABLE IF NOT EXISTS embedding_cache (
                     provider TEXT NOT NULL,
                     model TEXT NOT NULL,
