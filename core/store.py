@@ -27,7 +27,7 @@ import numpy as np
 
 from .query import fts_text
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: index chunks(hash)
 BUSY_TIMEOUT_MS = 10_000
 
 
