@@ -133,6 +133,8 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "sync.watch": (True, _bool),
     "sync.watchDebounceMs": (1500, _number(int, 0, 3_600_000)),
     "sync.intervalMinutes": (0, _number(float, 0)),
+    "sync.lockTimeoutSeconds": (10.0, _number(float, 0)),
+    "cache.maxEntries": (None, _optional(_number(int, 1))),
     "api.host": ("127.0.0.1", _str),
     "api.port": (8000, _number(int, 1, 65535)),
     "api.key": (None, _optional(_str)),
@@ -211,6 +213,12 @@ class SyncConfig:
     watch: bool
     watchDebounceMs: int
     intervalMinutes: float
+    lockTimeoutSeconds: float
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    maxEntries: int | None
 
 
 @dataclass(frozen=True)
@@ -233,6 +241,7 @@ class Config:
     store: StoreConfig
     rerank: RerankConfig
     sync: SyncConfig
+    cache: CacheConfig
     api: ApiConfig
     agents: dict[str, Path] = field(default_factory=dict)
     source: Path | None = None
@@ -397,6 +406,7 @@ def load_config(
         store=StoreConfig(values["store.fts.tokenizer"], values["store.fts.stemmer"]),
         rerank=RerankConfig(**section("rerank")),
         sync=SyncConfig(**section("sync")),
+        cache=CacheConfig(**section("cache")),
         api=ApiConfig(**section("api")),
         agents=agents,
         source=source,

@@ -3,8 +3,8 @@
 `sync` is the one orchestration. Each stage goes through `stage(name, fn)`, which by default just returns
 `fn`; the Prefect flow passes a function that wraps stages in tasks, so the flow and a plain call run the
 same code. Every file is written in the same transaction as its chunks, so a crash leaves each file either
-fully old or fully new; when the index identity changes, the whole rebuild is one transaction and readers
-keep the old index until it commits.
+fully old or fully new. A changed index identity is not handled here but by `core.rebuild`, which runs this
+sync into a fresh file and swaps it in.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import hashlib
 import os
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,9 @@ class SyncReport:
     chunksEmbedded: int = 0
     cacheHits: int = 0
     embeddingCalls: int = 0
+    inputChars: int = 0  # characters sent to the embedder
+    cacheCopied: int = 0  # a rebuild: cache entries carried over from the live index
+    cachePruned: int = 0  # a rebuild: cache entries dropped by cache.maxEntries
     rebuilt: bool = False
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
@@ -194,7 +196,9 @@ def index_batch(
         for i in range(0, len(missing), step):
             part = missing[i : i + step]
             calls = embedder.calls
-            embedded = embedder.embed_documents([texts[h] for h in part])
+            inputs = [texts[h] for h in part]
+            report.inputChars += sum(map(len, inputs))
+            embedded = embedder.embed_documents(inputs)
             report.embeddingCalls += embedder.calls - calls
             fresh.update(zip(part, embedded))
         report.chunksEmbedded += len(fresh)
@@ -237,22 +241,20 @@ def sync(
     report = SyncReport()
     plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force)
     report.rebuilt = plan.rebuild
-    work = batches(plan.to_check)
-    with store.transaction() if plan.rebuild else nullcontext():
-        if plan.rebuild:
-            store.reset(plan.identity, config.store.fts_tokenize)
-        done = 0
-        for batch in work:
-            if progress:
-                progress(done, len(plan.to_check))
-            stage("index-batch", index_batch)(store, config, embedder, batch, plan, report)
-            done += len(batch)
-        if plan.removed:
-            stage("remove-vanished", remove_files)(store, plan.removed, report)
-        if embedder is not None and store.get_meta("vec_stale") == "1" and store.vec_available:
-            store.rebuild_vec(cache_key(embedder))
-        with store.transaction():
-            store.set_meta("last_sync", str(time.time()))
+    if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
+        store.reset(plan.identity, config.store.fts_tokenize)
+    done = 0
+    for batch in batches(plan.to_check):
+        if progress:
+            progress(done, len(plan.to_check))
+        stage("index-batch", index_batch)(store, config, embedder, batch, plan, report)
+        done += len(batch)
+    if plan.removed:
+        stage("remove-vanished", remove_files)(store, plan.removed, report)
+    if embedder is not None and store.vec_needs_refill():
+        store.rebuild_vec(cache_key(embedder), embedder.dims)
+    with store.transaction():
+        store.set_meta("last_sync", str(time.time()))
     if progress:
         progress(len(plan.to_check), len(plan.to_check))
     report.seconds = round(time.perf_counter() - started, 3)

@@ -13,6 +13,8 @@ from .config import Config
 from .embedders import Embedder, EmbedderUnavailable, create_embedder
 from .get import get_lines
 from .indexer import Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
+from .locking import writer_lock
+from .rebuild import rebuild, remove_orphans
 from .search import SearchResponse, check_request, search
 from .store import Store
 
@@ -33,6 +35,9 @@ class MemoryIndex:
 
     @property
     def store(self) -> Store:
+        """The open index; reopened when a rebuild has swapped a new file in (one stat per access)."""
+        if self._store is not None and not self._store.is_current():
+            self.close()
         if self._store is None:
             self._store = Store(self.config.db_path, use_vec=self._use_vec)
         return self._store
@@ -70,16 +75,38 @@ class MemoryIndex:
             raise EmbedderUnavailable(self._embedder_error)
         return embedder
 
+    def needs_rebuild(self) -> bool:
+        """True when the index is new or its identity (model, chunking, tokenizer...) no longer matches."""
+        return self.store.identity() != index_identity(self.config, self.embedder())
+
     def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
+        """Incremental sync, or a rebuild with atomic swap when forced or when the identity changed."""
         embedder = self.require_embedder()
-        return sync(self.store, self.config, embedder, force=force, progress=progress, stage=stage)
+        with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
+            remove_orphans(self.config.db_path)
+            if force or self.needs_rebuild():
+                return self._rebuild(embedder, progress, stage)
+            return sync(self.store, self.config, embedder, progress=progress, stage=stage)
+
+    def rebuild(self, *, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
+        embedder = self.require_embedder()
+        with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
+            remove_orphans(self.config.db_path)
+            return self._rebuild(embedder, progress, stage)
+
+    def _rebuild(self, embedder: Embedder | None, progress: Progress | None, stage: Stage) -> SyncReport:
+        self.close()  # our connection would hold the old file; the next access opens the new one
+        return rebuild(self.config, embedder, progress=progress, stage=stage, use_vec=self._use_vec)
 
     def search(self, query: str, **options: Any) -> SearchResponse:
         """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
         embedder works: a provider that cannot start gives a keyword index and a degraded answer."""
         check_request(query, options.get("max_results"), options.get("min_score"))
         if self.store.identity() is None:
-            sync(self.store, self.config, self.embedder())
+            with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
+                remove_orphans(self.config.db_path)
+                if self.store.identity() is None:  # nobody indexed it while we waited
+                    self._rebuild(self.embedder(), None, _direct)
         return search(self.store, self.config, self.embedder(), query, embedder_error=self._embedder_error, **options)
 
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:

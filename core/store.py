@@ -15,6 +15,7 @@ One writer (the sync), many readers: WAL mode and a busy timeout.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from typing import Any
 import apsw
 import numpy as np
 
+from .locking import swap_lock
 from .query import fts_text
 
 SCHEMA_VERSION = 2  # 2: index chunks(hash)
@@ -67,16 +69,26 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         try:
-            self.conn = apsw.Connection(str(self.path), flags=flags)
-            self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-            self.vec_error = _load_vec(self.conn) if use_vec else "disabled"
-            if not readonly:
-                self.conn.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL")
-                self._migrate()
-            else:
-                self._check_version()
+            # Opening (which reads the schema, and so opens -wal and -shm) never overlaps a swap.
+            with swap_lock(self.path, exclusive=False):
+                self.conn = apsw.Connection(str(self.path), flags=flags)
+                self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+                self.vec_error = _load_vec(self.conn) if use_vec else "disabled"
+                if not readonly:
+                    self.conn.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL")
+                    self._migrate()
+                else:
+                    self._check_version()
+                self._inode = os.stat(self.path).st_ino
         except apsw.Error as exc:
             raise StoreError(f"cannot open the index {self.path}: {exc}") from exc
+
+    def is_current(self) -> bool:
+        """False once a rebuild has swapped another file in at this path: the caller should reopen."""
+        try:
+            return os.stat(self.path).st_ino == self._inode
+        except FileNotFoundError:
+            return False
 
     @property
     def vec_available(self) -> bool:
@@ -188,12 +200,16 @@ class Store:
             )
             dims = identity.get("dims")
             if dims and self.vec_available:
-                self.conn.execute(
-                    f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
-                )
+                self._create_vec(dims)
             self.set_meta("identity", json.dumps(identity, sort_keys=True))
             # Without sqlite-vec an old chunks_vec could not be dropped: its rows no longer match the chunks.
             self.set_meta("vec_stale", "0" if self.vec_available or not self.has_vec_table() else "1")
+
+    def _create_vec(self, dims: int) -> None:
+        self.conn.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0(embedding float[{int(dims)}] "
+            "distance_metric=cosine)"
+        )
 
     def has_vec_table(self) -> bool:
         return self._has_table("chunks_vec")
@@ -300,11 +316,53 @@ class Store:
             [(*key, h, np.asarray(v, dtype=np.float32).tobytes(), now) for h, v in items.items()],
         )
 
-    def rebuild_vec(self, key: tuple[str, str, str]) -> None:
-        """Refill chunks_vec from the cache after writes made while sqlite-vec could not load."""
-        if not (self.vec_available and self.has_vec_table()):
+    def copy_cache_from(self, other: Path) -> int:
+        """Copy another index's embedding cache into this one (a rebuild starts with it); rows copied."""
+        self.conn.execute("ATTACH DATABASE ? AS other", (str(other),))
+        try:
+            exists = self.conn.execute("SELECT 1 FROM other.sqlite_master WHERE name = 'embedding_cache'").fetchone()
+            if not exists:
+                return 0
+            with self.transaction():
+                self.conn.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM other.embedding_cache")
+                return self.conn.changes()
+        finally:
+            self.conn.execute("DETACH DATABASE other")
+
+    def prune_cache(self, max_entries: int, key: tuple[str, str, str]) -> int:
+        """Drop the oldest cache entries that no chunk of this index uses until at most `max_entries` remain."""
+        total = self.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+        if total <= max_entries:
+            return 0
+        with self.transaction():
+            self.conn.execute(
+                """
+                DELETE FROM embedding_cache WHERE (provider, model, fingerprint, hash) IN (
+                    SELECT provider, model, fingerprint, hash FROM embedding_cache e
+                    WHERE NOT ((provider, model, fingerprint) = (?, ?, ?)
+                               AND EXISTS (SELECT 1 FROM chunks c WHERE c.hash = e.hash))
+                    ORDER BY created_at LIMIT ?
+                )
+                """,
+                (*key, total - max_entries),
+            )
+            return self.conn.changes()
+
+    def leave_wal(self) -> None:
+        """Checkpoint and switch to rollback journal mode, so the file can be swapped in on its own."""
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.conn.execute("PRAGMA journal_mode=DELETE")
+
+    def vec_needs_refill(self) -> bool:
+        """sqlite-vec is here now, but the vectors were written (or deleted) while it could not load."""
+        return self.vec_available and (self.get_meta("vec_stale") == "1" or not self.has_vec_table())
+
+    def rebuild_vec(self, key: tuple[str, str, str], dims: int) -> None:
+        """Create and refill chunks_vec from the cache after writes made while sqlite-vec could not load."""
+        if not self.vec_available:
             return
         with self.transaction():
+            self._create_vec(dims)
             self.conn.execute("DELETE FROM chunks_vec")
             rows = self.conn.execute(
                 "SELECT c.id, e.embedding FROM chunks c JOIN embedding_cache e ON e.hash = c.hash "

@@ -15,13 +15,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.utilities.annotations import quote
 
 from core import MemoryIndex, load_config
 from core.indexer import Progress, SyncReport
+from flows.ratelimit import limited_embedder
 
 _progress: ContextVar[Progress | None] = ContextVar("memsift_progress", default=None)
 _tasks: dict[str, Any] = {}
@@ -34,37 +40,73 @@ def _as_task(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda *args: prefect_task(*(quote(a) for a in args))
 
 
-def _run_name() -> str:
-    from prefect.runtime import flow_run
+def _run_name(kind: str) -> Callable[[], str]:
+    def name() -> str:
+        from prefect.runtime import flow_run
 
-    params = flow_run.parameters
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M")
-    return f"{'rebuild' if params.get('force') else 'sync'}-{params.get('agent', 'main')}-{stamp}"
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M")
+        return f"{kind}-{flow_run.parameters.get('agent', 'main')}-{stamp}"
+
+    return name
 
 
-@flow(name="memsift-sync", flow_run_name=_run_name, persist_result=False, log_prints=False)
+def _open(agent: str, workspace: str | None, config_path: str | None) -> MemoryIndex:
+    config = load_config(config_path, workspace=workspace, agent=agent)
+    return MemoryIndex(config, embedder=limited_embedder(config))
+
+
+@flow(name="memsift-sync", flow_run_name=_run_name("sync"), persist_result=False, log_prints=False)
 def sync_flow(
     agent: str = "main", workspace: str | None = None, config_path: str | None = None, force: bool = False
 ) -> dict[str, Any]:
-    """Index one agent's workspace incrementally (or rebuild it all with `force`)."""
-    logger = get_run_logger()
-    config = load_config(config_path, workspace=workspace, agent=agent)
-    with MemoryIndex(config) as index:
-        report = index.sync(force=force, progress=_progress.get(), stage=_as_task)
-    _publish(agent, report)
-    logger.info(
-        "agent %s: %d files scanned, %d added, %d changed, %d removed; %d chunks embedded, %d cache hits; %.2f s",
-        agent, report.filesScanned, report.added, report.changed, report.removed,
-        report.chunksEmbedded, report.cacheHits, report.seconds,
-    )  # fmt: skip
-    for warning in report.warnings:
-        logger.warning(warning)
+    """Index one agent's workspace incrementally; hands over to the rebuild flow when forced or when the
+    index identity (model, chunking, tokenizer, sources) changed."""
+    with _open(agent, workspace, config_path) as index:
+        rebuild_needed = force or index.needs_rebuild()
+        if not rebuild_needed:
+            report = index.sync(progress=_progress_for(agent, "sync"), stage=_as_task)
+    if rebuild_needed:
+        return rebuild_flow(agent=agent, workspace=workspace, config_path=config_path)
+    _publish(agent, "sync", report)
     return report.to_dict()
 
 
-def _publish(agent: str, report: SyncReport) -> None:
+@flow(name="memsift-rebuild", flow_run_name=_run_name("rebuild"), persist_result=False, log_prints=False)
+def rebuild_flow(agent: str = "main", workspace: str | None = None, config_path: str | None = None) -> dict[str, Any]:
+    """Re-index everything into a temp file (cached vectors reused) and swap it in atomically."""
+    with _open(agent, workspace, config_path) as index:
+        report = index.rebuild(progress=_progress_for(agent, "rebuild"), stage=_as_task)
+    _publish(agent, "rebuild", report)
+    return report.to_dict()
+
+
+def _progress_for(agent: str, kind: str) -> Progress:
+    """Progress to a Prefect progress artifact, and to the caller's callback (a terminal bar) if any."""
+    artifact = create_progress_artifact(
+        0.0, key=f"{kind}-progress-{_artifact_key(agent)}", description=f"{kind} of {agent}"
+    )
+    local = _progress.get()
+
+    def update(done: int, total: int) -> None:
+        update_progress_artifact(artifact, 100.0 * done / total if total else 100.0)
+        if local:
+            local(done, total)
+
+    return update
+
+
+def _publish(agent: str, kind: str, report: SyncReport) -> None:
+    logger = get_run_logger()
+    logger.info(
+        "%s of agent %s: %d files scanned, %d added, %d changed, %d removed, %d skipped; "
+        "%d chunks embedded in %d requests, %d cache hits; %.2f s",
+        kind, agent, report.filesScanned, report.added, report.changed, report.removed, report.skipped,
+        report.chunksEmbedded, report.embeddingCalls, report.cacheHits, report.seconds,
+    )  # fmt: skip
+    for warning in report.warnings:
+        logger.warning(warning)
     rows = [{"metric": k, "value": v} for k, v in report.to_dict().items() if k != "warnings"]
-    create_table_artifact(key=f"sync-report-{_artifact_key(agent)}", table=rows, description=f"sync of {agent}")
+    create_table_artifact(key=f"sync-report-{_artifact_key(agent)}", table=rows, description=f"{kind} of {agent}")
     if report.warnings:
         lines = "\n".join(f"- {w}" for w in report.warnings)
         create_markdown_artifact(

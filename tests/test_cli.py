@@ -73,7 +73,7 @@ def test_index_no_prefect_json_prints_the_sync_report(capsys, ws: Path) -> None:
     report = json.loads(out)
     assert set(report) == {
         "filesScanned", "added", "changed", "removed", "unchanged", "skipped", "chunksWritten", "chunksEmbedded",
-        "cacheHits", "embeddingCalls", "rebuilt", "seconds", "warnings",
+        "cacheHits", "embeddingCalls", "inputChars", "cacheCopied", "cachePruned", "rebuilt", "seconds", "warnings",
     }  # fmt: skip
     assert report["filesScanned"] == 3 and report["added"] == 3
     assert report["changed"] == report["removed"] == report["unchanged"] == 0

@@ -37,27 +37,36 @@ MEMSIFT = Path(sys.executable).parent / "memsift"
 RUN_NAME = re.compile(r"^sync-main-(\d{4}-\d\d-\d\dT\d\d:\d\d)$")
 
 
-def _flow_run_ids() -> set[UUID]:
+def _flow_run_ids(flow: str) -> set[UUID]:
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["memsift-sync"])))
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[flow])))
     return {r.id for r in runs}
 
 
 class Runs:
-    """The memsift-sync flow runs started since this object was made."""
+    """The flow runs started since this object was made."""
+
+    FLOWS = ("memsift-sync", "memsift-rebuild")
 
     def __init__(self) -> None:
-        self.before = _flow_run_ids()
+        self.before = {f: _flow_run_ids(f) for f in self.FLOWS}
 
-    def new(self) -> list[FlowRun]:
-        fresh = _flow_run_ids() - self.before
+    def new(self, flow: str = "memsift-sync") -> list[FlowRun]:
+        fresh = _flow_run_ids(flow) - self.before[flow]
+        if not fresh:
+            return []
         with get_client(sync_client=True) as client:
             return client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(fresh))))
 
-    def one(self) -> FlowRun:
-        runs = self.new()
+    def one(self, flow: str = "memsift-sync") -> FlowRun:
+        runs = self.new(flow)
         assert len(runs) == 1, [r.name for r in runs]
         return runs[0]
+
+    def worker(self) -> FlowRun:
+        """The run that indexed: the rebuild subflow (a new index, a changed identity, --force), else the sync."""
+        rebuilds = self.new("memsift-rebuild")
+        return self.one("memsift-rebuild") if rebuilds else self.one()
 
 
 def task_runs(flow_run: FlowRun) -> list[TaskRun]:
@@ -104,6 +113,7 @@ def test_run_sync_counts_second_run_embeds_nothing_force_rebuilds(workspace) -> 
     assert (second.filesScanned, second.added, second.changed, second.removed, second.unchanged) == (6, 0, 0, 0, 6)
     assert second.chunksEmbedded == second.embeddingCalls == second.chunksWritten == 0
     assert second.rebuilt is False
+    assert not runs.new("memsift-rebuild")
     assert task_counts(runs.one()) == {"scan-and-diff": 1}  # nothing to read: no index-batch task at all
 
     (ws / "memory" / "2026-01-01-n000.md").write_text("# note 0\n- rewritten fact\n")
@@ -120,8 +130,11 @@ def test_run_sync_counts_second_run_embeds_nothing_force_rebuilds(workspace) -> 
     assert forced.added == 5 and forced.chunksWritten == 5
     assert forced.chunksEmbedded == 0 and forced.cacheHits == 5 and forced.embeddingCalls == 0  # the cache serves
     run = runs.one()
-    assert run.name.startswith("rebuild-main-") and run.parameters["force"] is True
+    assert run.name.startswith("sync-main-") and run.parameters["force"] is True
     assert run.state.is_completed()
+    rebuild = runs.worker()  # the sync handed over to the rebuild flow, as a subflow
+    assert rebuild.name.startswith("rebuild-main-") and rebuild.state.is_completed()
+    assert rebuild.parent_task_run_id is not None
 
 
 # ---------------------------------------------------------------- the flow run, its tasks and artifacts
@@ -143,11 +156,13 @@ def test_flow_run_is_named_completed_coarse_and_reported(workspace) -> None:
     assert abs(run.start_time - stamp) < timedelta(minutes=2)
     assert run.parameters == {"agent": "main", "workspace": str(ws), "config_path": None, "force": False}
 
-    tasks = task_runs(run)
+    worker = runs.worker()  # a new index is built by the rebuild flow, as a subflow of the sync
+    assert worker.name.startswith("rebuild-main-")
+    tasks = task_runs(worker)
     assert all(t.state is not None and t.state.is_completed() for t in tasks)
-    assert task_counts(run) == {"scan-and-diff": 1, "index-batch": 2}  # 64 + 36 files, not 100 tasks
+    assert task_counts(worker) == {"scan-and-diff": 1, "index-batch": 2}  # 64 + 36 files, not 100 tasks
 
-    found = artifacts(run)
+    found = {k: v for k, v in artifacts(worker).items() if "progress" not in k}
     assert set(found) == {"sync-report-main"}  # no warnings: no markdown artifact
     table = found["sync-report-main"]
     assert table.type == "table"
@@ -166,10 +181,10 @@ def test_warnings_make_a_markdown_artifact(workspace) -> None:
     assert report.added == 1
     assert report.warnings == ["skipped memory/blob.md: binary content (NUL bytes)"]
 
-    run = runs.one()
+    run = runs.worker()
     assert run.state.is_completed()  # a skipped file is a warning, not a failure
     found = artifacts(run)
-    assert set(found) == {"sync-report-main", "sync-warnings-main"}
+    assert set(found) == {"sync-report-main", "sync-warnings-main", "rebuild-progress-main"}
     md = found["sync-warnings-main"]
     assert md.type == "markdown"
     assert "- skipped memory/blob.md: binary content (NUL bytes)" in md.data
@@ -186,7 +201,7 @@ def test_other_agent_from_a_config_file(workspace, memsift_home: Path) -> None:
     assert (memsift_home / "memory" / "Side_2.sqlite").is_file()
     run = runs.one()
     assert re.match(r"^sync-Side_2-\d{4}-", run.name)
-    assert "sync-report-side-2" in artifacts(run)  # artifact keys: lower case, digits, dashes
+    assert "sync-report-side-2" in artifacts(runs.worker())  # artifact keys: lower case, digits, dashes
     assert side.is_dir()
 
 
@@ -222,7 +237,7 @@ def test_cli_index_runs_the_flow(workspace, capsys, monkeypatch) -> None:
     run = runs.one()
     assert RUN_NAME.match(run.name) and run.state.is_completed()
     assert run.parameters["workspace"] == str(ws.resolve())
-    rows = json.loads(artifacts(run)["sync-report-main"].data)
+    rows = json.loads(artifacts(runs.worker())["sync-report-main"].data)
     assert {r["metric"]: r["value"] for r in rows}["added"] == 3
 
     runs = Runs()
@@ -231,7 +246,7 @@ def test_cli_index_runs_the_flow(workspace, capsys, monkeypatch) -> None:
     assert out.startswith(f"rebuilt agent main ({ws.resolve()})\n")
     assert "files: 3 scanned, 3 added, 0 changed, 0 removed\n" in out
     assert "chunks: 0 embedded, 3 cache hits, 3 written\n" in out
-    assert runs.one().name.startswith("rebuild-main-")
+    assert runs.worker().name.startswith("rebuild-main-")
 
 
 def test_cli_index_process_json_is_one_document(workspace, memsift_home: Path) -> None:
@@ -248,6 +263,6 @@ def test_cli_index_process_json_is_one_document(workspace, memsift_home: Path) -
     report = json.loads(proc.stdout)
     assert report["added"] == 2 and report["warnings"] == ["skipped memory/blob.md: binary content (NUL bytes)"]
     assert "Traceback" not in proc.stderr
-    run = runs.one()
+    run = runs.worker()
     assert run.state.is_completed()
-    assert set(artifacts(run)) == {"sync-report-main", "sync-warnings-main"}
+    assert set(artifacts(run)) == {"sync-report-main", "sync-warnings-main", "rebuild-progress-main"}

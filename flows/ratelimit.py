@@ -1,0 +1,76 @@
+"""One embedding quota shared by every worker: a Prefect global concurrency limit with slot decay.
+
+When `embedding.requestsPerMinute` is set, `memsift up` (or `memsift ratelimit`) creates the limit
+`memsift-embedding` with `requestsPerMinute / 60` slots decaying per second, and every embedding request
+made inside a flow first takes a slot with `rate_limit`. Without a server, or when the limit does not
+exist, `rate_limit(strict=False)` returns at once and only the in-process limiter applies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
+from prefect.concurrency.sync import rate_limit
+from prefect.exceptions import ObjectNotFound
+
+from core.config import Config
+from core.embedders import Embedder, create_embedder
+
+LIMIT_NAME = "memsift-embedding"
+
+
+class RateLimitedEmbedder:
+    """The same embedder, taking a slot of the shared limit before each document request."""
+
+    def __init__(self, inner: Embedder, limit: str = LIMIT_NAME) -> None:
+        self.inner = inner
+        self.limit = limit
+        self.provider, self.model, self.dims = inner.provider, inner.model, inner.dims
+        self.fingerprint = inner.fingerprint
+
+    @property
+    def calls(self) -> int:
+        return self.inner.calls
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        rate_limit(self.limit, occupy=1, strict=False)
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+
+def limited_embedder(config: Config) -> Embedder | None:
+    """The configured embedder (EmbedderUnavailable if it cannot start), rate limited when a quota is set."""
+    embedder = create_embedder(config.embedding)
+    if embedder is None or config.embedding.requestsPerMinute is None:
+        return embedder
+    return RateLimitedEmbedder(embedder)
+
+
+def ensure_limit(requests_per_minute: float) -> dict[str, float]:
+    """Create or update the shared limit so it admits `requests_per_minute` on average."""
+    per_second = requests_per_minute / 60.0
+    burst = max(1, round(per_second))
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(LIMIT_NAME)
+            client.update_global_concurrency_limit(
+                LIMIT_NAME, GlobalConcurrencyLimitUpdate(limit=burst, slot_decay_per_second=per_second)
+            )
+        except ObjectNotFound:
+            client.create_global_concurrency_limit(
+                GlobalConcurrencyLimitCreate(name=LIMIT_NAME, limit=burst, slot_decay_per_second=per_second)
+            )
+    return {"limit": burst, "slotDecayPerSecond": per_second}
+
+
+def limit_status() -> dict[str, float] | None:
+    """The shared limit as the server has it, or None (no server, or no limit)."""
+    try:
+        with get_client(sync_client=True) as client:
+            gcl = client.read_global_concurrency_limit_by_name(LIMIT_NAME)
+    except Exception:  # no server reachable, or no such limit: the in-process limiter alone applies
+        return None
+    return {"name": LIMIT_NAME, "limit": gcl.limit, "slotDecayPerSecond": gcl.slot_decay_per_second}
