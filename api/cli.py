@@ -207,6 +207,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = _config(args)
     with MemoryIndex(config) as index:
         doc = index.status(deep=args.deep)
+    from flows.ratelimit import rate_limit_status
+
+    doc["rateLimit"] = rate_limit_status(config)
     if args.json:
         _print_json(doc)
         return 0

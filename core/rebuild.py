@@ -67,6 +67,8 @@ def rebuild(
         for path in [tmp, *(Path(f"{tmp}{s}") for s in SIDE_FILES)]:
             path.unlink(missing_ok=True)
         raise
+    finally:
+        Path(f"{tmp}.swap").unlink(missing_ok=True)  # the swap lock file Store made beside the temp file
     return report
 
 

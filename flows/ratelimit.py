@@ -4,15 +4,16 @@ When `embedding.requestsPerMinute` is set, `memsift up` (or `memsift ratelimit`)
 `memsift-embedding` with `requestsPerMinute / 60` slots decaying per second, and every embedding request
 made inside a flow first takes a slot with `rate_limit`. Without a server, or when the limit does not
 exist, `rate_limit(strict=False)` returns at once and only the in-process limiter applies.
+
+Prefect is imported inside the functions: `memsift status` reads this module and should not pay a second
+for importing Prefect when no server is configured.
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
-from prefect.concurrency.sync import rate_limit
-from prefect.exceptions import ObjectNotFound
 
 from core.config import Config
 from core.embedders import Embedder, create_embedder
@@ -34,6 +35,8 @@ class RateLimitedEmbedder:
         return self.inner.calls
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
+        from prefect.concurrency.sync import rate_limit
+
         rate_limit(self.limit, occupy=1, strict=False)
         return self.inner.embed_documents(texts)
 
@@ -51,6 +54,10 @@ def limited_embedder(config: Config) -> Embedder | None:
 
 def ensure_limit(requests_per_minute: float) -> dict[str, float]:
     """Create or update the shared limit so it admits `requests_per_minute` on average."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
+    from prefect.exceptions import ObjectNotFound
+
     per_second = requests_per_minute / 60.0
     burst = max(1, round(per_second))
     with get_client(sync_client=True) as client:
@@ -68,9 +75,25 @@ def ensure_limit(requests_per_minute: float) -> dict[str, float]:
 
 def limit_status() -> dict[str, float] | None:
     """The shared limit as the server has it, or None (no server, or no limit)."""
+    from prefect.client.orchestration import get_client
+
     try:
         with get_client(sync_client=True) as client:
             gcl = client.read_global_concurrency_limit_by_name(LIMIT_NAME)
     except Exception:  # no server reachable, or no such limit: the in-process limiter alone applies
         return None
     return {"name": LIMIT_NAME, "limit": gcl.limit, "slotDecayPerSecond": gcl.slot_decay_per_second}
+
+
+def rate_limit_status(config: Config) -> dict[str, object]:
+    """What throttles embedding requests, for `status`: the shared Prefect limit or nothing.
+
+    The server is asked only when PREFECT_API_URL is set: without it, Prefect would start a temporary
+    server just to answer.
+    """
+    shared = limit_status() if os.environ.get("PREFECT_API_URL") else None
+    return {
+        "requestsPerMinute": config.embedding.requestsPerMinute,
+        "active": "prefect" if shared and config.embedding.requestsPerMinute else "none",
+        "prefect": shared,
+    }

@@ -1,0 +1,65 @@
+"""The shared embedding quota: a Prefect global concurrency limit with slot decay."""
+
+from __future__ import annotations
+
+import pytest
+
+from flows.ratelimit import LIMIT_NAME, RateLimitedEmbedder, ensure_limit, limit_status, rate_limit_status
+from flows.sync import run_sync
+
+
+@pytest.fixture
+def api_url(prefect_harness, monkeypatch):
+    from prefect.settings import PREFECT_API_URL
+
+    monkeypatch.setenv("PREFECT_API_URL", PREFECT_API_URL.value())
+
+
+def test_the_limit_is_created_then_updated(api_url):
+    assert ensure_limit(120) == {"limit": 2, "slotDecayPerSecond": 2.0}
+    assert limit_status() == {"name": LIMIT_NAME, "limit": 2, "slotDecayPerSecond": 2.0}
+    ensure_limit(600)
+    assert limit_status() == {"name": LIMIT_NAME, "limit": 10, "slotDecayPerSecond": 10.0}
+
+
+def test_status_says_which_limiter_is_active(api_url, workspace, make_config, monkeypatch):
+    ensure_limit(60)
+    ws = workspace({"MEMORY.md": "x\n"})
+    assert rate_limit_status(make_config(ws))["active"] == "none"  # no quota configured
+    limited = rate_limit_status(make_config(ws, **{"embedding.requestsPerMinute": 60}))
+    assert limited["active"] == "prefect" and limited["prefect"]["slotDecayPerSecond"] == 1.0
+    monkeypatch.delenv("PREFECT_API_URL")
+    assert rate_limit_status(make_config(ws, **{"embedding.requestsPerMinute": 60}))["prefect"] is None
+
+
+def test_a_flow_with_a_quota_embeds_through_the_limit(api_url, workspace, counting_embedder):
+    ensure_limit(6000)
+    ws = workspace(
+        {
+            "MEMORY.md": "# Memory\n- a fact\n",
+            "memory/a.md": "- another fact\n",
+            "memsift.toml": "[embedding]\nrequestsPerMinute = 6000\nbatchMaxInputs = 1\n",
+        }
+    )
+    report = run_sync("main", workspace=str(ws))
+    assert report.chunksEmbedded == 2 and report.embeddingCalls >= 2
+
+
+def test_the_wrapper_keeps_the_embedders_identity(counting_embedder):
+    limited = RateLimitedEmbedder(counting_embedder)
+    assert (limited.provider, limited.model, limited.dims, limited.fingerprint) == (
+        counting_embedder.provider,
+        counting_embedder.model,
+        counting_embedder.dims,
+        counting_embedder.fingerprint,
+    )
+    assert limited.embed_query("hello").shape == (384,)
+
+
+def test_only_a_configured_quota_wraps_the_embedder(workspace, make_config):
+    from flows.ratelimit import limited_embedder
+
+    ws = workspace({"MEMORY.md": "x\n"})
+    assert not isinstance(limited_embedder(make_config(ws)), RateLimitedEmbedder)
+    assert isinstance(limited_embedder(make_config(ws, **{"embedding.requestsPerMinute": 60})), RateLimitedEmbedder)
+    assert limited_embedder(make_config(ws, **{"embedding.provider": "none"})) is None
