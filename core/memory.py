@@ -6,6 +6,8 @@ The CLI and the API are thin layers over this class; the Prefect flows drive `co
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -82,17 +84,22 @@ class MemoryIndex:
     def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
         """Incremental sync, or a rebuild with atomic swap when forced or when the identity changed."""
         embedder = self.require_embedder()
-        with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
-            remove_orphans(self.config.db_path)
+        with self._writing():
             if force or self.needs_rebuild():
                 return self._rebuild(embedder, progress, stage)
             return sync(self.store, self.config, embedder, progress=progress, stage=stage)
 
     def rebuild(self, *, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
         embedder = self.require_embedder()
+        with self._writing():
+            return self._rebuild(embedder, progress, stage)
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The agent's writer lock; whoever holds it may delete temp files a crashed rebuild left."""
         with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
             remove_orphans(self.config.db_path)
-            return self._rebuild(embedder, progress, stage)
+            yield
 
     def _rebuild(self, embedder: Embedder | None, progress: Progress | None, stage: Stage) -> SyncReport:
         self.close()  # our connection would hold the old file; the next access opens the new one
@@ -103,8 +110,7 @@ class MemoryIndex:
         embedder works: a provider that cannot start gives a keyword index and a degraded answer."""
         check_request(query, options.get("max_results"), options.get("min_score"))
         if self.store.identity() is None:
-            with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
-                remove_orphans(self.config.db_path)
+            with self._writing():
                 if self.store.identity() is None:  # nobody indexed it while we waited
                     self._rebuild(self.embedder(), None, _direct)
         return search(self.store, self.config, self.embedder(), query, embedder_error=self._embedder_error, **options)
