@@ -75,6 +75,17 @@ def _parser() -> _Parser:
     status = sub.add_parser("status", parents=[common], help="index and embedder state")
     status.add_argument("--deep", action="store_true", help="probe the embedder")
 
+    serve = sub.add_parser("serve", parents=[common], help="the REST API (all agents of the configuration)")
+    serve.add_argument("--host", metavar="H", help="address to bind (default: api.host, 127.0.0.1)")
+    serve.add_argument("--port", type=_bounded(int, 1, 65535), metavar="P", help="port (default: api.port, 8000)")
+    serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without an API key")
+
+    up = sub.add_parser("up", parents=[common], help="Prefect server, served flows, watcher and REST API in one")
+    up.add_argument(
+        "--port", type=_bounded(int, 1, 65535), metavar="P", help="Prefect server port (default 4200 or free)"
+    )
+    sub.add_parser("ratelimit", parents=[common], help="create or update the shared embedding rate limit")
+
     ev = sub.add_parser("eval", parents=[common], help="retrieval metrics for a query file")
     ev.add_argument("queries", metavar="QUERIES.jsonl")
     ev.add_argument("--k", type=int, default=10)
@@ -236,7 +247,42 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status, "eval": cmd_eval}
+def cmd_serve(args: argparse.Namespace) -> int:
+    from api.serve import run_serve
+
+    main_config = load_config(args.config, workspace=args.workspace)  # it serves every agent: no --agent
+    return run_serve(main_config, host=args.host, port=args.port, insecure=args.insecure)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from api.up import agent_configs, run_up
+
+    return run_up(agent_configs(args.config, args.workspace), args.port)
+
+
+def cmd_ratelimit(args: argparse.Namespace) -> int:
+    from api.up import ratelimit
+
+    doc = ratelimit(_config(args))
+    if args.json:
+        _print_json(doc)
+    elif doc is None:
+        print("no embedding rate limit (embedding.requestsPerMinute is not set)")
+    else:
+        print(f"{doc['name']}: limit {doc['limit']}, {doc['slotDecayPerSecond']:g} slots freed per second")
+    return 0
+
+
+_COMMANDS = {
+    "index": cmd_index,
+    "search": cmd_search,
+    "get": cmd_get,
+    "status": cmd_status,
+    "eval": cmd_eval,
+    "up": cmd_up,
+    "ratelimit": cmd_ratelimit,
+}
+_COMMANDS["serve"] = cmd_serve
 
 
 if __name__ == "__main__":

@@ -811,17 +811,37 @@ class TimingEmbedder:
         return out
 
 
-def section_query(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+@dataclass
+class QueryIndex:
+    """An index of about `chunks` chunks built by `build_query_index`, and how it was made."""
+
+    config: Any
+    files: int
+    chunks: int
+    distinct_texts: int
+    reused_texts: int
+    embedded_texts: int
+    embed_s: float
+    variants: int
+    perturbed_vectors: int
+    build_s: float
+    report: Any
+
+
+def build_query_index(tmp: Path, *, seed: int, chunks: int, distinct: int, noise: float) -> QueryIndex:
+    """Section 3's index, also used by bench/load.py: notes until `distinct` chunks, embedded by the real
+    model, then perturbed copies (same-length word swaps, vectors = the original's plus noise of norm
+    `noise`) until `chunks`, all vectors put in the cache before one normal sync. MEMSIFT_HOME becomes
+    `tmp/s3-home`, the workspace is `tmp/s3-workspace`."""
     from core import MemoryIndex, load_config
     from core.chunking import chunk_text
     from core.indexer import cache_key
     from core.store import Store
 
-    emb, load_info = embedder()
+    emb, _ = embedder()
     ws = tmp / "s3-workspace"
-    rng = np.random.default_rng(args.seed)
-    target = args.query_chunks
-    base_target = min(args.distinct, target)
+    rng = np.random.default_rng(seed)
+    base_target = min(distinct, chunks)
 
     # Base notes (the same generator and seed as section 1, so its vectors are reused for the same texts).
     base: list[tuple[int, str, list]] = []
@@ -829,42 +849,41 @@ def section_query(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     n_base = 0
     i = 0
     while n_base < base_target:
-        text = daily_note(args.seed, i)
-        chunks = chunk_text(text)
-        base.append((i, text, chunks))
+        text = daily_note(seed, i)
+        note_chunks = chunk_text(text)
+        base.append((i, text, note_chunks))
         files[f"memory/{note_date(i).isoformat()}.md"] = text
-        n_base += len(chunks)
+        n_base += len(note_chunks)
         i += 1
-    distinct = {c.hash: c.text for _, _, chunks in base for c in chunks}
-    missing = [h for h in distinct if h not in VECTORS]
-    reused = len(distinct) - len(missing)
+    texts = {c.hash: c.text for _, _, note_chunks in base for c in note_chunks}
+    missing = [h for h in texts if h not in VECTORS]
     t = time.perf_counter()
     for k in range(0, len(missing), 96):
         part = missing[k : k + 96]
-        VECTORS.update(zip(part, emb.embed_documents([distinct[h] for h in part])))
+        VECTORS.update(zip(part, emb.embed_documents([texts[h] for h in part])))
         log(f"query: embedded {min(k + 96, len(missing))}/{len(missing)} base texts")
     embed_s = time.perf_counter() - t
 
     # Perturbed copies: same-length word swaps keep every chunk's line range; each copy's chunk reuses the
     # real vector of its base chunk plus small noise (cosine ~0.99), and is put in the embedding cache.
-    cache: dict[str, np.ndarray] = {h: VECTORS[h] for h in distinct}
+    cache: dict[str, np.ndarray] = {h: VECTORS[h] for h in texts}
     total = n_base
     variant = 0
     perturbed = 0
-    while total < target:
+    while total < chunks:
         variant += 1
-        mapping = swap_map(args.seed, variant)
-        for n, text, chunks in base:
-            if total >= target:
+        mapping = swap_map(seed, variant)
+        for n, text, note_chunks in base:
+            if total >= chunks:
                 break
             vtext = perturb(text, mapping)
             vchunks = chunk_text(vtext)
-            if [(c.start_line, c.end_line) for c in vchunks] != [(c.start_line, c.end_line) for c in chunks]:
+            if [(c.start_line, c.end_line) for c in vchunks] != [(c.start_line, c.end_line) for c in note_chunks]:
                 raise SystemExit("query: a perturbed copy changed the chunk boundaries")
-            for c, vc in zip(chunks, vchunks):
+            for c, vc in zip(note_chunks, vchunks):
                 if vc.hash not in cache:
-                    noise = rng.standard_normal(emb.dims).astype(np.float32) * (args.noise / np.sqrt(emb.dims))
-                    v = VECTORS[c.hash] + noise
+                    jitter = rng.standard_normal(emb.dims).astype(np.float32) * (noise / np.sqrt(emb.dims))
+                    v = VECTORS[c.hash] + jitter
                     cache[vc.hash] = (v / np.linalg.norm(v)).astype(np.float32)
                     perturbed += 1
             files[f"memory/archive/copy-{variant:02d}/{note_date(n).isoformat()}.md"] = vtext
@@ -884,6 +903,27 @@ def section_query(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         raise SystemExit(f"query: the sync embedded {report.chunksEmbedded} texts; the cache was meant to hold all")
     n_chunks = sum(stats["chunks"].values())
     log(f"query: index of {len(files)} files, {n_chunks} chunks built in {build_s:.1f} s (all vectors cached)")
+    return QueryIndex(
+        config=config,
+        files=len(files),
+        chunks=n_chunks,
+        distinct_texts=len(texts),
+        reused_texts=len(texts) - len(missing),
+        embedded_texts=len(missing),
+        embed_s=embed_s,
+        variants=variant,
+        perturbed_vectors=perturbed,
+        build_s=build_s,
+        report=report,
+    )
+
+
+def section_query(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    from core import MemoryIndex
+
+    emb, load_info = embedder()
+    built = build_query_index(tmp, seed=args.seed, chunks=args.query_chunks, distinct=args.distinct, noise=args.noise)
+    config = built.config
 
     timing = TimingEmbedder(emb)
     queries = make_queries(args.seed + 1, args.queries)
@@ -913,17 +953,17 @@ def section_query(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     rest_hybrid = [t - e for e, t in zip(embed_in["hybrid"], lat["hybrid"])]
     rest_vector = [t - e for e, t in zip(embed_in["vector"], lat["vector"])]
     return {
-        "files": len(files),
-        "chunks": n_chunks,
-        "base_texts_embedded_by_model": len(distinct),
-        "base_texts_reused_from_index_section": reused,
-        "base_embed_s": round(embed_s, 1),
-        "base_embed_texts_per_s": round(len(missing) / embed_s, 2) if missing else None,
-        "perturbed_copies": variant,
-        "perturbed_chunk_vectors": perturbed,
+        "files": built.files,
+        "chunks": built.chunks,
+        "base_texts_embedded_by_model": built.distinct_texts,
+        "base_texts_reused_from_index_section": built.reused_texts,
+        "base_embed_s": round(built.embed_s, 1),
+        "base_embed_texts_per_s": round(built.embedded_texts / built.embed_s, 2) if built.embedded_texts else None,
+        "perturbed_copies": built.variants,
+        "perturbed_chunk_vectors": built.perturbed_vectors,
         "vector_noise": args.noise,
-        "index_build_s": round(build_s, 1),
-        "build_report": report.to_dict(),
+        "index_build_s": round(built.build_s, 1),
+        "build_report": built.report.to_dict(),
         "queries": len(queries),
         "warmup_queries": len(warm),
         "latency_ms": {m: summary_ms(lat[m]) for m in modes},

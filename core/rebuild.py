@@ -8,6 +8,7 @@ file is removed and the live index stays exactly as it was.
 The swap: the new file leaves WAL mode (a checkpoint, then the rollback journal), is fsynced, and replaces
 the live file with one `rename`; the old file's `-wal` and `-shm` are deleted while the swap lock is held
 exclusively, so no reader can open the new file beside them (SQLite would read another database's WAL).
+Still under that lock, the new file goes back to WAL mode for its readers and its one writer.
 Readers that had the old file open keep reading it until they notice the new inode and reopen.
 """
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+
+import apsw
 
 from .config import Config
 from .embedders import Embedder
@@ -78,6 +81,13 @@ def swap_in(tmp: Path, live: Path) -> None:
         for suffix in SIDE_FILES:
             Path(f"{live}{suffix}").unlink(missing_ok=True)
         _fsync_dir(live.parent)
+        # Back to WAL while nobody can open it: switching takes an exclusive lock, which readers opening the
+        # file after the swap would otherwise fight over ("database is locked").
+        conn = apsw.Connection(str(live))
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        finally:
+            conn.close()
 
 
 def _fsync_file(path: Path) -> None:

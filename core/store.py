@@ -416,8 +416,11 @@ class Store:
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
+        # CROSS JOIN keeps chunks the outer loop (a rowid lookup per id, then one cache row each). With a plain
+        # JOIN and a couple of dozen ids, SQLite preferred walking every cache row of the model and probing
+        # chunks(hash): 50-100 ms per hybrid search at 10,000 chunks instead of 0.6 ms.
         rows = self.conn.execute(
-            "SELECT c.id, e.embedding FROM chunks c JOIN embedding_cache e ON e.hash = c.hash "
+            "SELECT c.id, e.embedding FROM chunks c CROSS JOIN embedding_cache e ON e.hash = c.hash "
             f"AND e.provider = ? AND e.model = ? AND e.fingerprint = ? WHERE c.id IN ({marks})",
             (*key, *ids),
         )

@@ -1,1 +1,2 @@
-"""Prefect flows that orchestrate `core`: the sync flow today."""
+"""Prefect flows that orchestrate `core`: sync and rebuild, their deployments, the file watcher, the shared
+embedding limit."""

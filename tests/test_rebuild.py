@@ -13,8 +13,8 @@ from pathlib import Path
 import apsw
 import numpy as np
 import pytest
-
 from conftest import CountingEmbedder
+
 from core import MemoryIndex
 from core.locking import LockTimeout, writer_lock
 
@@ -239,16 +239,15 @@ def test_searches_go_on_during_rebuilds(ws, make_config, counting_embedder):
     thread = threading.Thread(target=reader)
     thread.start()
     try:
-        inodes = set()
         for tokens in (300, 200, 400):
+            before = config.db_path.stat().st_ino
             with MemoryIndex(make_config(ws, **{"chunking.tokens": tokens}), embedder=counting_embedder) as index:
                 assert index.sync().rebuilt
-            inodes.add(config.db_path.stat().st_ino)
+            assert config.db_path.stat().st_ino != before  # a new file was swapped in
     finally:
         stop.set()
         thread.join(timeout=60)
     assert errors == []
-    assert len(inodes) == 3  # three files swapped in
     assert answers and all(n >= 1 for n in answers)  # every search found the note, old index or new
 
 

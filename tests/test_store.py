@@ -142,3 +142,26 @@ def test_keyword_path_prefix_is_case_sensitive_like_the_vector_leg(workspace, ma
     assert [h.path for h in index.search("shared keyword", path_prefix="MEMORY").results] == ["MEMORY.md"]
     assert index.search("shared keyword", path_prefix="mem%").results == []
     assert index.search("shared keyword", path_prefix="memory_").results == []
+
+
+def test_vectors_for_looks_chunks_up_by_id_not_the_whole_cache(tmp_path):
+    """The plan of `vectors_for` with a hybrid search's couple of dozen ids: a rowid lookup per chunk, then
+    its cache row; not a walk over every cached vector of the model (50-100 ms at 10,000 chunks)."""
+    key = ("local", "m", "f")
+    with Store(tmp_path / "idx.sqlite") as store:
+        store.reset({}, "unicode61")
+        with store.transaction():
+            store.replace_file("memory/a.md", "memory", 1, 1, "h", [(i, i, f"t{i}", f"h{i}") for i in range(40)], None)
+            store.cache_put(key, {f"h{i}": np.ones(4, dtype=np.float32) for i in range(40)})
+        statements: list[tuple[str, tuple]] = []
+
+        def trace(cursor, sql, bindings):
+            statements.append((sql, bindings))
+            return True
+
+        store.conn.exec_trace = trace
+        assert len(store.vectors_for(range(1, 25), key)) == 24
+        store.conn.exec_trace = None
+        (sql, bindings) = statements[0]
+        plan = [row[3] for row in store.conn.execute("EXPLAIN QUERY PLAN " + sql, bindings)]
+        assert plan[0].startswith("SEARCH c USING INTEGER PRIMARY KEY"), plan

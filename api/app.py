@@ -1,0 +1,158 @@
+"""The Litestar app of SPEC section 4: `create_app(config)`.
+
+The factory wires the routes to one agent pool, one index-run registry and one set of metrics, and adds what
+every route shares: problem details (RFC 9457) for every error, with a `detail` that names the field or says
+what to do; the API key guard on `/v1` (health, metrics and docs stay open); the 64 KiB body limit; the
+OpenAPI 3.1 schema at `/schema/openapi.json` and the offline docs page at `/schema`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+from http import HTTPStatus
+from importlib.metadata import version
+from typing import Any
+
+from litestar import Litestar, Request, Response, Router
+from litestar.connection import ASGIConnection
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.handlers import BaseRouteHandler
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.static_files import create_static_files_router
+from litestar.types import Guard
+
+from api.agents import Agents, UnknownAgent
+from api.docs import STATIC_DIR, STATIC_PATH, OfflineRedoc
+from api.metrics import Metrics, request_metrics
+from api.routes import PROBLEM_MEDIA_TYPE, HealthController, MemoryController
+from api.runs import IndexRuns, PrefectUnavailable
+from api.schemas import Problem
+from core import Config, GetError, SearchError, StoreError
+from core.locking import LockTimeout
+
+MAX_BODY_BYTES = 64 * 1024
+
+log = logging.getLogger("memsift.api")
+
+# Errors of core and of this package, by the status they answer with (GetError carries its own).
+_STATUS: dict[type[Exception], int] = {
+    SearchError: 400,
+    UnknownAgent: 404,
+    LockTimeout: 503,  # a sync holds the writer lock while a never-indexed agent's first search waits
+    StoreError: 503,
+    PrefectUnavailable: 503,
+}
+
+
+def create_app(config: Config) -> Litestar:
+    """The API for the main agent of `config` and its `agents.<id>`; `api.key` (or MEMSIFT_API_KEY) set
+    makes every `/v1` route require `Authorization: Bearer <key>`."""
+    metrics = Metrics()
+    agents = Agents(config, wrap_embedder=metrics.timed)
+    metrics.track_indexes(agents.names, agents.lease)
+    runs = IndexRuns()
+    key = config.api.key
+
+    def start() -> None:
+        threading.Thread(target=agents.warm_up, name="memsift-warm-up", daemon=True).start()
+
+    def stop() -> None:
+        runs.close()
+        agents.close()
+
+    memory = Router(
+        path="/",
+        route_handlers=[MemoryController],
+        guards=[bearer_guard(key)] if key else [],
+        security=[{"bearer": []}] if key else None,
+    )
+    return Litestar(
+        route_handlers=[
+            memory,
+            HealthController,
+            create_static_files_router(path=STATIC_PATH, directories=[STATIC_DIR], include_in_schema=False),
+        ],
+        dependencies={
+            "agents": Provide(lambda: agents, sync_to_thread=False),
+            "runs": Provide(lambda: runs, sync_to_thread=False),
+            "metrics": Provide(lambda: metrics, sync_to_thread=False),
+        },
+        state=State({"agents": agents, "runs": runs, "metrics": metrics}),
+        exception_handlers={
+            HTTPException: _http_problem,
+            **{kind: _problem_of for kind in (*_STATUS, GetError, Exception)},
+        },
+        middleware=[request_metrics().middleware],
+        logging_config=None,  # the server's (uvicorn's) logging stays as it is; the app adds no handlers
+        request_max_body_size=MAX_BODY_BYTES,
+        on_startup=[start],
+        on_shutdown=[stop],
+        openapi_config=OpenAPIConfig(
+            title="memsift",
+            version=version("memsift"),
+            description="Hybrid search over an AI agent's Markdown memory (SPEC section 4).",
+            path="/schema",
+            render_plugins=[OfflineRedoc()],
+            components=Components(
+                security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")} if key else None
+            ),
+        ),
+    )
+
+
+def bearer_guard(key: str) -> Guard:
+    expected = key.encode()
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        scheme, _, token = connection.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
+            raise NotAuthorizedException(
+                "missing or wrong API key: send `Authorization: Bearer <key>` (the server's api.key)",
+                headers={"WWW-Authenticate": 'Bearer realm="memsift"'},
+            )
+
+    return guard
+
+
+def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> Response[Problem]:
+    return Response(
+        Problem(status=status, title=HTTPStatus(status).phrase, detail=detail),
+        status_code=status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+def _http_problem(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Problem]:
+    """Litestar's own errors (validation, 401, 404, 405, 413) with a detail a client can act on."""
+    if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
+        detail = "; ".join(_field_error(e) for e in exc.extra if isinstance(e, dict))
+    elif isinstance(exc, RequestEntityTooLarge):
+        detail = f"the request body is over the limit of {MAX_BODY_BYTES} bytes"
+    elif exc.detail == HTTPStatus(exc.status_code).phrase:  # Litestar said nothing more than the status
+        detail = f"{exc.detail}: {request.method} {request.url.path}"
+    else:
+        detail = exc.detail
+    return problem(exc.status_code, detail, exc.headers)
+
+
+def _field_error(error: dict[str, Any]) -> str:
+    """'maxResults: Expected `int` <= 100' (Litestar names the whole body 'data')."""
+    key = error.get("key") or "body"
+    return f"{'body' if key == 'data' else key}: {error.get('message', 'invalid')}"
+
+
+def _problem_of(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
+    if isinstance(exc, GetError):
+        return problem(exc.status, str(exc))
+    for kind, status in _STATUS.items():
+        if isinstance(exc, kind):
+            return problem(status, str(exc))
+    log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return problem(500, f"internal error ({type(exc).__name__}); the server log has the details")

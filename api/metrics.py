@@ -1,0 +1,130 @@
+"""Prometheus metrics of the API process.
+
+Requests per route (count and latency) come from Litestar's Prometheus middleware, labelled by the route
+template so `/v1/index/{runId}` is one series; it records into prometheus_client's process-wide registry,
+which also holds the process collectors (RSS, CPU, open files). What is memsift's own lives in a registry per
+app: the time core spends in a search and, within it, embedding the query (the one stage whose cost we can
+measure from outside core for free, by wrapping the embedder), and per agent the index size, chunk count and
+age of the last sync, read when scraped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import numpy as np
+from litestar.plugins.prometheus import PrometheusConfig
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from core import MemoryIndex, StoreError
+from core.embedders import Embedder
+
+# Searches take milliseconds; the defaults of prometheus_client start at 5 ms.
+SEARCH_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+Lease = Callable[[str], AbstractContextManager[MemoryIndex]]
+
+
+def request_metrics() -> PrometheusConfig:
+    """The request middleware's settings: `memsift_requests_total`, `memsift_request_duration_seconds`."""
+    return PrometheusConfig(
+        app_name="memsift", prefix="memsift", group_path=True, exclude_unhandled_paths=True, buckets=SEARCH_BUCKETS
+    )
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.search_seconds = Histogram(
+            "memsift_search_seconds",
+            "Time core spent in one search (tookMs), by agent and the mode that ran",
+            ["agent", "mode"],
+            buckets=SEARCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.embed_seconds = Histogram(
+            "memsift_search_embed_query_seconds",
+            "Time spent embedding the query inside a search",
+            buckets=SEARCH_BUCKETS,
+            registry=self.registry,
+        )
+
+    def track_indexes(self, agents: list[str], lease: Lease) -> None:
+        self.registry.register(IndexCollector(agents, lease))
+
+    def timed(self, embedder: Embedder) -> Embedder:
+        return TimedEmbedder(embedder, self.embed_seconds)
+
+    def observe_search(self, agent: str, mode: str, took_ms: float) -> None:
+        self.search_seconds.labels(agent, mode).observe(took_ms / 1000)
+
+    def exposition(self) -> bytes:
+        """Prometheus text: the process-wide registry (requests, process), then this app's."""
+        return generate_latest(REGISTRY) + generate_latest(self.registry)
+
+
+class IndexCollector(Collector):
+    """Per agent, at scrape time: bytes on disk (database and WAL), chunks, seconds since the last sync
+    (the last two only while the index opens)."""
+
+    def __init__(self, agents: list[str], lease: Lease) -> None:
+        self.agents = agents
+        self.lease = lease
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        size = GaugeMetricFamily("memsift_index_size_bytes", "Index file and its WAL, bytes", labels=["agent"])
+        chunks = GaugeMetricFamily("memsift_index_chunks", "Chunks in the index", labels=["agent"])
+        age = GaugeMetricFamily(
+            "memsift_index_last_sync_age_seconds",
+            "Seconds since the last sync (absent: never synced)",
+            labels=["agent"],
+        )
+        for agent in self.agents:
+            with self.lease(agent) as index:
+                size.add_metric([agent], _bytes_on_disk(index.config.db_path))
+                try:
+                    count = sum(index.store.stats()["chunks"].values())
+                    last = index.store.get_meta("last_sync")
+                except StoreError:  # /readyz says why; the scrape goes on
+                    continue
+            chunks.add_metric([agent], count)
+            if last:
+                age.add_metric([agent], max(0.0, time.time() - float(last)))
+        yield from (size, chunks, age)
+
+
+def _bytes_on_disk(db: Path) -> int:
+    total = 0
+    for path in (db, Path(f"{db}-wal")):
+        try:
+            total += os.stat(path).st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+class TimedEmbedder:
+    """The shared embedder, timing each query embedding into a histogram (documents pass straight through)."""
+
+    def __init__(self, inner: Embedder, histogram: Histogram) -> None:
+        self.inner = inner
+        self.histogram = histogram
+        self.provider, self.model, self.dims = inner.provider, inner.model, inner.dims
+        self.fingerprint = inner.fingerprint
+
+    @property
+    def calls(self) -> int:
+        return self.inner.calls
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        with self.histogram.time():
+            return self.inner.embed_query(text)

@@ -1,0 +1,131 @@
+"""A local `prefect server start` as a child process that memsift owns, and a bounded wait for any server.
+
+The server runs in its own session (process group): a Ctrl-C on the terminal does not reach it half-way
+through a run, and stopping it signals the whole group by its process id, so no uvicorn worker or other
+child is left behind. Nothing here imports Prefect: the caller sets `PREFECT_API_URL` from `api_url` before
+Prefect reads its settings.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 4200  # Prefect's own default: the UI address stays the same from one start to the next
+
+
+class ServerError(RuntimeError):
+    """The Prefect server did not start or did not answer in time; the message says why."""
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(
+    api_url: str, timeout: float, process: subprocess.Popen | None = None, log: Path | None = None
+) -> float:
+    """Poll `<api_url>/health` until it answers 200; the seconds it took. ServerError after `timeout`, or as
+    soon as `process` (the server we started) exits, with the tail of its log."""
+    start = time.monotonic()
+    while True:
+        if process is not None and process.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+            raise ServerError(f"the Prefect server exited with code {process.returncode}:\n{tail}".rstrip())
+        try:
+            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                return time.monotonic() - start
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() - start > timeout:
+            raise ServerError(f"the Prefect server at {api_url} did not answer /health within {timeout:g} s")
+        time.sleep(0.25)
+
+
+class PrefectServer:
+    """`prefect server start --host 127.0.0.1 --port P` with its own PREFECT_HOME, SQLite, analytics off."""
+
+    def __init__(self, home: Path, port: int, env: Mapping[str, str] | None = None) -> None:
+        self.home = home
+        self.port = port
+        self.log = home / "server.log"
+        home.mkdir(parents=True, exist_ok=True)
+        child_env = dict(os.environ if env is None else env)
+        # The UI finds the API at PREFECT_API_URL, else at PREFECT_SERVER_API_HOST:PORT (default 4200), never at
+        # the --port the server was started with: set them so the UI of a server on another port works.
+        child_env.pop("PREFECT_API_URL", None)
+        child_env.update(
+            PREFECT_HOME=str(home),
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            PREFECT_SERVER_API_HOST=HOST,
+            PREFECT_SERVER_API_PORT=str(port),
+        )
+        cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)]
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=child_env,
+                start_new_session=True,
+            )
+
+    @property
+    def url(self) -> str:
+        """The UI's address."""
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.url}/api"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_healthy(self, timeout: float) -> float:
+        return wait_healthy(self.api_url, timeout, self.process, self.log)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM to the server's process group, SIGKILL if it is still there after `timeout` seconds."""
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=timeout)
+        except ProcessLookupError:  # it exited between poll() and killpg()
+            self.process.wait(timeout=timeout)
+        try:  # anything the server started and left behind in its group
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> PrefectServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

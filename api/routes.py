@@ -1,0 +1,179 @@
+"""The routes of SPEC section 4: `/v1` (search, get, status, index runs) and the open health routes.
+
+Handlers that touch an index or the model are synchronous and run in the server's worker threads
+(`sync_to_thread=True`): apsw and onnxruntime release the GIL, so searches run side by side and only the
+model call itself is shared. Errors are raised as exceptions and turned into problem details by `api.app`.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+import msgspec
+from litestar import Controller, Response, get, post
+from litestar.di import NamedDependency
+from litestar.exceptions import HTTPException, NotFoundException
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromPath, FromQuery, JSONBody
+from msgspec import UNSET
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from api.agents import Agents
+from api.metrics import Metrics
+from api.runs import MAX_KEPT, IndexRuns, Run
+from api.schemas import (
+    MAX_LINES,
+    MAX_QUERY_BYTES,
+    AgentId,
+    GetAnswer,
+    GetRequest,
+    Health,
+    IndexRequest,
+    IndexRun,
+    Problem,
+    Readiness,
+    SearchAnswer,
+    SearchRequest,
+    Status,
+)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+def problems(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI entries for the error answers a route can give."""
+    return {
+        status: ResponseSpec(
+            data_container=Problem,
+            description=HTTPStatus(status).phrase,
+            media_type=PROBLEM_MEDIA_TYPE,
+            generate_examples=False,
+        )
+        for status in statuses
+    }
+
+
+class QueryTooLarge(HTTPException):
+    status_code = 413
+
+
+class MemoryController(Controller):
+    """Search, get, status and index runs of one agent's memory."""
+
+    path = "/v1"
+    tags = ["memory"]
+
+    @post(
+        "/search",
+        status_code=200,
+        sync_to_thread=True,
+        summary="Hybrid search",
+        responses=problems(400, 401, 404, 413, 503),
+    )
+    def search(
+        self, data: JSONBody[SearchRequest], agents: NamedDependency[Agents], metrics: NamedDependency[Metrics]
+    ) -> SearchAnswer:
+        size = len(data.query.encode())
+        if size > MAX_QUERY_BYTES:
+            raise QueryTooLarge(f"query: {size} bytes, over the limit of {MAX_QUERY_BYTES}")
+        with agents.lease(data.agent) as index:
+            response = index.search(
+                data.query,
+                max_results=data.max_results,
+                min_score=data.min_score,
+                mode=data.mode,
+                path_prefix=data.path_prefix,
+                explain=data.explain,
+                rerank=data.rerank,
+            )
+        metrics.observe_search(index.config.agent, response.mode, response.tookMs)
+        return msgspec.convert(response.to_dict(), SearchAnswer)
+
+    @post(
+        "/get",
+        status_code=200,
+        sync_to_thread=True,
+        summary="A line range of one memory file",
+        description=f"Reads only memory files. Without `lines`, the rest of the file up to {MAX_LINES} lines.",
+        responses=problems(400, 401, 403, 404, 413, 422),
+    )
+    def get_lines(self, data: JSONBody[GetRequest], agents: NamedDependency[Agents]) -> GetAnswer:
+        with agents.lease(data.agent) as index:
+            doc = index.get(data.path, data.start, MAX_LINES if data.lines is None else data.lines)
+        return msgspec.convert(doc, GetAnswer)
+
+    @get("/status", sync_to_thread=True, summary="Index and embedder state", responses=problems(400, 401, 404, 503))
+    def status(
+        self,
+        agents: NamedDependency[Agents],
+        agent: FromQuery[AgentId | None] = None,
+        deep: FromQuery[bool] = False,
+    ) -> Status:
+        from flows.ratelimit import rate_limit_status
+
+        with agents.lease(agent) as index:
+            doc = index.status(deep=deep)
+        doc["rateLimit"] = rate_limit_status(index.config)  # as `memsift status --json` adds it
+        return msgspec.convert(doc, Status)
+
+    @post(
+        "/index",
+        status_code=202,
+        sync_to_thread=True,
+        summary="Start a sync (a Prefect flow run)",
+        responses=problems(400, 401, 404, 413),
+    )
+    def start_index(
+        self, data: JSONBody[IndexRequest], agents: NamedDependency[Agents], runs: NamedDependency[IndexRuns]
+    ) -> IndexRun:
+        return _answer(runs.start(agents.config(data.agent), data.force))
+
+    @get(
+        "/index/{runId:str}",
+        sync_to_thread=True,
+        summary="The state of an index run",
+        responses=problems(401, 404, 503),
+    )
+    def index_run(self, runId: FromPath[str], runs: NamedDependency[IndexRuns]) -> IndexRun:  # noqa: N803
+        run = runs.get(runId)
+        if run is None:
+            raise NotFoundException(f"no index run {runId!r} (runs are kept in memory, the newest {MAX_KEPT})")
+        return _answer(run)
+
+
+def _answer(run: Run) -> IndexRun:
+    return IndexRun(
+        runId=run.id,
+        state=run.state,
+        agent=run.agent,
+        summary=UNSET if run.summary is None else run.summary,
+        error=UNSET if run.error is None else run.error,
+    )
+
+
+class HealthController(Controller):
+    """Liveness, readiness and metrics: open even when an API key is set."""
+
+    tags = ["health"]
+
+    @get("/healthz", sync_to_thread=False, summary="Liveness")
+    def healthz(self) -> Health:
+        return Health()
+
+    @get(
+        "/readyz",
+        sync_to_thread=True,
+        summary="Readiness",
+        responses={
+            503: ResponseSpec(Readiness, description="Not ready: the model is loading or an index cannot be opened")
+        },
+    )
+    def readyz(self, agents: NamedDependency[Agents]) -> Response[Readiness]:
+        indexes = agents.check()
+        ready = agents.ready.is_set() and all(state == "ok" for state in indexes.values())
+        answer = Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes)
+        return Response(answer, status_code=200 if ready else 503)
+
+    @get("/metrics", sync_to_thread=True, summary="Prometheus metrics", media_type=CONTENT_TYPE_LATEST)
+    def metrics(self, metrics: NamedDependency[Metrics]) -> bytes:
+        return metrics.exposition()

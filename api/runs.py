@@ -1,0 +1,186 @@
+"""`POST /v1/index`: each request starts a Prefect flow run of `memsift-sync` and answers at once.
+
+When a Prefect server answers at PREFECT_API_URL and serves a deployment of the flow (`memsift up` serves
+`memsift-sync/<name>`), the run goes through it, so it runs in that deployment's process and shows in the UI
+like a scheduled one; the run id is the flow run's id and its state is read back from the server. Otherwise
+the flow runs in a worker thread of this process (`flows.sync.run_sync`, the same as `memsift index`); the
+run id is then one we make, and its state is kept here. One worker thread: a sync is the index's one writer
+(the agent's writer lock would serialise two anyway), and runs queue behind it as PENDING.
+
+Runs are kept in memory, the newest `MAX_KEPT`: after a restart their ids are unknown (404).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import httpx
+
+from core import Config
+
+MAX_KEPT = 1000
+REPORT_PREFIX = "sync-report-"
+PROBE_SECONDS = 2.0  # a Prefect server that does not answer this fast is treated as absent
+
+
+class PrefectUnavailable(RuntimeError):
+    """The Prefect server that holds the deployment does not answer about a run (503)."""
+
+
+@dataclass
+class Run:
+    id: str
+    agent: str
+    state: str
+    deployment: str | None = None  # set when the run went through a served deployment
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    done: Future[None] = field(default_factory=Future, repr=False)
+
+
+class IndexRuns:
+    def __init__(self) -> None:
+        self._runs: OrderedDict[str, Run] = OrderedDict()
+        self._lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsift-index")
+
+    def start(self, config: Config, force: bool) -> Run:
+        parameters = {
+            "agent": config.agent,
+            "workspace": str(config.workspace),
+            "config_path": str(config.source) if config.source else None,
+            "force": force,
+        }
+        deployment = served_deployment(config.agent)
+        if deployment is not None:
+            from prefect.deployments import run_deployment
+
+            try:
+                flow_run = run_deployment(deployment, parameters=parameters, timeout=0)
+            except httpx.HTTPError as exc:
+                raise PrefectUnavailable(f"{deployment}: the Prefect server did not start the run ({exc})") from exc
+            run = Run(id=str(flow_run.id), agent=config.agent, state=_state_of(flow_run), deployment=deployment)
+        else:
+            run = Run(id=str(uuid.uuid4()), agent=config.agent, state="PENDING")
+            self._worker.submit(self._run_here, run, parameters)
+        with self._lock:
+            self._runs[run.id] = run
+            while len(self._runs) > MAX_KEPT:
+                self._runs.popitem(last=False)
+        return run
+
+    def get(self, run_id: str) -> Run | None:
+        with self._lock:
+            run = self._runs.get(run_id)
+        if run is not None and run.deployment is not None and run.state not in _FINAL:
+            if not _refresh_from_prefect(run):
+                return None  # deleted on the server
+        return run
+
+    def wait(self, run_id: str, timeout: float) -> Run:
+        """Block until a run of this process's worker has ended (for `up`, tests and scripts)."""
+        with self._lock:
+            run = self._runs[run_id]
+        run.done.result(timeout)
+        return run
+
+    def close(self) -> None:
+        """Drop queued runs; a sync already running finishes (a rebuild's swap is atomic either way)."""
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+    @staticmethod
+    def _run_here(run: Run, parameters: dict[str, Any]) -> None:
+        from flows.sync import run_sync
+
+        run.state = "RUNNING"
+        try:
+            run.summary = run_sync(**parameters).to_dict()
+            run.state = "COMPLETED"
+        except Exception as exc:
+            run.error = f"{type(exc).__name__}: {exc}"
+            run.state = "FAILED"
+        finally:
+            run.done.set_result(None)
+
+
+_FINAL = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
+
+
+def served_deployment(agent: str) -> str | None:
+    """`memsift-sync/<name>` when a Prefect server answers and has a deployment of the flow (the one named
+    after the agent if there is one, else the first by name); None otherwise."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.settings import PREFECT_API_URL
+
+    from flows.sync import sync_flow
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        return None
+    try:  # without the client's retries, which would hold the request for tens of seconds
+        httpx.get(f"{url.rstrip('/')}/health", timeout=PROBE_SECONDS)
+    except httpx.HTTPError:
+        return None
+    try:
+        with get_client(sync_client=True) as client:
+            found = client.read_deployments(flow_filter=FlowFilter(name=FlowFilterName(any_=[sync_flow.name])))
+    except httpx.HTTPError as exc:
+        raise PrefectUnavailable(f"the Prefect server at {url} answers, but not about deployments ({exc})") from exc
+    names = sorted(d.name for d in found)
+    if not names:
+        return None
+    return f"{sync_flow.name}/{agent if agent in names else names[0]}"
+
+
+def _state_of(flow_run: Any) -> str:
+    return flow_run.state.type.value if flow_run.state else "SCHEDULED"
+
+
+def _refresh_from_prefect(run: Run) -> bool:
+    """The flow run's state, and once it completed, its report: the `sync-report-<agent>` table artifact of
+    the run or of its rebuild subflow (the flow keeps no result). False when the server no longer has it."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterParentFlowRunId,
+    )
+    from prefect.exceptions import ObjectNotFound
+
+    from flows.sync import _artifact_key
+
+    flow_run_id = UUID(run.id)
+    try:
+        with get_client(sync_client=True) as client:
+            flow_run = client.read_flow_run(flow_run_id)
+            state = _state_of(flow_run)
+            if state == "COMPLETED":
+                children = client.read_flow_runs(
+                    flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id]))
+                )
+                reports = client.read_artifacts(
+                    artifact_filter=ArtifactFilter(
+                        key=ArtifactFilterKey(any_=[REPORT_PREFIX + _artifact_key(run.agent)]),
+                        flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id, *(c.id for c in children)]),
+                    )
+                )
+                if reports:
+                    run.summary = {row["metric"]: row["value"] for row in json.loads(reports[0].data)}
+    except ObjectNotFound:
+        return False
+    except httpx.HTTPError as exc:
+        raise PrefectUnavailable(f"run {run.id}: the Prefect server does not answer ({exc})") from exc
+    if state in ("FAILED", "CRASHED", "CANCELLED") and flow_run.state and flow_run.state.message:
+        run.error = flow_run.state.message
+    run.state = state
+    return True

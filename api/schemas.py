@@ -1,0 +1,156 @@
+"""The REST API's request and answer shapes (SPEC section 4), as msgspec structs with camelCase names.
+
+Litestar validates request bodies against these (a bad field is a 400 naming it) and draws the OpenAPI
+schema from them. Answers are the documents core already builds (`SearchResponse.to_dict`, `status`, `get`)
+converted into these structs, so the CLI's `--json` and the REST answer stay one shape: a field core omits
+(`degraded`, `scores`, `probe`) is UNSET here and omitted on the wire too.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+MAX_QUERY_BYTES = 4096
+MAX_RESULTS = 100
+MAX_LINES = 5000
+
+AgentId = Annotated[str, Meta(max_length=64, description="an agent of the configuration; default `main`")]
+
+
+class SearchRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    query: Annotated[str, Meta(description=f"what to look for; not blank, at most {MAX_QUERY_BYTES} bytes of UTF-8")]
+    agent: AgentId | None = None
+    max_results: Annotated[int, Meta(ge=1, le=MAX_RESULTS, description="default `search.maxResults`")] | None = None
+    min_score: Annotated[float, Meta(ge=0.0, le=1.0, description="default `search.minScore`")] | None = None
+    mode: Literal["hybrid", "keyword", "vector"] | None = None
+    rerank: bool | None = None
+    path_prefix: Annotated[str, Meta(max_length=1024, description="only files under this path")] | None = None
+    explain: bool = False
+
+
+class Scores(msgspec.Struct):
+    vector: float | UnsetType = UNSET
+    text: float | UnsetType = UNSET
+    rerank: float | UnsetType = UNSET
+    decay: float | UnsetType = UNSET
+
+
+class Hit(msgspec.Struct):
+    path: str
+    startLine: int
+    endLine: int
+    score: float
+    snippet: str
+    source: str
+    citation: str | None
+    scores: Scores | UnsetType = UNSET
+
+
+class SearchAnswer(msgspec.Struct):
+    results: list[Hit]
+    mode: str
+    provider: str
+    model: str | None
+    tookMs: float
+    degraded: Annotated[str, Meta(description="why the vector leg did not run")] | UnsetType = UNSET
+
+
+class GetRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    path: Annotated[str, Meta(max_length=4096, description="workspace-relative, with `/`")]
+    agent: AgentId | None = None
+    start: Annotated[int, Meta(ge=1, description="first line, 1-based")] = msgspec.field(default=1, name="from")
+    lines: Annotated[int, Meta(ge=0, le=MAX_LINES, description=f"default: the rest, at most {MAX_LINES}")] | None = None
+
+
+class GetAnswer(msgspec.Struct):
+    path: str
+    start: int = msgspec.field(name="from")
+    lines: int
+    text: str
+    totalLines: int
+
+
+class VectorState(msgspec.Struct):
+    enabled: bool
+    backend: str
+    error: str | None
+
+
+class FtsState(msgspec.Struct):
+    enabled: bool
+    tokenizer: str
+
+
+class Probe(msgspec.Struct):
+    ok: bool
+    error: str | UnsetType = UNSET
+    dims: int | UnsetType = UNSET
+    ms: float | UnsetType = UNSET
+
+
+class RateLimit(msgspec.Struct):
+    requestsPerMinute: float | None
+    active: str
+    prefect: dict[str, Any] | None
+
+
+class Status(msgspec.Struct):
+    """The document of `memsift status --json`: MemoryIndex.status and the embedding rate limit."""
+
+    agent: str
+    workspace: str
+    dbPath: str
+    provider: str
+    model: str | None
+    dims: int | None
+    files: dict[str, int]
+    chunks: dict[str, int]
+    dirty: bool
+    dirtyReason: str | None
+    vector: VectorState
+    fts: FtsState
+    cacheEntries: int
+    lastSync: str | None
+    embedderError: str | None
+    rateLimit: RateLimit
+    probe: Probe | UnsetType = UNSET
+
+
+class IndexRequest(msgspec.Struct, forbid_unknown_fields=True):
+    agent: AgentId | None = None
+    force: Annotated[bool, Meta(description="rebuild everything")] = False
+
+
+RunState = Literal[
+    "SCHEDULED", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLING", "CANCELLED", "CRASHED", "PAUSED"
+]
+
+
+class IndexRun(msgspec.Struct):
+    runId: str
+    state: RunState
+    agent: str
+    summary: Annotated[dict[str, Any], Meta(description="the sync report, once completed")] | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
+class Problem(msgspec.Struct):
+    """RFC 9457 problem details."""
+
+    status: int
+    title: str
+    detail: str
+    type: str = "about:blank"
+
+
+class Readiness(msgspec.Struct):
+    ready: bool
+    embedder: Annotated[str, Meta(description="loading, loaded, none (keyword only) or why it is unavailable")]
+    agents: Annotated[dict[str, str], Meta(description="per agent: ok, or why its index cannot be opened")]
+
+
+class Health(msgspec.Struct):
+    status: Literal["ok"] = "ok"

@@ -1,0 +1,52 @@
+"""`memsift serve [--host H] [--port P] [--insecure]`: the REST API under uvicorn, one process.
+
+One process on purpose: the embedder is loaded once and shared by every request, and searches run in the
+server's worker threads. It binds to `api.host` (127.0.0.1) by default; an address other machines can reach
+is refused without an API key (`api.key` or MEMSIFT_API_KEY), unless `--insecure` says that is intended.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+from typing import Any
+
+import uvicorn
+
+from api.app import create_app
+from core import Config, ConfigError
+
+
+def run_serve(config: Config, *, host: str | None, port: int | None, insecure: bool) -> int:
+    host = host or config.api.host
+    port = port or config.api.port
+    if not config.api.key and not insecure and not is_loopback(host):
+        raise ConfigError(
+            f"--host {host}: refusing to serve beyond this machine without an API key; set api.key or "
+            "MEMSIFT_API_KEY, or pass --insecure"
+        )
+    # uvicorn shuts down gracefully on SIGINT or SIGTERM, then raises the signal again with the handler it found
+    # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
+    # Prefect server an in-process index run may have started) rather than in death by signal.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        # Access lines would cost more than a search under load; the request metrics count every request.
+        uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="info")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False

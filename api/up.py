@@ -1,0 +1,220 @@
+"""`memsift up`: the embedded default, everything in one process tree (SPEC section 3).
+
+The process starts a local Prefect server as a child (unless `PREFECT_API_URL` names one), applies every
+agent's deployments, starts an initial sync of each agent through them, the file watcher and the REST API
+(when `api.app` exists), then serves the deployments with Prefect's `serve` in the main thread: its Runner
+runs each flow run in a subprocess and takes Ctrl-C there. On Ctrl-C or SIGTERM everything stops in the
+reverse order of starting, the server last (its process group, by pid), so the Runner can still pause its
+schedules on the way out.
+
+Prefect reads its settings once, when it is first imported: `PREFECT_HOME` and `PREFECT_API_URL` are put
+into this process's environment before that, so the watcher's thread and the Runner's subprocesses see them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from api.prefect_server import DEFAULT_PORT, PrefectServer, ServerError, free_port, port_is_free, wait_healthy
+from core import Config, ConfigError, load_config
+
+SERVER_START_TIMEOUT = 120.0  # a first start migrates a fresh database: ~10 s on 2 cores, more when busy
+EXTERNAL_SERVER_TIMEOUT = 30.0
+# Prefect's default runner poll (10 s) would delay every watcher-triggered sync by up to that much; a poll
+# of the local server costs one small query. PREFECT_RUNNER_POLL_FREQUENCY still wins when set.
+RUNNER_POLL_SECONDS = 2
+API_START_TIMEOUT = 30.0
+
+
+def agent_configs(config_path: str | None, workspace: str | None) -> dict[str, Config]:
+    """`main` (its workspace from --workspace, the config or the current folder) and every `agents.<id>`,
+    all validated before anything starts."""
+    main = load_config(config_path, workspace=workspace)
+    configs = {"main": main}
+    for agent in sorted(main.agents):
+        if agent != "main":
+            configs[agent] = load_config(main.source, agent=agent)
+    return configs
+
+
+def run_up(configs: Mapping[str, Config], port: int | None) -> int:
+    """Run until Ctrl-C or SIGTERM; 0 when stopped that way. Errors (ConfigError, ServerError) propagate
+    after everything started so far has been stopped."""
+    main = configs["main"]
+    _check_rest_api(main)
+    os.environ.setdefault("PREFECT_HOME", str(main.home / "prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # until `serve` takes SIGTERM over
+    try:
+        with ExitStack() as stack:
+            ui = _prefect_server(stack, port)
+            _serve(configs, stack, ui)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _say("stopped")
+    return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _say(line: str) -> None:
+    print(f"memsift up: {line}", flush=True)
+
+
+def _prefect_server(stack: ExitStack, port: int | None) -> str:
+    """Start (or check) the Prefect server; its UI address. PREFECT_API_URL is set when this returns."""
+    external = os.environ.get("PREFECT_API_URL")
+    if external:
+        wait_healthy(external, EXTERNAL_SERVER_TIMEOUT)
+        _say(f"using the Prefect server at {external} (PREFECT_API_URL)")
+        return external.rstrip("/").removesuffix("/api")
+    if port is None:
+        port = DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port()
+    elif not port_is_free(port):
+        raise ConfigError(f"--port: port {port} on 127.0.0.1 is in use")
+    server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
+    stack.callback(_stop_server, server)
+    _say(f"starting a Prefect server on {server.url} (pid {server.pid}, log {server.log})")
+    seconds = server.wait_healthy(SERVER_START_TIMEOUT)
+    _say(f"Prefect server ready in {seconds:.1f} s")
+    os.environ["PREFECT_API_URL"] = server.api_url
+    return server.url
+
+
+def _stop_server(server: PrefectServer) -> None:
+    server.stop()
+    _say(f"Prefect server (pid {server.pid}) stopped")
+
+
+def _serve(configs: Mapping[str, Config], stack: ExitStack, ui: str) -> None:
+    from prefect import serve
+
+    from flows.deployments import agent_deployments, rebuild_deployment_name, sync_deployment_name
+    from flows.ratelimit import ensure_limit
+    from flows.watch import SyncRuns, watch
+
+    main = configs["main"]
+    if main.embedding.requestsPerMinute is not None:
+        limit = ensure_limit(main.embedding.requestsPerMinute)
+        _say(f"embedding rate limit: limit {limit['limit']}, {limit['slotDecayPerSecond']:g} slots freed per second")
+
+    deployments = [d for config in configs.values() for d in agent_deployments(config)]
+    for deployment in deployments:  # `serve` applies them too; the initial syncs need them now
+        deployment.apply()
+    for agent, config in configs.items():
+        every = f", every {config.sync.intervalMinutes:g} min" if config.sync.intervalMinutes > 0 else ""
+        names = f"'{sync_deployment_name(agent)}'{every}, '{rebuild_deployment_name(agent)}'"
+        _say(f"agent {agent} ({config.workspace}): deployments {names}")
+
+    runs = SyncRuns()
+    _report_runs("initial sync", runs.request, ui)(configs)
+
+    watched = {agent: config for agent, config in configs.items() if config.sync.watch}
+    if watched:
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=watch,
+            args=(watched, _report_runs("files changed", runs.request, ui), stop, main.sync.watchDebounceMs),
+            kwargs={"on_tick": _report_runs("follow-up", runs.poll, ui)},
+            name="memsift-watch",
+            daemon=True,
+        )
+        thread.start()
+        stack.callback(thread.join, 10)
+        stack.callback(stop.set)
+        _say(f"watching {', '.join(sorted(watched))} (debounce {main.sync.watchDebounceMs} ms)")
+    else:
+        _say("not watching files (sync.watch = false)")
+
+    api = _rest_api(main, stack)
+    _say(f"Prefect UI: {ui}")
+    _say(f"REST API: {api}")
+    api_url = os.environ["PREFECT_API_URL"]
+    _say(f"a sync now: PREFECT_API_URL={api_url} prefect deployment run '{sync_deployment_name('main')}'")
+    _say("Ctrl-C stops everything")
+
+    kwargs = {} if os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY") else {"query_seconds": RUNNER_POLL_SECONDS}
+    serve(*deployments, print_starting_message=False, **kwargs)
+
+
+def _report_runs(why: str, start: Callable[..., list[Any]], ui: str) -> Callable[..., None]:
+    """Wrap a run-starting call for the watcher thread: print what it started, and print (not raise) a
+    failure, so one unreachable moment of the server does not end the watching."""
+
+    def call(*args: Any) -> None:
+        try:
+            started = start(*args)
+        except Exception as exc:
+            _say(f"{why}: could not start a sync run: {type(exc).__name__}: {exc}")
+            return
+        for run in started:
+            _say(f"{why}: sync of {run.parameters.get('agent')} started, {ui}/runs/flow-run/{run.id}")
+
+    return call
+
+
+def _has_rest_api() -> bool:
+    return importlib.util.find_spec("api.app") is not None
+
+
+def _check_rest_api(config: Config) -> None:
+    """`memsift serve`'s rule, before anything starts: no address beyond this machine without an API key."""
+    if not _has_rest_api():
+        return
+    from api.serve import is_loopback
+
+    if not config.api.key and not is_loopback(config.api.host):
+        raise ConfigError(
+            f"api.host {config.api.host}: refusing to serve beyond this machine without an API key; set api.key "
+            "or MEMSIFT_API_KEY"
+        )
+
+
+def _rest_api(config: Config, stack: ExitStack) -> str:
+    """Start the REST API in a thread when `api.app` exists; its address, or why it is not there."""
+    if not _has_rest_api():
+        return "not started: the REST API (api.app) is not part of this installation"
+    import uvicorn
+
+    from api.app import create_app
+
+    app = create_app(config)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.api.host, port=config.api.port, access_log=False, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="memsift-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + API_START_TIMEOUT
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise ServerError(f"the REST API could not listen on {config.api.host}:{config.api.port} (api.port)")
+        time.sleep(0.05)
+    stack.callback(thread.join, 10)
+    stack.callback(setattr, server, "should_exit", True)
+    return f"http://{config.api.host}:{config.api.port}"
+
+
+def ratelimit(config: Config) -> dict[str, Any] | None:
+    """`memsift ratelimit`: create or update the shared embedding limit from `embedding.requestsPerMinute` on
+    the server PREFECT_API_URL names; the limit as the server then has it (None: no limit)."""
+    api_url = os.environ.get("PREFECT_API_URL")
+    if not api_url:
+        raise ConfigError("PREFECT_API_URL: not set; the limit lives on a Prefect server (`memsift up` creates it)")
+    wait_healthy(api_url, EXTERNAL_SERVER_TIMEOUT)
+    from flows.ratelimit import ensure_limit, limit_status
+
+    if config.embedding.requestsPerMinute is not None:
+        ensure_limit(config.embedding.requestsPerMinute)
+    return limit_status()

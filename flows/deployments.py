@@ -1,0 +1,57 @@
+"""The Prefect deployments of one agent: `memsift-sync/<agent>` and `memsift-rebuild/<agent>`.
+
+Deployment names are the agent ids, so `prefect deployment run 'memsift-sync/<agent>'` reads like the CLI.
+Their parameters pin the agent's resolved workspace and config file: a run started from the UI, a schedule
+or the watcher indexes the same folder `memsift up` was started for, whatever the runner's working folder.
+Entrypoints are module paths (`flows.sync.sync_flow`), importable wherever memsift is installed.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from prefect.deployments.runner import RunnerDeployment
+from prefect.types.entrypoint import EntrypointType
+
+from core.config import Config
+from flows.sync import rebuild_flow, sync_flow
+
+
+def flow_parameters(config: Config) -> dict[str, Any]:
+    """The parameters every run of this agent gets (the flows load the configuration from them)."""
+    return {
+        "agent": config.agent,
+        "workspace": str(config.workspace),
+        "config_path": str(config.source) if config.source else None,
+    }
+
+
+def sync_deployment_name(agent: str) -> str:
+    return f"{sync_flow.name}/{agent}"
+
+
+def rebuild_deployment_name(agent: str) -> str:
+    return f"{rebuild_flow.name}/{agent}"
+
+
+def agent_deployments(config: Config) -> list[RunnerDeployment]:
+    """Sync on demand and, when `sync.intervalMinutes` > 0, on an interval schedule; rebuild on demand."""
+    parameters = flow_parameters(config)
+    minutes = config.sync.intervalMinutes
+    sync = sync_flow.to_deployment(
+        name=config.agent,
+        interval=timedelta(minutes=minutes) if minutes > 0 else None,
+        parameters=parameters,
+        description=f"Incremental sync of agent {config.agent} ({config.workspace}).",
+        tags=["memsift"],
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+    rebuild = rebuild_flow.to_deployment(
+        name=config.agent,
+        parameters=parameters,
+        description=f"Full rebuild of agent {config.agent} ({config.workspace}), swapped in atomically.",
+        tags=["memsift"],
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+    return [sync, rebuild]

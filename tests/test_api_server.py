@@ -1,0 +1,109 @@
+"""`memsift serve` as a real process on a free loopback port, talked to over HTTP; and its bind rules."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api.cli import main
+from api.serve import is_loopback
+
+MEMSIFT = Path(sys.executable).parent / "memsift"
+START_SECONDS = 60
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(proc: subprocess.Popen[bytes], url: str, status: int = 200) -> httpx.Response:
+    """Poll `url` until it answers `status`, within a deadline; between tries, wait on the process itself, so
+    a server that dies is reported at once instead of at the deadline."""
+    for _ in range(int(START_SECONDS / 0.1)):
+        try:
+            r = httpx.get(url, timeout=5)
+            if r.status_code == status:
+                return r
+        except httpx.TransportError:
+            pass
+        try:
+            code = proc.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            continue
+        pytest.fail(f"memsift serve exited with {code}:\n{proc.stderr.read().decode(errors='replace')[-3000:]}")
+    pytest.fail(f"{url} did not answer {status} within {START_SECONDS} s")
+
+
+@pytest.fixture
+def server(workspace, memsift_home: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    ws = workspace(
+        {
+            "MEMORY.md": "# Memory\n- Dana Whitfield starts every morning with a flat white, no sugar.\n",
+            "memory/2026-05-14.md": "# 2026-05-14\n- The deploy failed with ERR_SSL_PROTOCOL_ERROR.\n",
+        }
+    )
+    port = free_port()
+    env = dict(os.environ, MEMSIFT_HOME=str(memsift_home))
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        proc.stderr.close()
+
+
+def test_serve_answers_over_http_and_stops_on_sigterm(server) -> None:
+    base, proc = server
+    assert wait_for(proc, f"{base}/healthz").json() == {"status": "ok"}
+    assert wait_for(proc, f"{base}/readyz").json()["ready"] is True  # the model is loaded
+
+    with httpx.Client(base_url=base, timeout=30) as http:
+        r = http.post("/v1/search", json={"query": "what does Dana drink"})
+        assert r.status_code == 200 and r.json()["results"][0]["path"] == "MEMORY.md"
+        r = http.post("/v1/get", json={"path": "memory/2026-05-14.md", "from": 2, "lines": 1})
+        assert r.json()["text"] == "- The deploy failed with ERR_SSL_PROTOCOL_ERROR."
+        assert http.get("/v1/status").json()["files"] == {"memory": 2}
+        r = http.post("/v1/search", json={"query": "x", "maxResults": 101})
+        assert r.status_code == 400 and r.headers["content-type"].startswith("application/problem+json")
+        assert "memsift_requests_total" in http.get("/metrics").text
+
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0  # a graceful shutdown, and a normal exit (atexit handlers ran)
+    assert b"Application shutdown complete" in proc.stderr.read()
+
+
+def test_serve_refuses_a_public_address_without_a_key(capsys, workspace) -> None:
+    ws = workspace({"MEMORY.md": "# Memory\n"})
+    assert main(["--workspace", str(ws), "serve", "--host", "0.0.0.0"]) == 1
+    err = capsys.readouterr().err
+    assert "refusing" in err and "MEMSIFT_API_KEY" in err and "--insecure" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.3.4.5", True), ("::1", True), ("[::1]", True), ("localhost", True)]
+    + [("0.0.0.0", False), ("::", False), ("192.168.1.10", False), ("example.org", False)],
+)
+def test_loopback_addresses(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback

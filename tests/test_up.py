@@ -1,0 +1,315 @@
+"""`memsift up` end to end: real `prefect server start` processes, a real `memsift up`, the Prefect CLI.
+
+These tests never use the session's `prefect_harness` (it points this process's Prefect at another server):
+each runs its own server in a subprocess with a fresh PREFECT_HOME (UI off: it only slows the start), and
+reads it with a Prefect client under `temporary_settings`. Waits are bounded polls on a condition. Every
+process a test starts is stopped by its process id, and the test checks that none is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID
+
+import httpx
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    DeploymentFilter,
+    DeploymentFilterName,
+    FlowRunFilter,
+    FlowRunFilterParentFlowRunId,
+)
+from prefect.client.schemas.objects import FlowRun
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from api.prefect_server import PrefectServer, free_port
+from core import MemoryIndex, load_config
+from flows.deployments import agent_deployments, flow_parameters
+from flows.ratelimit import LIMIT_NAME
+
+BIN = Path(sys.executable).parent
+MEMSIFT, PREFECT = BIN / "memsift", BIN / "prefect"
+T = TypeVar("T")
+
+NOTES = {
+    "MEMORY.md": "# Memory\n- Dana starts every morning with a flat white.\n",
+    "memory/2026-11-24.md": "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the staging proxy.\n",
+    "memory/2026-11-25.md": "# 2026-11-25\n- Priya wants the proposal written down before Friday.\n",
+}
+
+
+# ---------------------------------------------------------------- deployments (no server)
+
+
+def test_deployments_pin_the_agent_and_schedule_sync_only(workspace, make_config) -> None:
+    config = make_config(workspace(NOTES), **{"sync.intervalMinutes": 30})
+    sync, rebuild = agent_deployments(config)
+    assert (sync.flow_name, sync.name, rebuild.flow_name, rebuild.name) == (
+        "memsift-sync",
+        "main",
+        "memsift-rebuild",
+        "main",
+    )
+    assert (sync.entrypoint, rebuild.entrypoint) == ("flows.sync.sync_flow", "flows.sync.rebuild_flow")
+    assert sync.parameters == rebuild.parameters == flow_parameters(config)
+    assert flow_parameters(config) == {"agent": "main", "workspace": str(config.workspace), "config_path": None}
+    assert [s.schedule.interval for s in sync.schedules] == [timedelta(minutes=30)]
+    assert rebuild.schedules == []
+    assert agent_deployments(make_config(config.workspace))[0].schedules == []  # intervalMinutes 0: on demand only
+
+
+# ---------------------------------------------------------------- helpers for the process tests
+
+
+def _env(memsift_home: Path, prefect_home: Path | None) -> dict[str, str]:
+    """This process's environment without its Prefect server and settings, with a fresh PREFECT_HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MEMSIFT_"))}
+    env.update(MEMSIFT_HOME=str(memsift_home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false")
+    if prefect_home is not None:
+        env["PREFECT_HOME"] = str(prefect_home)
+    return env
+
+
+def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
+    """Poll `condition` until it returns something truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(0.25)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def flow_run_processes(pid: int) -> set[int]:
+    """The Runner's flow-run subprocesses (`python -m prefect.engine`) below `pid`."""
+    found = set()
+    for child in descendants(pid):
+        try:
+            if b"prefect.engine" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.add(child)
+        except OSError:
+            continue
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    return {p for p in pids if Path(f"/proc/{p}").exists()}
+
+
+class Up:
+    """A `memsift ... up` subprocess; its output goes to a file (a pipe nobody reads could block it)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with open(log, "wb") as out:
+            self.process = subprocess.Popen([MEMSIFT, *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: signal.Signals) -> int:
+        self.process.send_signal(sig)
+        return self.process.wait(timeout=60)
+
+    def __enter__(self) -> Up:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """On a failed test: stop it, then anything it left behind."""
+        if self.process.poll() is None:
+            left = descendants(self.process.pid)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+            for pid in alive(left):
+                os.kill(pid, signal.SIGKILL)
+
+
+@contextmanager
+def prefect_client(api_url: str) -> Iterator[SyncPrefectClient]:
+    with temporary_settings(updates={PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        yield client
+
+
+def finished(client: SyncPrefectClient, run_id: UUID) -> FlowRun | None:
+    run = client.read_flow_run(run_id)
+    return run if run.state is not None and run.state.is_final() else None
+
+
+def report_of(client: SyncPrefectClient, run: FlowRun) -> dict[str, Any]:
+    """The `sync-report-main` table of a sync run: on its rebuild subflow when it indexed from scratch."""
+    subflows = client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]))
+    )
+    worker = subflows[0] if subflows else run
+    found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[worker.id])))
+    (table,) = [a for a in found if a.key == "sync-report-main"]
+    assert table.type == "table"
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    return {"flow": worker.name.split("-")[0], **{r["metric"]: r["value"] for r in rows}}
+
+
+# ---------------------------------------------------------------- the process tests
+
+
+def test_served_deployments_run_from_the_prefect_cli(tmp_path: Path, workspace, memsift_home: Path) -> None:
+    """`memsift up` against an existing server (PREFECT_API_URL): it starts no server of its own, creates the
+    embedding limit, serves the deployments, and a run started with `prefect deployment run` completes and
+    reports its figures."""
+    toml = f"[sync]\nwatch = false\n[api]\nport = {free_port()}\n[embedding]\nrequestsPerMinute = 6000\n"
+    ws = workspace(NOTES | {"memsift.toml": toml})
+    env = _env(memsift_home, tmp_path / "client-prefect")
+    with PrefectServer(tmp_path / "server-prefect", free_port(), env=env) as server:
+        server.wait_healthy(120)
+        env["PREFECT_API_URL"] = server.api_url
+        with Up(["--workspace", str(ws), "up"], env, tmp_path / "up.log") as up, prefect_client(server.api_url) as c:
+            named_main = DeploymentFilter(name=DeploymentFilterName(any_=["main"]))
+
+            def both_deployments() -> list[Any]:
+                found = c.read_deployments(deployment_filter=named_main)
+                return found if len(found) == 2 else []
+
+            deployments = wait_for(both_deployments, 90, "the two deployments")
+            assert {d.entrypoint for d in deployments} == {"flows.sync.sync_flow", "flows.sync.rebuild_flow"}
+            assert all(d.parameters == flow_parameters(load_config(workspace=ws)) for d in deployments)
+            limit = c.read_global_concurrency_limit_by_name(LIMIT_NAME)  # the shared embedding quota
+            assert (limit.limit, limit.slot_decay_per_second) == (100, 100.0)
+
+            def initial_run() -> FlowRun | None:
+                runs = c.read_flow_runs(deployment_filter=named_main)
+                return next((r for r in runs if r.state and r.state.is_final()), None)
+
+            initial = wait_for(initial_run, 120, "the initial sync run")
+            assert initial.state.is_completed(), initial.state
+            first = report_of(c, initial)
+            assert (first["flow"], first["added"], first["rebuilt"]) == ("rebuild", 3, True)
+
+            cli = subprocess.run(
+                [PREFECT, "deployment", "run", "memsift-sync/main"], capture_output=True, text=True, env=env, timeout=60
+            )
+            assert cli.returncode == 0, cli.stdout + cli.stderr
+            run_id = UUID(re.search(r"UUID: ([0-9a-f-]{36})", cli.stdout).group(1))
+            run = wait_for(lambda: finished(c, run_id), 90, "the run started with the Prefect CLI")
+            assert run.state.is_completed(), run.state
+            assert re.match(r"^sync-main-\d{4}-\d\d-\d\dT\d\d:\d\d$", run.name)
+            again = report_of(c, run)
+            assert (again["flow"], again["unchanged"], again["added"], again["chunksEmbedded"]) == ("sync", 3, 0, 0)
+
+            # The run's process outlives its Completed state by ~1 s (Prefect joins its heartbeat thread); a
+            # runner stopped within that window cancels the run anyway and forces Cancelled over Completed.
+            wait_for(lambda: not flow_run_processes(up.process.pid), 30, "the flow run's process to exit")
+            tree = descendants(up.process.pid)
+            assert up.stop(signal.SIGTERM) == 0, up.output
+            assert c.read_flow_run(run_id).state.is_completed()
+        assert "using the Prefect server at" in up.output and "starting a Prefect server" not in up.output
+        assert f"Prefect UI: {server.url}\n" in up.output
+        assert alive(tree) == set()
+    assert server.process.returncode is not None and alive({server.pid}) == set()
+
+
+def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, workspace, memsift_home: Path) -> None:
+    """`memsift up` on its own: its server under $MEMSIFT_HOME/prefect, a searchable index, a new note found
+    through the watcher, and after SIGINT no process of its tree is left."""
+    port, api_port = free_port(), free_port()
+    ws = workspace(NOTES | {"memsift.toml": f"[sync]\nwatchDebounceMs = 200\n[api]\nport = {api_port}\n"})
+    env = _env(memsift_home, prefect_home=None)
+    with Up(["--workspace", str(ws), "up", "--port", str(port)], env, tmp_path / "up.log") as up:
+        index = memsift_home / "memory" / "main.sqlite"
+        wait_for(lambda: index.exists() or up.process.poll() is not None, 120, "the first index")
+        assert up.process.poll() is None, up.output
+        search = subprocess.run(
+            [MEMSIFT, "--workspace", str(ws), "search", "ERR_SSL_PROTOCOL", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert search.returncode == 0, search.stderr
+        assert '"path": "memory/2026-11-24.md"' in search.stdout
+
+        (ws / "memory" / "2026-11-30.md").write_text("# 2026-11-30\n- The zanzibarite sample arrived.\n")
+        with MemoryIndex(load_config(workspace=ws)) as memory:
+            hits = wait_for(
+                lambda: memory.search("zanzibarite", mode="keyword").results, 60, "the watcher's sync of a new note"
+            )
+        assert hits[0].path == "memory/2026-11-30.md"
+
+        server_pid = int(re.search(r"Prefect server on http://127\.0\.0\.1:\d+ \(pid (\d+)", up.output).group(1))
+        assert f"Prefect UI: http://127.0.0.1:{port}\n" in up.output
+        ui_settings = httpx.get(f"http://127.0.0.1:{port}/ui-settings", timeout=10).json()
+        assert ui_settings["api_url"] == f"http://127.0.0.1:{port}/api"  # the UI talks to this server
+        with prefect_client(f"http://127.0.0.1:{port}/api") as c:  # and so did `up` (not a temporary server)
+            assert {f"{d.name}/{d.entrypoint}" for d in c.read_deployments()} == {
+                "main/flows.sync.sync_flow",
+                "main/flows.sync.rebuild_flow",
+            }
+        assert f"REST API: http://127.0.0.1:{api_port}\n" in up.output
+        assert httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code == 200
+        assert (memsift_home / "prefect" / "server.log").is_file()  # PREFECT_HOME defaults under MEMSIFT_HOME
+        tree = descendants(up.process.pid)
+        assert server_pid in tree
+        assert up.stop(signal.SIGINT) == 0, up.output
+    assert f"Prefect server (pid {server_pid}) stopped" in up.output
+    assert alive(tree) == set(), up.output
+
+
+def test_up_refuses_before_starting_anything(tmp_path: Path, workspace, memsift_home: Path) -> None:
+    """Problems `up` can see at once end it with one line and exit 1, before any server is started."""
+    ws = workspace(NOTES)
+    env = _env(memsift_home, prefect_home=None)
+    exposed = subprocess.run(
+        [MEMSIFT, "--workspace", str(ws), "up"],
+        capture_output=True,
+        text=True,
+        env={**env, "MEMSIFT_API_HOST": "0.0.0.0"},
+    )
+    assert exposed.returncode == 1
+    assert exposed.stderr.startswith("memsift: error: api.host 0.0.0.0: refusing to serve beyond this machine")
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        busy = subprocess.run(
+            [MEMSIFT, "--workspace", str(ws), "up", "--port", str(port)], capture_output=True, text=True, env=env
+        )
+    assert busy.returncode == 1
+    assert busy.stderr == f"memsift: error: --port: port {port} on 127.0.0.1 is in use\n"
+    assert not (memsift_home / "prefect" / "server.log").exists()

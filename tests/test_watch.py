@@ -1,0 +1,165 @@
+"""The watcher of `memsift up` (flows/watch.py): which file events count, debouncing on a real folder, and how
+sync runs are coalesced against a real Prefect server.
+
+The folder tests run `watch` in a thread on a temp workspace and wait for its callbacks on queues with a
+timeout; nothing sleeps to synchronise. `ticks` (the watcher's idle callback) tells when it has gone quiet.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.states import Completed, Running
+from watchfiles import Change
+
+from core.config import Config
+from flows.deployments import agent_deployments, flow_parameters
+from flows.watch import SyncRuns, changed_agents, watch
+
+WAIT = 15.0  # seconds: a bound, never a pause
+
+
+@pytest.fixture
+def two_agents(workspace, make_config) -> tuple[Config, Config]:
+    main = workspace({"MEMORY.md": "# m\n", "memory/2026-01-01.md": "a\n", "notes/n.md": "n\n"}, name="main-ws")
+    (main / "memory" / "2025").mkdir()
+    side = workspace({"memory/s.md": "s\n"}, name="side-ws")
+    main_config = make_config(main, extraPaths=["notes"])
+    side_config = replace(main_config, workspace=side.resolve(), agent="side", extra_paths=())
+    return main_config, side_config
+
+
+def test_changed_agents_follows_the_discovery_rules(two_agents) -> None:
+    main, side = two_agents
+    m, s = str(main.workspace), str(side.workspace)
+
+    def agents(change: Change, path: str) -> set[str]:
+        return changed_agents([main, side], change, path)
+
+    assert agents(Change.modified, f"{m}/MEMORY.md") == {"main"}
+    assert agents(Change.added, f"{m}/memory/2026-01-02.md") == {"main"}
+    assert agents(Change.deleted, f"{m}/memory/deep/er/old.md") == {"main"}
+    assert agents(Change.added, f"{m}/notes/new.md") == {"main"}  # an extraPaths folder
+    assert agents(Change.modified, f"{s}/memory/s.md") == {"side"}
+    assert agents(Change.added, f"{m}/memory/2025") == {"main"}  # a folder moved in: its files are not reported
+    assert agents(Change.deleted, f"{m}/memory/2024") == {"main"}  # a folder moved away (or a file without suffix)
+    # ignored: not Markdown, excluded folders, outside memory/ and extraPaths, editor droppings, other folders
+    assert agents(Change.added, f"{m}/memory/picture.png") == set()
+    assert agents(Change.deleted, f"{m}/memory/.2026-01-01.md.swp") == set()
+    assert agents(Change.added, f"{m}/memory/node_modules/x.md") == set()
+    assert agents(Change.modified, f"{m}/memory/.git/notes.md") == set()
+    assert agents(Change.added, f"{m}/README.md") == set()
+    assert agents(Change.added, f"{m}/docs/a.md") == set()
+    assert agents(Change.added, f"{m}/memory.txt") == set()
+    assert agents(Change.added, f"{m}-other/memory/a.md") == set()  # a sibling folder sharing the name's start
+
+
+class Watcher:
+    """`watch` running in a thread; its batches and its idle ticks on queues."""
+
+    def __init__(self, configs: dict[str, Config], debounce_ms: int) -> None:
+        self.batches: queue.Queue[tuple[float, set[str]]] = queue.Queue()
+        self.ticks: queue.Queue[float] = queue.Queue()
+        self.stop = threading.Event()
+        ready = threading.Event()
+        self.thread = threading.Thread(
+            target=watch,
+            args=(configs, lambda agents: self.batches.put((time.monotonic(), agents)), self.stop, debounce_ms),
+            kwargs={"on_tick": lambda: self.ticks.put(time.monotonic()), "ready": ready, "tick_ms": 100},
+        )
+        self.thread.start()
+        assert ready.wait(WAIT), "the watcher did not start"
+
+    def next_batch(self) -> tuple[float, set[str]]:
+        return self.batches.get(timeout=WAIT)
+
+    def quiet(self) -> None:
+        """Return once the watcher has handled everything before this call: two idle ticks after it."""
+        while not self.ticks.empty():
+            self.ticks.get_nowait()
+        for _ in range(2):
+            self.ticks.get(timeout=WAIT)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(WAIT)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def watcher(two_agents) -> Iterator[Watcher]:
+    main, side = two_agents
+    w = Watcher({"main": main, "side": side}, debounce_ms=300)
+    yield w
+    w.close()
+
+
+def test_a_burst_of_changes_is_one_debounced_sync(two_agents, watcher: Watcher) -> None:
+    main, side = two_agents
+    for i in range(5):
+        (main.workspace / "memory" / f"2026-02-0{i + 1}.md").write_text(f"note {i}\n")
+    (main.workspace / "MEMORY.md").write_text("# m\n- changed\n")
+    (side.workspace / "memory" / "s.md").write_text("s changed\n")
+    last_write = time.monotonic()
+    at, agents = watcher.next_batch()
+    assert agents == {"main", "side"}
+    assert at - last_write >= 0.3  # nothing is handed over before the quiet period
+    watcher.quiet()
+    assert watcher.batches.empty()  # one batch for the whole burst
+
+
+def test_ignored_changes_start_nothing(two_agents, watcher: Watcher) -> None:
+    main, side = two_agents
+    (main.workspace / "memory" / "picture.png").write_bytes(b"\x89PNG")
+    (main.workspace / "memory" / "node_modules").mkdir()
+    (main.workspace / "memory" / "node_modules" / "x.md").write_text("x\n")
+    (main.workspace / "README.md").write_text("readme\n")
+    (side.workspace / "other.md").write_text("not memory\n")
+    watcher.quiet()
+    assert watcher.batches.empty()
+
+    (side.workspace / "memory" / "s.md").unlink()
+    assert watcher.next_batch()[1] == {"side"}
+
+
+def test_moving_a_folder_of_notes_is_a_change(two_agents, watcher: Watcher) -> None:
+    main, _ = two_agents
+    (main.workspace / "memory" / "2025").rename(main.workspace / "memory" / "archive-2025")
+    assert watcher.next_batch()[1] == {"main"}
+
+
+# ---------------------------------------------------------------- sync runs through the deployment
+
+
+def _set_state(run_id, state) -> None:
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(run_id, state, force=True)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_sync_runs_are_coalesced_per_agent(workspace, make_config) -> None:
+    """No runner serves the deployment here: a run stays Scheduled until the test moves its state."""
+    config = make_config(workspace({"MEMORY.md": "x\n"}))
+    for deployment in agent_deployments(config):
+        deployment.apply()
+    runs = SyncRuns()
+
+    first = runs.request(["main"])
+    assert len(first) == 1
+    assert first[0].parameters == flow_parameters(config)
+    assert runs.request(["main"]) == []  # still scheduled: it will see the change
+    assert runs.poll() == []
+
+    _set_state(first[0].id, Running())
+    assert runs.request(["main"]) == []  # running: may have scanned already, so one more run is owed...
+    assert runs.poll() == []  # ...once it has finished
+    _set_state(first[0].id, Completed())
+    follow_up = runs.poll()
+    assert len(follow_up) == 1 and follow_up[0].id != first[0].id
+    assert runs.poll() == []  # owed once, started once
