@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from core import MemoryIndex, StoreError
-from core.embedders import Embedder
+from core.embedders import Embedder, EmbedderWrapper
 
 # Searches take milliseconds; the defaults of prometheus_client start at 5 ms.
 SEARCH_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 10.0)
@@ -109,21 +109,12 @@ def _bytes_on_disk(db: Path) -> int:
     return total
 
 
-class TimedEmbedder:
+class TimedEmbedder(EmbedderWrapper):
     """The shared embedder, timing each query embedding into a histogram (documents pass straight through)."""
 
     def __init__(self, inner: Embedder, histogram: Histogram) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.histogram = histogram
-        self.provider, self.model, self.dims = inner.provider, inner.model, inner.dims
-        self.fingerprint = inner.fingerprint
-
-    @property
-    def calls(self) -> int:
-        return self.inner.calls
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
         with self.histogram.time():

@@ -52,12 +52,9 @@ class IndexRuns:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsift-index")
 
     def start(self, config: Config, force: bool) -> Run:
-        parameters = {
-            "agent": config.agent,
-            "workspace": str(config.workspace),
-            "config_path": str(config.source) if config.source else None,
-            "force": force,
-        }
+        from flows.deployments import flow_parameters
+
+        parameters = flow_parameters(config) | {"force": force}
         deployment = served_deployment(config.agent)
         if deployment is not None:
             from prefect.deployments import run_deployment

@@ -33,6 +33,26 @@ class Embedder(Protocol):
         """float32 [dims], L2-normalised."""
 
 
+class EmbedderWrapper:
+    """Another embedder with the same identity (so the same cache and index): subclasses add behaviour
+    around one call (a rate limit, a timer) and leave the rest to the wrapped one."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.provider, self.model, self.dims = inner.provider, inner.model, inner.dims
+        self.fingerprint = inner.fingerprint
+
+    @property
+    def calls(self) -> int:
+        return self.inner.calls
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+
 def create_embedder(config: EmbeddingConfig) -> Embedder | None:
     """The embedder the configuration asks for; None for `provider = "none"`.
 

@@ -16,32 +16,23 @@ import os
 import numpy as np
 
 from core.config import Config
-from core.embedders import Embedder, create_embedder
+from core.embedders import Embedder, EmbedderWrapper, create_embedder
 
 LIMIT_NAME = "memsift-embedding"
 
 
-class RateLimitedEmbedder:
+class RateLimitedEmbedder(EmbedderWrapper):
     """The same embedder, taking a slot of the shared limit before each document request."""
 
     def __init__(self, inner: Embedder, limit: str = LIMIT_NAME) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.limit = limit
-        self.provider, self.model, self.dims = inner.provider, inner.model, inner.dims
-        self.fingerprint = inner.fingerprint
-
-    @property
-    def calls(self) -> int:
-        return self.inner.calls
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         from prefect.concurrency.sync import rate_limit
 
         rate_limit(self.limit, occupy=1, strict=False)
         return self.inner.embed_documents(texts)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.inner.embed_query(text)
 
 
 def limited_embedder(config: Config) -> Embedder | None:
