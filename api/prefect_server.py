@@ -129,3 +129,18 @@ class PrefectServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def advertisement(home: Path) -> Path:
+    """Where `memsift up` writes the API address of the server it runs, for `memsift index` to find."""
+    return home / "prefect-api-url"
+
+
+def advertised_api_url(home: Path) -> str | None:
+    """The API address `memsift up` advertises, if its server answers now (0.5 s at most); else None."""
+    try:
+        api_url = advertisement(home).read_text().strip()
+        healthy = httpx.get(f"{api_url}/health", timeout=0.5).status_code == 200
+    except (OSError, httpx.HTTPError):
+        return None
+    return api_url if healthy else None

@@ -23,7 +23,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from api.prefect_server import DEFAULT_PORT, PrefectServer, ServerError, free_port, port_is_free, wait_healthy
+from api.prefect_server import (
+    DEFAULT_PORT,
+    PrefectServer,
+    ServerError,
+    advertisement,
+    free_port,
+    port_is_free,
+    wait_healthy,
+)
 from core import Config, ConfigError, load_config
 
 SERVER_START_TIMEOUT = 120.0  # a first start migrates a fresh database: ~10 s on 2 cores, more when busy
@@ -55,7 +63,7 @@ def run_up(configs: Mapping[str, Config], port: int | None) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)  # until `serve` takes SIGTERM over
     try:
         with ExitStack() as stack:
-            ui = _prefect_server(stack, port)
+            ui = _prefect_server(stack, port, main.home)
             _serve(configs, stack, ui)
     except KeyboardInterrupt:
         pass
@@ -73,7 +81,7 @@ def _say(line: str) -> None:
     print(f"memsift up: {line}", flush=True)
 
 
-def _prefect_server(stack: ExitStack, port: int | None) -> str:
+def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
     """Start (or check) the Prefect server; its UI address. PREFECT_API_URL is set when this returns."""
     external = os.environ.get("PREFECT_API_URL")
     if external:
@@ -90,6 +98,10 @@ def _prefect_server(stack: ExitStack, port: int | None) -> str:
     seconds = server.wait_healthy(SERVER_START_TIMEOUT)
     _say(f"Prefect server ready in {seconds:.1f} s")
     os.environ["PREFECT_API_URL"] = server.api_url
+    note = advertisement(home)  # `memsift index` in another terminal runs its flow on this server
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text(server.api_url)
+    stack.callback(note.unlink, missing_ok=True)
     return server.url
 
 

@@ -284,11 +284,22 @@ def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, works
         assert f"REST API: http://127.0.0.1:{api_port}\n" in up.output
         assert httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code == 200
         assert (memsift_home / "prefect" / "server.log").is_file()  # PREFECT_HOME defaults under MEMSIFT_HOME
+
+        # `memsift index` in another terminal, without PREFECT_API_URL, runs its flow on up's server.
+        assert "PREFECT_API_URL" not in env
+        index_run = subprocess.run(
+            [MEMSIFT, "--workspace", str(ws), "index", "--json"], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert index_run.returncode == 0, index_run.stderr
+        with prefect_client(f"http://127.0.0.1:{port}/api") as c:
+            manual = [r for r in c.read_flow_runs() if r.deployment_id is None and r.name.startswith("sync-main-")]
+        assert manual and manual[0].state.is_completed()
         tree = descendants(up.process.pid)
         assert server_pid in tree
         assert up.stop(signal.SIGINT) == 0, up.output
     assert f"Prefect server (pid {server_pid}) stopped" in up.output
     assert alive(tree) == set(), up.output
+    assert not (memsift_home / "prefect-api-url").exists()  # the advertisement goes with the server
 
 
 def test_up_refuses_before_starting_anything(tmp_path: Path, workspace, memsift_home: Path) -> None:
