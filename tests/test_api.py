@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar import Litestar
 from litestar.testing import TestClient
+from sample import NOTES as SAMPLE
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -38,19 +39,7 @@ from api.schemas import MAX_LINES, MAX_QUERY_BYTES
 from core import MemoryIndex, load_config
 from core.config import Config
 
-NOTES = {
-    "MEMORY.md": (
-        "# Memory\n"
-        "- Dana Whitfield starts every morning with a flat white, no sugar.\n"
-        "- The ledger service stays on PostgreSQL 15 until pgvector 0.8 ships.\n"
-    ),
-    "memory/2026-05-14.md": "".join(f"line {i}: deploy log entry number {i}\n" for i in range(1, 11))
-    + "- The deploy failed with ERR_SSL_PROTOCOL_ERROR because the load balancer certificate expired.\n",
-    "memory/2026-05-15.md": (
-        "# 2026-05-15\n- Priya wants offline mode for the mobile app in Q1.\n- Marco is the on-call SRE this quarter.\n"
-    ),
-    "notes.txt": "not a memory file\n",
-}
+NOTES = SAMPLE | {"notes.txt": "not a memory file\n"}
 PROBLEM_KEYS = {"type", "title", "status", "detail"}
 READY_SECONDS = 60
 
