@@ -17,6 +17,11 @@ class EmbedderUnavailable(RuntimeError):
     """The configured embedder cannot run; search degrades to keyword mode and says why."""
 
 
+class EmbeddingError(RuntimeError):
+    """A provider failed to embed after its retries (quota, outage, bad answer); the message names the
+    provider, the status and what to do, never a key. A sync that meets it may switch to the fallback."""
+
+
 class Embedder(Protocol):
     provider: str
     model: str
