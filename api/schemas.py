@@ -97,6 +97,16 @@ class RateLimit(msgspec.Struct):
     prefect: dict[str, Any] | None
 
 
+class Fallback(msgspec.Struct):
+    """The recorded switch to `embedding.fallback`: the provider that failed, the fallback, why, when."""
+
+    # "from" is a Python keyword: the attribute is from_, the JSON key "from".
+    from_: str = msgspec.field(name="from")
+    to: str
+    reason: str
+    at: str
+
+
 class Status(msgspec.Struct):
     """The document of `memsift status --json`: MemoryIndex.status and the embedding rate limit."""
 
@@ -115,6 +125,7 @@ class Status(msgspec.Struct):
     cacheEntries: int
     lastSync: str | None
     embedderError: str | None
+    fallback: Fallback | None
     rateLimit: RateLimit
     probe: Probe | UnsetType = UNSET
 

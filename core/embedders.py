@@ -1,7 +1,7 @@
 """Embedders: the interface the indexer and search use, and the choice of one from the configuration.
 
-Hosted providers (issue 5) plug in here; today `auto` and `local` give the packaged MiniLM, `none` gives
-keyword-only search.
+`local` is the packaged MiniLM, `none` gives keyword-only search, the hosted providers live in
+`core.providers`; `auto` picks a hosted one only when a model or base URL is configured and its key is set.
 """
 
 from __future__ import annotations
@@ -65,11 +65,16 @@ def create_embedder(config: EmbeddingConfig) -> Embedder | None:
     """
     if config.provider == "none":
         return None
-    if config.provider in ("auto", "local"):
+    from .providers import PROVIDERS, auto_provider
+
+    provider = auto_provider(config) if config.provider == "auto" else config.provider
+    if provider == "local":
         from .local_embedder import LocalEmbedder
 
         return LocalEmbedder.shared(config.model)
+    if provider in PROVIDERS:
+        return PROVIDERS[provider](config)
     raise EmbedderUnavailable(
         f"embedding.provider = {config.provider!r} is not available in this version; "
-        "use 'local' (the packaged model) or 'none' (keyword search only)"
+        f"use one of local, none, {', '.join(PROVIDERS)}"
     )

@@ -50,6 +50,7 @@ class SyncReport:
     cacheCopied: int = 0  # a rebuild: cache entries carried over from the live index
     cachePruned: int = 0  # a rebuild: cache entries dropped by cache.maxEntries
     rebuilt: bool = False
+    fallback: str | None = None  # why this sync ran on embedding.fallback instead of the configured provider
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 

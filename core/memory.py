@@ -5,14 +5,16 @@ The CLI and the API are thin layers over this class; the Prefect flows drive `co
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from .config import Config
-from .embedders import Embedder, EmbedderUnavailable, create_embedder
+from .config import Config, EmbeddingConfig
+from .embedders import Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
 from .get import get_lines
 from .indexer import Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
 from .locking import writer_lock
@@ -25,7 +27,13 @@ _CONFIGURED: Any = object()
 
 class MemoryIndex:
     """One agent's index. `embedder` replaces the configured one (a shared instance, or None for keyword
-    only); `use_vec=False` runs the vector leg on the numpy scan, as when sqlite-vec cannot load."""
+    only); `use_vec=False` runs the vector leg on the numpy scan, as when sqlite-vec cannot load.
+
+    `embedding.fallback`: when the provider fails a sync (EmbeddingError, or EmbedderUnavailable at start),
+    the sync rebuilds once under the fallback provider and records the switch in the index's meta (`fallback`:
+    from, to, reason, at). While the record is there, syncs and searches use the fallback, so the index keeps
+    one identity; `sync(force=True)` tries the provider again, and its rebuild swaps in a file without the record.
+    """
 
     def __init__(self, config: Config, *, use_vec: bool = True, embedder: Embedder | None = _CONFIGURED) -> None:
         self.config = config
@@ -34,6 +42,9 @@ class MemoryIndex:
         self._embedder: Embedder | None = None if embedder is _CONFIGURED else embedder
         self._embedder_error: str | None = None
         self._embedder_loaded = embedder is not _CONFIGURED
+        self._fallback: Embedder | None = None
+        self._fallback_error: str | None = None
+        self._fallback_loaded = False
 
     @property
     def store(self) -> Store:
@@ -56,25 +67,70 @@ class MemoryIndex:
         self.close()
 
     def embedder(self) -> Embedder | None:
-        """The configured embedder, loaded once; None when `none` or when it failed (see `embedder_error`)."""
+        """The embedder the index is built with: the fallback while a switch is recorded, else the configured
+        one. Loaded once; None when `none` or when it failed (see `embedder_error`)."""
+        if self.fallback_record() is not None:
+            return self._fallback_embedder()
+        return self._primary()
+
+    def _primary(self) -> Embedder | None:
         if not self._embedder_loaded:
             self._embedder_loaded = True
             try:
                 self._embedder = create_embedder(self.config.embedding)
-            except EmbedderUnavailable as exc:
+            except (EmbedderUnavailable, EmbeddingError) as exc:  # a provider's start-up probe may fail either way
                 self._embedder_error = str(exc)
         return self._embedder
 
     @property
     def embedder_error(self) -> str | None:
-        self.embedder()
-        return self._embedder_error
+        """Why `embedder()` is None when something was configured; while switched, why we left the provider."""
+        record = self.fallback_record()
+        if record is None:
+            self._primary()
+            return self._embedder_error
+        if self._fallback_embedder() is None:
+            return (
+                self._fallback_error or f"{record['from']} failed ({record['reason']}); on the fallback {record['to']}"
+            )
+        return None
 
     def require_embedder(self) -> Embedder | None:
-        """For indexing: a configured provider that cannot start is an error, not a silent keyword index."""
-        embedder = self.embedder()
-        if self._embedder_error:
+        """For indexing: a configured provider that cannot start is an error, not a silent keyword index,
+        unless a fallback is configured (the sync switches to it)."""
+        if self.fallback_record() is not None:
+            return self._require_fallback()
+        embedder = self._primary()
+        if self._embedder_error and self.config.embedding.fallback == "none":
             raise EmbedderUnavailable(self._embedder_error)
+        return embedder
+
+    def fallback_record(self) -> dict[str, Any] | None:
+        """The recorded switch to `embedding.fallback` ({from, to, reason, at}), or None."""
+        raw = self.store.get_meta("fallback")
+        return json.loads(raw) if raw else None
+
+    def _fallback_config(self) -> EmbeddingConfig:
+        """The embedding settings with the fallback as provider; model and endpoint belong to the primary
+        unless the fallback is the same provider."""
+        embedding = self.config.embedding
+        if embedding.fallback == embedding.provider:
+            return embedding
+        return replace(embedding, provider=embedding.fallback, model=None, baseUrl=None)
+
+    def _fallback_embedder(self) -> Embedder | None:
+        if not self._fallback_loaded:
+            self._fallback_loaded = True
+            try:
+                self._fallback = create_embedder(self._fallback_config())
+            except (EmbedderUnavailable, EmbeddingError) as exc:
+                self._fallback_error = str(exc)
+        return self._fallback
+
+    def _require_fallback(self) -> Embedder | None:
+        embedder = self._fallback_embedder()
+        if self._fallback_error:
+            raise EmbedderUnavailable(self._fallback_error)
         return embedder
 
     def needs_rebuild(self) -> bool:
@@ -82,17 +138,53 @@ class MemoryIndex:
         return self.store.identity() != index_identity(self.config, self.embedder())
 
     def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
-        """Incremental sync, or a rebuild with atomic swap when forced or when the identity changed."""
-        embedder = self.require_embedder()
+        """Incremental sync, or a rebuild with atomic swap when forced or when the identity changed.
+
+        While a fallback switch is recorded the fallback is used and the provider is not tried; `force` tries
+        the provider again. A provider that fails switches to `embedding.fallback` (see the class docstring).
+        """
         with self._writing():
-            if force or self.needs_rebuild():
-                return self._rebuild(embedder, progress, stage)
-            return sync(self.store, self.config, embedder, progress=progress, stage=stage)
+            record = self.fallback_record()
+            if record is not None and not force:
+                report = self._sync_with(self._require_fallback(), False, progress, stage)
+                return _on_fallback(report, record)
+            try:
+                embedder = self._primary()
+                if self._embedder_error:
+                    raise EmbedderUnavailable(self._embedder_error)
+                return self._sync_with(embedder, force, progress, stage)
+            except (EmbeddingError, EmbedderUnavailable) as exc:
+                if self.config.embedding.fallback == "none":
+                    raise
+                return self._switch_to_fallback(exc, progress, stage)
 
     def rebuild(self, *, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
-        embedder = self.require_embedder()
-        with self._writing():
+        return self.sync(force=True, progress=progress, stage=stage)
+
+    def _sync_with(self, embedder: Embedder | None, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
+        if force or self.store.identity() != index_identity(self.config, embedder):
             return self._rebuild(embedder, progress, stage)
+        return sync(self.store, self.config, embedder, progress=progress, stage=stage)
+
+    def _switch_to_fallback(self, error: Exception, progress: Progress | None, stage: Stage) -> SyncReport:
+        """Rebuild under the fallback (the old index stays searchable until the swap), then record the switch.
+        A fallback that fails too raises the provider's error with the fallback's failure added."""
+        to = self.config.embedding.fallback
+        try:
+            report = self._rebuild(self._require_fallback(), progress, stage)
+        except (EmbeddingError, EmbedderUnavailable) as again:
+            kind = EmbeddingError if isinstance(error, EmbeddingError) else EmbedderUnavailable
+            raise kind(f"{error}; the fallback {to!r} failed too: {again}") from again
+        record = {
+            "from": self.config.embedding.provider,
+            "to": to,
+            "reason": f"{type(error).__name__}: {error}",
+            "at": _iso(time.time()),
+        }
+        store = self.store
+        with store.transaction():
+            store.set_meta("fallback", json.dumps(record))
+        return _on_fallback(report, record)
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
@@ -113,7 +205,7 @@ class MemoryIndex:
             with self._writing():
                 if self.store.identity() is None:  # nobody indexed it while we waited
                     self._rebuild(self.embedder(), None, _direct)
-        return search(self.store, self.config, self.embedder(), query, embedder_error=self._embedder_error, **options)
+        return search(self.store, self.config, self.embedder(), query, embedder_error=self.embedder_error, **options)
 
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
         return get_lines(self.config, path, start, count)
@@ -152,7 +244,8 @@ class MemoryIndex:
             "fts": {"enabled": identity is not None, "tokenizer": self.config.store.fts_tokenize},
             "cacheEntries": stats["cacheEntries"],
             "lastSync": _iso(float(last)) if last else None,
-            "embedderError": self._embedder_error,
+            "embedderError": self.embedder_error,
+            "fallback": self.fallback_record(),
         }
         if deep:
             doc["probe"] = self._probe(embedder)
@@ -160,13 +253,23 @@ class MemoryIndex:
 
     def _probe(self, embedder: Embedder | None) -> dict[str, Any]:
         if embedder is None:
-            return {"ok": False, "error": self._embedder_error or "no embedder configured"}
+            return {"ok": False, "error": self.embedder_error or "no embedder configured"}
         started = time.perf_counter()
         try:
             vec = embedder.embed_query("memsift probe")
         except Exception as exc:
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         return {"ok": True, "dims": int(vec.shape[0]), "ms": round((time.perf_counter() - started) * 1000, 1)}
+
+
+def _on_fallback(report: SyncReport, record: dict[str, Any]) -> SyncReport:
+    """Say in the report (and its warnings, which the CLI and the flow show) that the fallback did the work."""
+    report.fallback = record["reason"]
+    report.warnings.append(
+        f"embedding: using the fallback {record['to']!r} since {record['at']} because {record['from']!r} failed "
+        f"({record['reason']}); `memsift index --force` tries {record['from']!r} again"
+    )
+    return report
 
 
 def _iso(ts: float) -> str:

@@ -25,7 +25,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.utilities.annotations import quote
 
-from core import MemoryIndex, load_config
+from core import EmbedderUnavailable, MemoryIndex, load_config
+from core.embedders import EmbeddingError
 from core.indexer import Progress, SyncReport
 from flows.ratelimit import limited_embedder
 
@@ -52,7 +53,10 @@ def _run_name(kind: str) -> Callable[[], str]:
 
 def _open(agent: str, workspace: str | None, config_path: str | None) -> MemoryIndex:
     config = load_config(config_path, workspace=workspace, agent=agent)
-    return MemoryIndex(config, embedder=limited_embedder(config))
+    try:
+        return MemoryIndex(config, embedder=limited_embedder(config))
+    except (EmbedderUnavailable, EmbeddingError):  # the index raises it, or switches to embedding.fallback
+        return MemoryIndex(config)
 
 
 @flow(name="memsift-sync", flow_run_name=_run_name("sync"), persist_result=False, log_prints=False)

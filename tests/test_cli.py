@@ -61,9 +61,11 @@ def test_index_no_prefect_json_prints_the_sync_report(capsys, ws: Path) -> None:
     report = json.loads(out)
     assert set(report) == {
         "filesScanned", "added", "changed", "removed", "unchanged", "skipped", "chunksWritten", "chunksEmbedded",
-        "cacheHits", "embeddingCalls", "inputChars", "cacheCopied", "cachePruned", "rebuilt", "seconds", "warnings",
+        "cacheHits", "embeddingCalls", "inputChars", "cacheCopied", "cachePruned", "rebuilt", "fallback", "seconds",
+        "warnings",
     }  # fmt: skip
     assert report["filesScanned"] == 3 and report["added"] == 3
+    assert report["fallback"] is None
     assert report["changed"] == report["removed"] == report["unchanged"] == 0
     assert report["chunksWritten"] == report["chunksEmbedded"] == 3
     assert report["rebuilt"] is True  # first sync: a new index

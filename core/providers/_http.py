@@ -1,0 +1,317 @@
+"""What every hosted embedder shares: one HTTP client, the rate limiter, retries, batching, splitting, checks.
+
+A provider subclass only says how its wire format looks (`_request`, `_vectors`) and what it knows about its
+models; everything that decides whether an index stays consistent (order, counts, dimensions, which faults
+are retried and which are not, what an error message may contain) lives here once.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+from ..config import EmbeddingConfig
+from ..embedders import EmbedderUnavailable, EmbeddingError
+from ..limiter import RateLimiter
+
+REMOTE_TIMEOUT = 120.0
+DEFAULT_CONCURRENCY = 4
+#: Backoff when the server gives no Retry-After: 0.5 s, 1 s, 2 s ... plus up to 0.5 s jitter, at most 30 s.
+BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_JITTER = 0.5, 30.0, 0.5
+#: A Retry-After longer than this is cut to it: a sync should fail visibly rather than hang for an hour.
+RETRY_AFTER_MAX = 120.0
+#: Token limits are converted to bytes pessimistically (CJK text can be one token per 2-3 bytes).
+BYTES_PER_TOKEN = 2
+UNKNOWN_MODEL_TOKENS = 512
+PROBE_TEXT = "memsift probe"
+_SECRET_NAME = re.compile(r"auth|key|token|secret|cookie|password|signature", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"^(bearer|basic)\s|^[A-Za-z0-9_\-\.=+/]{20,}$", re.IGNORECASE)
+_TRANSIENT_STATUS = {408, 429}
+_BACKOFF = wait_exponential_jitter(multiplier=BACKOFF_INITIAL, max=BACKOFF_MAX, jitter=BACKOFF_JITTER)
+
+
+class Transient(Exception):
+    """A fault worth retrying (429, 408, 5xx, timeout, dropped connection, unreadable JSON)."""
+
+    def __init__(self, reason: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.status, self.retry_after = reason, status, retry_after
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After as seconds to wait: a number of seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX)
+
+
+def split_utf8(text: str, max_bytes: int) -> list[str]:
+    """`text` in pieces of at most `max_bytes` UTF-8 bytes, never cut inside a character."""
+    raw = text.encode("utf-8")
+    pieces: list[str] = []
+    start = 0
+    while start < len(raw):
+        end = min(start + max_bytes, len(raw))
+        while end < len(raw) and end > start and raw[end] & 0xC0 == 0x80:  # a continuation byte: step back
+            end -= 1
+        if end == start:  # max_bytes smaller than one character: take the whole character
+            end = start + 1
+            while end < len(raw) and raw[end] & 0xC0 == 0x80:
+                end += 1
+        pieces.append(raw[start:end].decode("utf-8"))
+        start = end
+    return pieces or [""]
+
+
+def public_headers(headers: dict[str, str]) -> dict[str, str]:
+    """The configured headers as they may appear in the fingerprint: secret names dropped, secret-looking
+    values replaced by a marker (the header still changes the identity, its value never leaves the process)."""
+    return {
+        name: ("<set>" if _SECRET_VALUE.search(value) else value)
+        for name, value in sorted(headers.items())
+        if not _SECRET_NAME.search(name)
+    }
+
+
+class HostedEmbedder:
+    """An Embedder over HTTP. Subclasses set the class attributes and implement `_request` and `_vectors`."""
+
+    provider: str
+    default_base_url: str
+    default_model: str
+    key_env: str | None = None
+    #: Max input tokens per model; an unknown model gets UNKNOWN_MODEL_TOKENS.
+    model_tokens: dict[str, int] = {}
+    #: Native dimension per model, so the probe is only a health check for known models.
+    model_dims: dict[str, int] = {}
+    #: Default (query, document) prefixes per model, for models trained with them and APIs without input types.
+    model_prefixes: dict[str, tuple[str, str]] = {}
+    #: How queries and documents are told apart on the wire, for the fingerprint ("prefix" or an input type).
+    input_scheme = "prefix"
+
+    def __init__(self, config: EmbeddingConfig) -> None:
+        self.model = config.model or self.default_model
+        self.base_url = (config.baseUrl or self.default_base_url).rstrip("/")
+        self._key = os.environ.get(self.key_env) if self.key_env else None
+        if self.key_env and not self._key and not config.baseUrl:
+            raise EmbedderUnavailable(f"{self.provider}: set {self.key_env} in the environment")
+        query_prefix, document_prefix = self.model_prefixes.get(self.model, ("", ""))
+        self.query_prefix = query_prefix if config.queryPrefix is None else config.queryPrefix
+        self.document_prefix = document_prefix if config.documentPrefix is None else config.documentPrefix
+        self.max_bytes = min(
+            self.model_tokens.get(self.model, UNKNOWN_MODEL_TOKENS) * BYTES_PER_TOKEN, config.batchMaxBytes
+        )
+        self.batch_max_bytes, self.batch_max_inputs = config.batchMaxBytes, config.batchMaxInputs
+        self.retries_allowed = config.retries
+        self._requested_dims = config.dimensions
+        self.calls = 0
+        self.retries = 0
+        self._count_lock = threading.Lock()
+        secret_headers = [v for k, v in config.headers.items() if _SECRET_NAME.search(k) or _SECRET_VALUE.search(v)]
+        self._secrets = [s for s in (self._key, *secret_headers) if s]
+        self.limiter = RateLimiter(config.requestsPerMinute, config.tokensPerMinute)
+        timeout = config.timeoutSeconds or REMOTE_TIMEOUT
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            headers={**config.headers, **self._auth_headers()},
+            timeout=httpx.Timeout(timeout, connect=timeout),
+        )
+        self._pool = ThreadPoolExecutor(config.concurrency or DEFAULT_CONCURRENCY, thread_name_prefix=self.provider)
+        self.dims = config.dimensions or self.model_dims.get(self.model, 0)
+        try:
+            probe = self._embed_batch([PROBE_TEXT], query=False)
+        except EmbeddingError as exc:
+            self.close()
+            raise EmbedderUnavailable(str(exc)) from exc
+        self.dims = self.dims or probe.shape[1]
+        self.fingerprint = json.dumps(
+            {
+                "baseUrl": self.base_url,
+                "dims": self.dims,
+                "inputs": self.input_scheme,
+                "queryPrefix": self.query_prefix,
+                "documentPrefix": self.document_prefix,
+                "headers": public_headers(config.headers),
+            },
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+
+    # -- the wire format, per provider -----------------------------------------------------------------
+
+    def _auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._key}"} if self._key else {}
+
+    def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
+        """(path relative to the base URL, JSON body) for one batch."""
+        raise NotImplementedError
+
+    def _vectors(self, payload: Any) -> list[list[float]]:
+        """The vectors of an answer, in input order; KeyError/TypeError/ValueError on a wrong shape."""
+        raise NotImplementedError
+
+    # -- the Embedder interface ------------------------------------------------------------------------
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self._embed([self.document_prefix + t for t in texts], query=False)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._embed([self.query_prefix + text], query=True)[0]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()
+
+    # -- batching and splitting ------------------------------------------------------------------------
+
+    def _embed(self, texts: list[str], query: bool) -> np.ndarray:
+        """Split oversized texts, pack pieces into requests, run `concurrency` at a time, average the pieces
+        of each text back into one unit vector, in input order."""
+        pieces: list[str] = []
+        owners: list[int] = []
+        for i, text in enumerate(texts):
+            for piece in split_utf8(text, self.max_bytes):
+                pieces.append(piece)
+                owners.append(i)
+        groups: list[list[str]] = []
+        size = 0
+        for piece in pieces:
+            n = len(piece.encode("utf-8"))
+            if not groups or len(groups[-1]) >= self.batch_max_inputs or size + n > self.batch_max_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append(piece)
+            size += n
+        results = list(self._pool.map(lambda g: self._embed_batch(g, query), groups))
+        sums = np.zeros((len(texts), self.dims), dtype=np.float32)
+        if results:
+            np.add.at(sums, owners, np.concatenate(results))
+        return _normalise(sums)
+
+    def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
+        """One request, retried on transient faults; checked and normalised rows."""
+        path, body = self._request(texts, query)
+        tokens = max(1, sum(len(t.encode("utf-8")) for t in texts) // 4)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retries_allowed + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(Transient),
+            before_sleep=self._count_retry,
+            reraise=True,
+        )
+        try:
+            payload = retrying(self._post, path, body, tokens)
+        except Transient as exc:
+            raise EmbeddingError(self._exhausted(exc)) from None
+        try:
+            rows = self._vectors(payload)
+            vectors = np.asarray(rows, dtype=np.float32)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise EmbeddingError(f"{self.provider}: unexpected answer shape from {self.base_url} ({exc!r})") from None
+        if vectors.ndim != 2 or len(vectors) != len(texts):
+            raise EmbeddingError(
+                f"{self.provider}: asked for {len(texts)} vectors, got {len(rows)} from {self.base_url}"
+            )
+        if self.dims and vectors.shape[1] != self.dims:
+            raise EmbeddingError(
+                f"{self.provider}: vectors of dimension {vectors.shape[1]}, expected {self.dims} "
+                f"(model {self.model}; check embedding.dimensions)"
+            )
+        return _normalise(vectors)
+
+    # -- one HTTP request ------------------------------------------------------------------------------
+
+    def _post(self, path: str, body: dict[str, Any], tokens: int) -> Any:
+        self.limiter.acquire(tokens)
+        with self._count_lock:
+            self.calls += 1
+        try:
+            response = self._client.post(path, json=body)
+        except httpx.TimeoutException as exc:
+            raise Transient(f"timed out ({type(exc).__name__})") from None
+        except httpx.ConnectError as exc:
+            raise Transient(f"cannot connect to {self.base_url} ({self._redact(str(exc))})") from None
+        except httpx.TransportError as exc:
+            raise Transient(f"connection dropped ({type(exc).__name__}: {self._redact(str(exc))})") from None
+        status = response.status_code
+        if status in _TRANSIENT_STATUS or status >= 500:
+            raise Transient(
+                self._server_message(response), status, retry_after_seconds(response.headers.get("Retry-After"))
+            )
+        if status >= 400:
+            raise EmbeddingError(
+                f"{self.provider}: HTTP {status} from {self.base_url}: {self._server_message(response)}"
+            )
+        try:
+            return response.json()
+        except ValueError:
+            raise Transient("the answer is not valid JSON") from None
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Retry-After when the server sent one, else exponential backoff with jitter."""
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, Transient) and exc.retry_after is not None:
+            return exc.retry_after
+        return _BACKOFF(state)
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        with self._count_lock:
+            self.retries += 1
+
+    def _exhausted(self, exc: Transient) -> str:
+        attempts = self.retries_allowed + 1
+        if exc.status == 429:
+            return (
+                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts} attempts: {exc.reason}. "
+                "Lower embedding.requestsPerMinute / tokensPerMinute or embedding.concurrency, "
+                "or check the plan and quota of the API key."
+            )
+        status = f"HTTP {exc.status}" if exc.status else "request failed"
+        return f"{self.provider}: {status} after {attempts} attempts: {exc.reason}"
+
+    def _server_message(self, response: httpx.Response) -> str:
+        """The server's own explanation (OpenAI/Gemini `error.message`, others' `detail`/`error`), redacted."""
+        try:
+            payload = response.json()
+        except ValueError:
+            message = response.text
+        else:
+            error = payload.get("error") if isinstance(payload, dict) else None
+            if isinstance(error, dict):
+                message = str(error.get("message") or error)
+            elif error:
+                message = str(error)
+            elif isinstance(payload, dict) and payload.get("detail"):
+                message = str(payload["detail"])
+            else:
+                message = str(payload)
+        return self._redact(message.strip()[:500]) or response.reason_phrase
+
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _normalise(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return (rows / np.maximum(norms, 1e-12)).astype(np.float32)

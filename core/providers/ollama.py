@@ -1,0 +1,26 @@
+"""A local or remote Ollama server's `/api/embed`. No key; no input types, so the models' own prefixes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._http import HostedEmbedder
+
+
+class OllamaEmbedder(HostedEmbedder):
+    provider = "ollama"
+    default_base_url = "http://127.0.0.1:11434"
+    default_model = "nomic-embed-text"
+    # Ollama's default context is 2048 tokens whatever the model allows.
+    model_tokens = {"nomic-embed-text": 2048, "mxbai-embed-large": 512, "all-minilm": 256, "bge-m3": 2048}
+    model_dims = {"nomic-embed-text": 768, "mxbai-embed-large": 1024, "all-minilm": 384, "bge-m3": 1024}
+    model_prefixes = {
+        "nomic-embed-text": ("search_query: ", "search_document: "),
+        "mxbai-embed-large": ("Represent this sentence for searching relevant passages: ", ""),
+    }
+
+    def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
+        return "/api/embed", {"model": self.model, "input": texts}
+
+    def _vectors(self, payload: Any) -> list[list[float]]:
+        return payload["embeddings"]

@@ -1,0 +1,146 @@
+"""A real HTTP embedding server on 127.0.0.1 speaking the OpenAI, Gemini, Voyage and Ollama shapes.
+
+Vectors are deterministic (a hash of the text seeds a unit vector), so a test can compute what the client
+should return. Faults are chosen per request number (1-based, every POST counts), and every request is
+recorded with its arrival time so tests can measure retries and waits from the server's side.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+#: 429 with Retry-After 1 s, 429 with an HTTP date ~2 s ahead, 429 with Retry-After 0, 500, 503, a stall past
+#: the client's timeout, a dropped connection, malformed JSON, one vector too few, vectors of the wrong
+#: dimension, 400 and 401 (whose message echoes the Authorization header, as careless servers do).
+FAULTS = ("429", "429-date", "429-zero", "500", "503", "stall", "drop", "malformed", "count", "dim", "400", "401")
+
+
+def fake_vector(text: str, dims: int) -> np.ndarray:
+    seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+    vec = np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
+    return vec / np.linalg.norm(vec)
+
+
+@dataclass
+class Request:
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+    at: float
+    fault: str | None
+
+
+@dataclass
+class FakeProvider:
+    dims: int = 16
+    stall_seconds: float = 1.5
+    #: request number (1-based) -> fault name or None
+    fault: Callable[[int], str | None] = lambda n: None
+    requests: list[Request] = field(default_factory=list)
+    #: texts answered with a 200 and correct vectors, in arrival order
+    embedded: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                fake._handle(self)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def gaps(self) -> list[float]:
+        """Seconds between consecutive arrivals."""
+        return [b.at - a.at for a, b in zip(self.requests, self.requests[1:])]
+
+    def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        body = json.loads(raw or b"{}")
+        with self._lock:
+            number = len(self.requests) + 1
+            fault = self.fault(number)
+            self.requests.append(Request(h.path, body, dict(h.headers), time.monotonic(), fault))
+        if fault == "drop":
+            h.close_connection = True
+            return  # the socket closes with no response at all
+        if fault == "stall":
+            time.sleep(self.stall_seconds)  # the server being slow, not test synchronisation
+        if fault in ("429", "429-date", "429-zero"):
+            after = {"429": "1", "429-zero": "0", "429-date": email.utils.formatdate(time.time() + 2, usegmt=True)}
+            return self._send(h, 429, {"error": {"message": "Rate limit reached"}}, {"Retry-After": after[fault]})
+        if fault in ("500", "503"):
+            return self._send(h, int(fault), {"error": {"message": "upstream trouble"}})
+        if fault == "400":
+            return self._send(h, 400, {"error": {"message": "input is too long"}})
+        if fault == "401":
+            auth = h.headers.get("Authorization") or h.headers.get("x-goog-api-key") or ""
+            return self._send(h, 401, {"error": {"message": f"Incorrect API key provided: {auth}"}})
+        if fault == "malformed":
+            return self._send_raw(h, 200, b'{"data": [')
+        texts, dims, answer = self._parse(h.path, body)
+        if fault == "count":
+            texts = texts[:-1]
+        vectors = [fake_vector(t, dims + (1 if fault == "dim" else 0)).tolist() for t in texts]
+        if fault is None:
+            with self._lock:
+                self.embedded.extend(texts)
+        self._send(h, 200, answer(vectors))
+
+    def _parse(self, path: str, body: dict[str, Any]) -> tuple[list[str], int, Callable[[list], Any]]:
+        """The texts, the dimension asked for and how to shape the answer, by wire format."""
+        if path.endswith(":batchEmbedContents"):
+            texts = [r["content"]["parts"][0]["text"] for r in body["requests"]]
+            dims = body["requests"][0].get("outputDimensionality") or self.dims
+            return texts, dims, lambda vs: {"embeddings": [{"values": v} for v in vs]}
+        if path.endswith("/api/embed"):
+            return body["input"], self.dims, lambda vs: {"embeddings": vs}
+        dims = body.get("dimensions") or body.get("output_dimension") or self.dims
+        # Answer in reverse order: clients must sort by `index`.
+        return (
+            body["input"],
+            dims,
+            lambda vs: {"data": [{"index": i, "embedding": v} for i, v in reversed(list(enumerate(vs)))]},
+        )
+
+    def _send(
+        self, h: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
+    ) -> None:
+        self._send_raw(h, status, json.dumps(payload).encode(), headers)
+
+    def _send_raw(
+        self, h: BaseHTTPRequestHandler, status: int, data: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        try:
+            h.send_response(status)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                h.send_header(name, value)
+            h.end_headers()
+            h.wfile.write(data)
+        except OSError:  # the client gave up (a stall past its timeout)
+            h.close_connection = True

