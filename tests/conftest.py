@@ -7,6 +7,7 @@ started once per session and only by tests that run flows.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -96,6 +97,25 @@ class CountingEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         self.queries.append(text)
         return self.inner.embed_query(text)
+
+
+class FailingEmbedder(CountingEmbedder):
+    """The real model, failing from its n-th document request on (a fault switch, not a stub)."""
+
+    def __init__(self, fail_on_call: int, error: Exception) -> None:
+        super().__init__()
+        self.fail_on_call = fail_on_call
+        self.error = error
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        if self.calls + 1 >= self.fail_on_call:
+            raise self.error
+        return super().embed_documents(texts)
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes: 'the index file is exactly as it was'."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-from conftest import CountingEmbedder
+from conftest import CountingEmbedder, FailingEmbedder, file_digest
 
 from api.cli import main
 from core.embedders import EmbeddingError
@@ -24,21 +22,18 @@ NOTES = {
 UNREACHABLE = {"embedding.baseUrl": "http://127.0.0.1:9/v1", "embedding.retries": 0, "embedding.timeoutSeconds": 5}
 
 
-class FlakyEmbedder(CountingEmbedder):
-    """The real model, failing from its n-th document request on as a provider does after its retries."""
-
-    def __init__(self, fail_on_call: int) -> None:
-        super().__init__()
-        self.fail_on_call = fail_on_call
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        if self.calls + 1 >= self.fail_on_call:
-            raise EmbeddingError("provider answered 429 after 3 retries: quota exceeded")
-        return super().embed_documents(texts)
+def index_then_add_a_new_note(ws: Path, config, open_index) -> str:
+    """Index the workspace with the healthy model, then add a note no cache holds; the index file's digest."""
+    first = open_index(config, embedder=CountingEmbedder())
+    first.sync()
+    first.close()
+    (ws / "memory" / "2026-11-30.md").write_text("# 2026-11-30\n- A note the cache has never seen.\n")
+    return file_digest(config.db_path)
 
 
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def quota_exhausted(fail_on_call: int) -> FailingEmbedder:
+    """The real model, failing as a provider does after its retries, from its n-th document request on."""
+    return FailingEmbedder(fail_on_call, EmbeddingError("provider answered 429 after 3 retries: quota exceeded"))
 
 
 @pytest.fixture
@@ -56,7 +51,7 @@ def test_a_provider_failing_mid_sync_switches_to_the_fallback_until_forced_back(
     config = make_config(
         ws, **{"embedding.provider": "local", "embedding.fallback": "local", "embedding.batchMaxInputs": 1}
     )
-    flaky = FlakyEmbedder(fail_on_call=3)  # two notes embedded, then the quota runs out
+    flaky = quota_exhausted(fail_on_call=3)  # two notes embedded, then the quota runs out
     index = open_index(config, embedder=flaky)
     report = index.sync()
     assert flaky.calls == 2
@@ -75,7 +70,7 @@ def test_a_provider_failing_mid_sync_switches_to_the_fallback_until_forced_back(
 
     # The next sync stays on the fallback: the provider is not tried (it would fail at once).
     (ws / "memory" / "2026-11-29.md").write_text("# 2026-11-29\n- Zanzibar offsite booked.\n")
-    again = FlakyEmbedder(fail_on_call=1)
+    again = quota_exhausted(fail_on_call=1)
     report = open_index(config, embedder=again).sync()
     assert again.calls == 0 and again.documents == []
     assert report.added == 1 and not report.rebuilt and report.fallback == status["fallback"]["reason"]
@@ -113,35 +108,27 @@ def test_a_provider_that_cannot_start_falls_back_to_the_local_model(ws, make_con
 def test_without_a_fallback_the_error_propagates_and_the_index_is_unchanged(ws, make_config, open_index):
     config = make_config(ws)
     assert config.embedding.fallback == "none"
-    first = open_index(config, embedder=CountingEmbedder())
-    first.sync()
-    first.close()
-    before = digest(config.db_path)
-    (ws / "memory" / "2026-11-30.md").write_text("# 2026-11-30\n- A note the cache has never seen.\n")
+    before = index_then_add_a_new_note(ws, config, open_index)
 
-    index = open_index(config, embedder=FlakyEmbedder(fail_on_call=1))
+    index = open_index(config, embedder=quota_exhausted(fail_on_call=1))
     with pytest.raises(EmbeddingError, match="quota exceeded"):
         index.sync(force=True)
     assert index.status()["fallback"] is None
     index.close()
-    assert digest(config.db_path) == before
+    assert file_digest(config.db_path) == before
 
 
 def test_a_fallback_that_fails_too_raises_the_original_error_with_its_failure(ws, make_config, open_index):
     config = make_config(ws, **{"embedding.fallback": "ollama", "embedding.retries": 0, "embedding.timeoutSeconds": 5})
-    first = open_index(config, embedder=CountingEmbedder())
-    first.sync()
-    first.close()
-    before = digest(config.db_path)
-    (ws / "memory" / "2026-11-30.md").write_text("# 2026-11-30\n- A note the cache has never seen.\n")
+    before = index_then_add_a_new_note(ws, config, open_index)
 
-    index = open_index(config, embedder=FlakyEmbedder(fail_on_call=1))
+    index = open_index(config, embedder=quota_exhausted(fail_on_call=1))
     with pytest.raises(EmbeddingError, match="quota exceeded.*the fallback 'ollama' failed too: ") as raised:
         index.sync(force=True)
     assert raised.value.__cause__ is not None
     assert index.status()["fallback"] is None
     index.close()
-    assert digest(config.db_path) == before
+    assert file_digest(config.db_path) == before
 
 
 def test_the_cli_indexes_on_the_fallback_and_status_shows_the_switch(ws, capsys):

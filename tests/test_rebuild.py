@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -11,9 +10,8 @@ import threading
 from pathlib import Path
 
 import apsw
-import numpy as np
 import pytest
-from conftest import CountingEmbedder
+from conftest import CountingEmbedder, FailingEmbedder, file_digest
 
 from core import MemoryIndex
 from core.locking import LockTimeout, writer_lock
@@ -24,23 +22,6 @@ NOTES = {
     "memory/2026-11-26.md": "# 2026-11-26\n- Priya wants offline mode in Q1.\n- Conflicts: last writer wins.\n",
     "memory/2026-11-28.md": "# 2026-11-28\n- Replication lag reached 40 s.\n- Missing index on settlements.\n",
 }
-
-
-class FailingEmbedder(CountingEmbedder):
-    """The real model, made to fail on its n-th document request (a fault switch, not a stub)."""
-
-    def __init__(self, fail_on_call: int) -> None:
-        super().__init__()
-        self.fail_on_call = fail_on_call
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        if self.calls + 1 >= self.fail_on_call:
-            raise RuntimeError("embedding service fell over")
-        return super().embed_documents(texts)
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def temp_files(config) -> list[Path]:
@@ -128,15 +109,15 @@ def test_failed_rebuild_leaves_the_old_index_untouched(ws, make_config, open_ind
     before_hits = first.search("ERR_SSL_PROTOCOL").to_dict()["results"]
     before_chunks = chunk_set(first)
     first.close()
-    before = digest(config.db_path)
+    before = file_digest(config.db_path)
 
     changed = make_config(ws, **{"chunking.tokens": 100, "chunking.overlap": 10, "embedding.batchMaxInputs": 16})
-    failing = open_index(changed, embedder=FailingEmbedder(fail_on_call))
+    failing = open_index(changed, embedder=FailingEmbedder(fail_on_call, RuntimeError("embedding service fell over")))
     with pytest.raises(RuntimeError, match="fell over"):
         failing.sync()
     failing.close()
 
-    assert digest(config.db_path) == before
+    assert file_digest(config.db_path) == before
     assert temp_files(config) == []
     after = open_index(config, embedder=CountingEmbedder())
     assert chunk_set(after) == before_chunks
