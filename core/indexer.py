@@ -23,6 +23,7 @@ import numpy as np
 from .chunking import chunk_text
 from .config import Config
 from .embedders import Embedder
+from .query import FTS_TEXT_VERSION
 from .scan import FileEntry, scan
 from .store import SCHEMA_VERSION, Store
 
@@ -83,6 +84,7 @@ def index_identity(config: Config, embedder: Embedder | None) -> dict[str, Any]:
         "sources": ["memory"],
         "extraPaths": list(config.extra_paths),
         "tokenizer": config.store.fts_tokenize,
+        "ftsText": FTS_TEXT_VERSION,
     }
 
 

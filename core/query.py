@@ -1,9 +1,16 @@
 """Turning a user's text into an FTS5 MATCH expression that can never carry FTS syntax.
 
 CJK, kana and Hangul have no spaces between words, so the FTS tokenizers would see a whole sentence as one
-token (unicode61) or need 3+ characters (trigram). `fts_text` spaces such characters apart, both in what is
-indexed and in the query, where a run becomes a quoted phrase of single characters: a two-character word
-is then found inside any sentence, under either tokenizer.
+token (unicode61) or need 3+ characters (trigram). `fts_text` spaces such characters apart in what is
+indexed; in the query a run of them becomes its overlapping two-character pairs (bigrams), each a quoted
+phrase of two single characters. A two-character word is then found inside any sentence, and a longer
+phrase matches notes that share most of its pairs in any order (BM25 ranks those that share more higher),
+under either tokenizer.
+
+The trigram tokenizer cannot match a term shorter than three characters (`PR`, `17`, one CJK character).
+`fts_text` therefore also turns punctuation and whitespace runs into one space and pads the text with a
+space at each end, so every word stands between spaces; a short term is queried as the phrase `" pr "`,
+which trigram matches as a whole word and unicode61 reads as the plain word `pr`.
 
 The text is split into Unicode word tokens (letters, digits, underscore, so `ERR_SSL_PROTOCOL` stays one
 token and FTS5 matches it as the phrase `err ssl protocol`). Each token is quoted, so `AND`, `NEAR(`,
@@ -19,7 +26,12 @@ from .chunking import WIDE
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _WIDE_RUN = re.compile(WIDE.pattern + "+")
+# Whitespace, ASCII punctuation but `_`, and the dashes, quotes and bullets of General Punctuation: separators
+# under unicode61 too, so replacing them changes nothing there. Combining marks are kept (Devanagari, Thai).
+_SEPARATORS = re.compile(r"[\s!-/:-@\[-^`{-~\u2010-\u2027\u2030-\u205e]+")
 MAX_TERMS = 64
+# Part of the index identity: a change to `fts_text` makes existing FTS rows wrong, so the index is rebuilt.
+FTS_TEXT_VERSION = 2
 
 # A short list: question words and function words that carry no topic. Measured on locomo-dev (README).
 STOP_WORDS = frozenset(
@@ -34,17 +46,43 @@ STOP_WORDS = frozenset(
 
 
 def fts_text(text: str) -> str:
-    """The text as the FTS table indexes it: each CJK, kana or Hangul character spaced apart."""
-    if text.isascii():
-        return text
-    return _WIDE_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
+    """The text as the FTS table indexes it: CJK, kana and Hangul characters spaced apart, punctuation and
+    whitespace runs made one space, a space at each end."""
+    if not text.isascii():
+        text = _WIDE_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
+    return " " + _SEPARATORS.sub(" ", text).strip() + " "
+
+
+def _split_scripts(token: str) -> list[str]:
+    """A word token as query terms: its non-CJK parts whole, each CJK run as its bigrams (or its one
+    character), so `alice的会议记录` gives `alice`, `的会`, `会议`, `议记`, `记录`."""
+    if token.isascii():
+        return [token]
+    terms: list[str] = []
+    for part in re.split(f"({_WIDE_RUN.pattern})", token):
+        if not part:
+            continue
+        if WIDE.match(part) and len(part) > 1:
+            terms.extend(part[i : i + 2] for i in range(len(part) - 1))
+        else:
+            terms.append(part)
+    return terms
 
 
 def query_terms(text: str) -> list[str]:
-    """Lower-cased word tokens, de-duplicated in order, stop words dropped unless they are all there is."""
-    tokens = list(dict.fromkeys(t.lower() for t in _TOKEN.findall(text.replace("\x00", " "))))
+    """Lower-cased word tokens (CJK runs as bigrams), de-duplicated in order, stop words dropped unless they
+    are all there is."""
+    words = (t.lower() for t in _TOKEN.findall(text.replace("\x00", " ")))
+    tokens = list(dict.fromkeys(term for word in words for term in _split_scripts(word)))
     kept = [t for t in tokens if t not in STOP_WORDS]
     return (kept or tokens)[:MAX_TERMS]
+
+
+def _phrase(term: str) -> str:
+    body = " ".join(fts_text(term).split())
+    if len(body) < 3:  # trigram needs 3 characters: match the word between the spaces `fts_text` guarantees
+        body = f" {body} "
+    return '"' + body.replace('"', '""') + '"'
 
 
 def fts_match(text: str) -> str | None:
@@ -52,4 +90,4 @@ def fts_match(text: str) -> str | None:
     terms = query_terms(text)
     if not terms:
         return None
-    return " OR ".join('"' + " ".join(fts_text(t).split()).replace('"', '""') + '"' for t in terms)
+    return " OR ".join(_phrase(t) for t in terms)

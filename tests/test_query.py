@@ -59,7 +59,7 @@ def test_stop_words_are_dropped_unless_they_are_all_there_is():
 def test_operators_become_quoted_plain_terms():
     assert fts_match("alpha AND beta") == '"alpha" OR "beta"'
     assert fts_match('NEAR(foo bar) prefix* ^caret col:umn "x') == (
-        '"near" OR "foo" OR "bar" OR "prefix" OR "caret" OR "col" OR "umn" OR "x"'
+        '"near" OR "foo" OR "bar" OR "prefix" OR "caret" OR "col" OR "umn" OR " x "'
     )
 
 
@@ -118,14 +118,18 @@ def test_issue_number_matches_its_note_under_unicode61(tmp_path):
     assert not found_in_one_note(tmp_path, "unicode61", DOCS[3], "#71")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="query.py: trigram FTS5 never matches a term shorter than 3 characters ('pr', '17'), so "
-    "`PR #17` finds nothing in the keyword leg when store.fts.tokenizer = trigram",
-)
 def test_issue_number_matches_its_note_under_trigram(tmp_path):
     assert found_in_one_note(tmp_path, "trigram", DOCS[3], "PR #17")
+    assert not found_in_one_note(tmp_path, "trigram", DOCS[3], "#71")
+
+
+@pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
+def test_short_terms_match_whole_words_only(tmp_path, tokenizer):
+    note = "Bob opened PR-7 (v2) for the CI job"
+    assert found_in_one_note(tmp_path, tokenizer, note, "CI")
+    assert found_in_one_note(tmp_path, tokenizer, note, "v2")
+    assert found_in_one_note(tmp_path, tokenizer, note, "7")
+    assert not found_in_one_note(tmp_path, tokenizer, note, "ob")  # inside "Bob": not a word
 
 
 def test_whole_cjk_runs_and_diacritics_are_findable(store):
@@ -136,6 +140,35 @@ def test_whole_cjk_runs_and_diacritics_are_findable(store):
 @pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
 def test_cjk_word_inside_a_sentence_is_findable(tmp_path, tokenizer):
     assert found_in_one_note(tmp_path, tokenizer, "明日は東京で会議があります", "東京")
+
+
+def test_cjk_runs_become_bigrams_and_scripts_split():
+    assert query_terms("会议记录") == ["会议", "议记", "记录"]
+    assert query_terms("Alice的会") == ["alice", "的会"]
+    assert query_terms("東") == ["東"]
+    assert fts_match("東京") == '"東 京"'
+    assert fts_match("東") == '" 東 "'
+
+
+@pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
+@pytest.mark.parametrize(
+    ("note", "query"),
+    [
+        ("明日は東京で会議があります", "会議"),  # a two-character word inside a sentence
+        ("明日は東京で会議があります", "東京の会議"),  # a phrase the note does not hold verbatim
+        ("我们决定下周三发布新版本", "新版本发布"),  # words in another order
+        ("다음 주 회의는 화요일입니다", "회의"),  # a Korean word with a particle attached in the note
+        ("다음 주 회의는 화요일입니다", "화요일 회의 일정"),
+        ("Deploy 计划：周五上线 v2", "上线计划"),  # mixed scripts, punctuation between
+    ],
+)
+def test_cjk_word_and_non_verbatim_phrase_are_findable(tmp_path, tokenizer, note, query):
+    assert found_in_one_note(tmp_path, tokenizer, note, query)
+
+
+@pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
+def test_cjk_query_sharing_no_pair_finds_nothing(tmp_path, tokenizer):
+    assert not found_in_one_note(tmp_path, tokenizer, "明日は東京で会議があります", "京都")
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
