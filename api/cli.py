@@ -87,6 +87,12 @@ def _parser() -> _Parser:
     )
     sub.add_parser("ratelimit", parents=[common], help="create or update the shared embedding rate limit")
 
+    mcp = sub.add_parser("mcp", parents=[common], help="MCP server with memory_search and memory_get")
+    mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: stdio")
+    mcp.add_argument("--http", dest="transport", action="store_const", const="http", help="same as --transport http")
+    mcp.add_argument("--host", default="127.0.0.1", metavar="H", help="HTTP address (loopback only; default 127.0.0.1)")
+    mcp.add_argument("--port", type=_bounded(int, 1, 65535), default=8765, metavar="P", help="HTTP port (default 8765)")
+
     ev = sub.add_parser("eval", parents=[common], help="retrieval metrics for a query file")
     ev.add_argument("queries", metavar="QUERIES.jsonl")
     ev.add_argument("--k", type=int, default=10)
@@ -296,6 +302,15 @@ _COMMANDS = {
     "ratelimit": cmd_ratelimit,
 }
 _COMMANDS["serve"] = cmd_serve
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from api.mcp import run_mcp
+
+    return run_mcp(_config(args), transport=args.transport, host=args.host, port=args.port)
+
+
+_COMMANDS["mcp"] = cmd_mcp
 
 
 if __name__ == "__main__":

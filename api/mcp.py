@@ -1,0 +1,213 @@
+"""`memsift mcp`: the tools `memory_search` and `memory_get` for an agent, over stdio or streamable HTTP.
+
+Built on the `mcp` package's low-level `Server` rather than its decorator API: `memory_get` takes an argument
+named `from` (a Python keyword), and a tool call must never end in a protocol error. Every failure (a bad
+argument, an index that cannot be opened, a refused path) comes back as a tool result with `unavailable: true`
+and a `reason`, so the agent reads why and carries on. Results have the REST shapes (SPEC section 4): the
+search answer `{results, mode, provider, model, tookMs, degraded?}` and the get answer `{path, from, lines,
+text, totalLines}`, as structured content and as JSON text.
+
+One `MemoryIndex` serves every call (the embedder loads once); calls run in a worker thread, one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+
+from api.cli import KNOWN_ERRORS
+from core import Config, ConfigError
+from core.memory import MemoryIndex
+
+SERVER_NAME = "memsift"
+HTTP_PATH = "/mcp"
+
+SEARCH_DESCRIPTION = (
+    "Search the agent's long-term memory (MEMORY.md, memory/*.md notes and, when enabled, past session "
+    "transcripts). Call this BEFORE answering anything about prior work, decisions, dates, people, "
+    "preferences or to-dos, even when you think you remember. Returns the best matching snippets, each with "
+    "path, startLine, endLine, score and a citation; read more around a hit with memory_get. An empty list "
+    "means nothing relevant is stored. If the result has unavailable=true, memory could not be searched: say "
+    "so rather than guessing."
+)
+GET_DESCRIPTION = (
+    "Read exact lines of one memory file (a path returned by memory_search, e.g. memory/2026-05-14.md or "
+    "sessions/<id>.jsonl). Use it after memory_search to read only the lines you need around a hit. "
+    "`from` is the 1-based first line (default 1), `lines` how many (default: to the end). A file that does "
+    "not exist reads as empty text; paths outside the agent's memory are refused (unavailable=true)."
+)
+
+SEARCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "what to look for, in the user's words"},
+        "maxResults": {"type": "integer", "minimum": 1, "maximum": 100, "description": "default: search.maxResults"},
+        "minScore": {"type": "number", "minimum": 0, "maximum": 1, "description": "default: search.minScore"},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+GET_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "workspace-relative path, as memory_search returns it"},
+        "from": {"type": "integer", "minimum": 1, "description": "first line, 1-based (default 1)"},
+        "lines": {"type": "integer", "minimum": 0, "description": "number of lines (default: to the end)"},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    types.Tool(
+        name="memory_search",
+        description=SEARCH_DESCRIPTION,
+        input_schema=SEARCH_SCHEMA,
+        annotations=types.ToolAnnotations(title="Search memory", read_only_hint=True, open_world_hint=False),
+    ),
+    types.Tool(
+        name="memory_get",
+        description=GET_DESCRIPTION,
+        input_schema=GET_SCHEMA,
+        annotations=types.ToolAnnotations(title="Read memory lines", read_only_hint=True, open_world_hint=False),
+    ),
+]
+
+
+class ToolArgumentError(ValueError):
+    """An argument is missing, unknown or of the wrong type; the message names it."""
+
+
+_KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float)}
+
+
+def _argument(args: dict[str, Any], schema: dict[str, Any], name: str) -> Any:
+    """The argument checked against its JSON type in `schema` (booleans are not numbers), or None if absent."""
+    value = args.get(name)
+    if value is None:
+        if name in schema["required"]:
+            raise ToolArgumentError(f"{name}: required")
+        return None
+    kind = schema["properties"][name]["type"]
+    if isinstance(value, bool) or not isinstance(value, _KINDS[kind]):
+        raise ToolArgumentError(f"{name}: expected {kind}, got {value!r}")
+    return value
+
+
+def _check_names(args: dict[str, Any], schema: dict[str, Any]) -> None:
+    unknown = sorted(set(args) - set(schema["properties"]))
+    if unknown:
+        expected = ", ".join(schema["properties"])
+        raise ToolArgumentError(f"unknown argument(s): {', '.join(unknown)}; expected {expected}")
+
+
+class MemoryTools:
+    """The two tools over one agent's index; `call` never raises."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._index: MemoryIndex | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def index(self) -> MemoryIndex:
+        if self._index is None:
+            self._index = MemoryIndex(self.config)
+        return self._index
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+
+    def memory_search(self, args: dict[str, Any]) -> dict[str, Any]:
+        _check_names(args, SEARCH_SCHEMA)
+        query = _argument(args, SEARCH_SCHEMA, "query")
+        max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
+        min_score = _argument(args, SEARCH_SCHEMA, "minScore")
+        response = self.index.search(
+            query, max_results=max_results, min_score=None if min_score is None else float(min_score)
+        )
+        return response.to_dict()
+
+    def memory_get(self, args: dict[str, Any]) -> dict[str, Any]:
+        _check_names(args, GET_SCHEMA)
+        path = _argument(args, GET_SCHEMA, "path")
+        start = _argument(args, GET_SCHEMA, "from")
+        count = _argument(args, GET_SCHEMA, "lines")
+        return self.index.get(path, 1 if start is None else start, count)
+
+    def call(self, name: str, args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """(the tool's answer, whether it is an error); errors are `{unavailable: true, reason}`."""
+        handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "memory_search": self.memory_search,
+            "memory_get": self.memory_get,
+        }
+        handler = handlers.get(name)
+        try:
+            if handler is None:
+                raise ToolArgumentError(f"no tool named {name!r}; the tools are {', '.join(handlers)}")
+            with self._lock:
+                return handler(args), False
+        except Exception as exc:  # the agent gets the reason as data; nothing escapes as a protocol error
+            reason = str(exc) if isinstance(exc, (ToolArgumentError, *KNOWN_ERRORS)) else f"{type(exc).__name__}: {exc}"
+            answer: dict[str, Any] = {"unavailable": True, "reason": reason}
+            if name == "memory_search":
+                answer["results"] = []
+            status = getattr(exc, "status", None)
+            if status is not None:
+                answer["status"] = status
+            return answer, True
+
+
+def build_server(tools: MemoryTools) -> Server:
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=TOOLS)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        answer, failed = await anyio.to_thread.run_sync(tools.call, params.name, dict(params.arguments or {}))
+        text = json.dumps(answer, ensure_ascii=False)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content=answer, is_error=failed
+        )
+
+    return Server(
+        SERVER_NAME,
+        instructions="Long-term memory of this agent: search it with memory_search before answering about "
+        "prior work, decisions, dates, people, preferences or to-dos; read lines with memory_get.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
+    """Serve until stdin closes (stdio) or the process is interrupted (HTTP)."""
+    from api.serve import is_loopback
+
+    tools = MemoryTools(config)
+    server = build_server(tools)
+    try:
+        if transport == "stdio":
+            from mcp.server.stdio import stdio_server
+
+            async def serve_stdio() -> None:
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
+
+            anyio.run(serve_stdio)
+        else:
+            if not is_loopback(host):
+                raise ConfigError(f"--host {host}: the MCP HTTP transport has no authentication; bind to 127.0.0.1")
+            import uvicorn
+
+            app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+            uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tools.close()
+    return 0

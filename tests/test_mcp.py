@@ -1,0 +1,150 @@
+"""`memsift mcp` (api/mcp.py): a real `memsift mcp` process, driven by the `mcp` package's own client over
+stdio and over streamable HTTP; every failure comes back as a result with `unavailable` and a reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from api.mcp import MemoryTools
+from core import load_config
+from core.memory import MemoryIndex
+from tests.sample import NOTES
+
+MEMSIFT = Path(sys.executable).parent / "memsift"
+
+
+@pytest.fixture
+def ws(workspace, memsift_home) -> Path:
+    root = workspace(NOTES)
+    with MemoryIndex(load_config(workspace=root)) as index:
+        index.sync()
+    return root
+
+
+def _env(memsift_home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSIFT_", "PREFECT_API_URL"))}
+    env["MEMSIFT_HOME"] = str(memsift_home)
+    return env
+
+
+async def _call(client: Client, name: str, args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    result = await client.call_tool(name, args)
+    assert json.loads(result.content[0].text) == result.structured_content  # the same answer, as text for agents
+    return result.structured_content, result.is_error
+
+
+async def _exercise(client: Client) -> None:
+    """The checks both transports must pass."""
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {"memory_search", "memory_get"}
+    search_text = tools["memory_search"].description.lower()
+    for word in ("before answering", "decisions", "dates", "people", "preferences", "to-dos"):
+        assert word in search_text
+    assert tools["memory_search"].input_schema["required"] == ["query"]
+    assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
+
+    answer, failed = await _call(client, "memory_search", {"query": "flat white", "maxResults": 3, "minScore": 0})
+    assert not failed
+    assert set(answer) >= {"results", "mode", "provider", "model", "tookMs"}
+    top = answer["results"][0]
+    assert set(top) >= {"path", "startLine", "endLine", "score", "snippet", "source", "citation"}
+    assert (top["path"], top["source"]) == ("MEMORY.md", "memory") and len(answer["results"]) <= 3
+
+    answer, failed = await _call(client, "memory_get", {"path": "memory/2026-05-14.md", "from": 2, "lines": 2})
+    assert not failed
+    assert answer == {"path": "memory/2026-05-14.md", "from": 2, "lines": 2, "totalLines": 11,
+                      "text": "line 2: deploy log entry number 2\nline 3: deploy log entry number 3"}  # fmt: skip
+
+    for name, args, reason in [
+        ("memory_search", {"query": "   "}, "query: must not be blank"),
+        ("memory_search", {"query": "x", "maxResults": "five"}, "maxResults: expected integer"),
+        ("memory_search", {"query": "x", "maxResults": 500}, "maxResults: 500 is out of range"),
+        ("memory_search", {"query": "x", "limit": 5}, "unknown argument(s): limit"),
+        ("memory_get", {"path": "/etc/passwd"}, "absolute paths are refused"),
+        ("memory_get", {"path": "memory/2026-05-14.md", "from": 0}, "from: must be 1 or more"),
+        ("memory_forget", {}, "no tool named 'memory_forget'"),
+    ]:
+        answer, failed = await _call(client, name, args)
+        assert failed and answer["unavailable"] is True and reason in answer["reason"], (args, answer)
+    answer, _ = await _call(client, "memory_search", {"query": ""})
+    assert answer["results"] == []  # an agent reading `results` sees none
+    answer, failed = await _call(client, "memory_search", {"query": "ERR_SSL_PROTOCOL_ERROR"})
+    assert not failed and answer["results"][0]["path"] == "memory/2026-05-14.md"  # still serving after errors
+
+
+def test_stdio_server_with_the_mcp_client(ws: Path, memsift_home: Path) -> None:
+    params = StdioServerParameters(
+        command=str(MEMSIFT), args=["--workspace", str(ws), "mcp"], env=_env(memsift_home), cwd=str(ws)
+    )
+
+    async def main() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            await _exercise(client)
+
+    anyio.run(main)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_streamable_http_server_with_the_mcp_client(ws: Path, memsift_home: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "mcp", "--transport", "http", "--port", str(port)],
+        env=_env(memsift_home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # wait until the port answers; between tries, wait on the process (it must not exit)
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the MCP HTTP server did not start"
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.1)
+
+        async def main() -> None:
+            async with Client(url, read_timeout_seconds=120) as client:
+                await _exercise(client)
+
+        anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_http_refuses_an_address_beyond_this_machine(ws: Path, memsift_home: Path) -> None:
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "mcp", "--http", "--host", "0.0.0.0"],
+        capture_output=True, text=True, env=_env(memsift_home), timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "no authentication" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_index_that_cannot_be_opened_is_a_result(ws: Path, memsift_home: Path) -> None:
+    config = load_config(workspace=ws)
+    config.db_path.write_bytes(b"this is not a database" * 100)
+    tools = MemoryTools(config)
+    try:
+        answer, failed = tools.call("memory_search", {"query": "flat white"})
+    finally:
+        tools.close()
+    assert failed and answer["unavailable"] is True and answer["results"] == [] and answer["reason"]
