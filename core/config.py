@@ -17,6 +17,7 @@ DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox
 PROVIDERS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none")
 MODES = ("hybrid", "keyword", "vector")
 FUSIONS = ("minmax", "weighted", "rrf")
+SOURCES = ("memory", "sessions")
 
 
 class ConfigError(ValueError):
@@ -73,6 +74,16 @@ def _str_list(key: str, v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
     return tuple(v)
+
+
+def _sources(key: str, v: Any) -> tuple[str, ...]:
+    sources = _str_list(key, v)
+    for name in sources:
+        if name not in SOURCES:
+            raise ConfigError(f"{key}: {name!r} is not one of {', '.join(SOURCES)}")
+    if "memory" not in sources:
+        raise ConfigError(f'{key}: must include "memory" (the Markdown memory is always indexed)')
+    return tuple(dict.fromkeys(sources))
 
 
 def _str_map(key: str, v: Any) -> dict[str, str]:
@@ -138,6 +149,11 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "api.host": ("127.0.0.1", _str),
     "api.port": (8000, _number(int, 1, 65535)),
     "api.key": (None, _optional(_str)),
+    # Session transcripts (README: "Session transcripts"); OpenClaw's delta defaults.
+    "sources": (("memory",), _sources),
+    "sessions.dir": (None, _optional(_str)),
+    "sessions.deltaBytes": (100_000, _number(int, 0)),
+    "sessions.deltaMessages": (50, _number(int, 0)),
 }
 
 # Default leg weights per fusion, chosen on ../shared/bench/locomo-dev (README: "Retrieval quality").
@@ -222,6 +238,13 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class SessionsConfig:
+    dir: Path  # JSONL transcripts; default <home>/sessions/<agent>
+    deltaBytes: int  # re-index a transcript once it grew by this many bytes...
+    deltaMessages: int  # ...or by this many lines
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     host: str
     port: int
@@ -245,6 +268,8 @@ class Config:
     api: ApiConfig
     agents: dict[str, Path] = field(default_factory=dict)
     source: Path | None = None
+    sources: tuple[str, ...] = ("memory",)
+    sessions: SessionsConfig | None = None  # set when `sources` holds "sessions"
 
     @property
     def db_path(self) -> Path:
@@ -410,7 +435,19 @@ def load_config(
         api=ApiConfig(**section("api")),
         agents=agents,
         source=source,
+        sources=values["sources"],
+        sessions=_sessions(values, ws, agent, env) if "sessions" in values["sources"] else None,
     )
+
+
+def _sessions(values: dict[str, Any], ws: Path, agent: str, env: Mapping[str, str]) -> SessionsConfig:
+    """A relative `sessions.dir` is relative to the workspace."""
+    folder = Path(values["sessions.dir"]).expanduser() if values["sessions.dir"] else None
+    if folder is None:
+        folder = memsift_home(env) / "sessions" / agent
+    elif not folder.is_absolute():
+        folder = ws / folder
+    return SessionsConfig(folder, values["sessions.deltaBytes"], values["sessions.deltaMessages"])
 
 
 def _resolve(source: Path | None, value: str) -> Path:

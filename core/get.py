@@ -3,7 +3,8 @@
 The path is checked as text first (no absolute path, no `..`, no backslash, no NUL), then against the
 discovery rules (only MEMORY.md, memory.md, memory/**/*.md and extraPaths), then on disk (no component may
 be a symlink, and the file is opened with O_NOFOLLOW). A memory file that does not exist yet reads as
-empty text, as OpenClaw's does.
+empty text, as OpenClaw's does. A transcript (`sessions/<name>.jsonl`, when sessions are a source) is read
+from `sessions.dir` and returned as its rendering (core/sessions.py), line for line with the JSONL.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .chunking import split_lines
 from .config import Config
 from .indexer import read_memory_file
 from .scan import has_symlink, is_memory_path
+from .sessions import is_session_path, source_path, transcript_text
 
 
 class GetError(Exception):
@@ -38,6 +40,8 @@ def check_path(config: Config, path: str) -> str:
     parts = path.split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise GetError(403, f"path {path!r}: '.', '..' and empty components are refused")
+    if is_session_path(config, path):
+        return path  # a transcript: read from sessions.dir, by name only (no '/' in it), never through a symlink
     if not is_memory_path(config, path):
         raise GetError(403, f"path {path!r}: not a memory file (MEMORY.md, memory.md, memory/**/*.md, extraPaths)")
     if has_symlink(config.workspace, path):
@@ -51,7 +55,7 @@ def get_lines(config: Config, path: str, start: int = 1, count: int | None = Non
         raise GetError(400, f"from: must be 1 or more, got {start}")
     if count is not None and count < 0:
         raise GetError(400, f"lines: must be 0 or more, got {count}")
-    full = config.workspace / rel
+    full = source_path(config, rel)
     try:
         st = full.lstat()
     except (FileNotFoundError, NotADirectoryError):  # a parent may be a file: still "does not exist"
@@ -64,6 +68,8 @@ def get_lines(config: Config, path: str, start: int = 1, count: int | None = Non
         raise GetError(404, f"path {rel!r}: cannot be read: {exc.strerror or exc}") from None
     if text is None:
         raise GetError(422, f"path {rel!r}: cannot be read as text: {problem}")
+    if is_session_path(config, rel):
+        text = transcript_text(text)[0]
     lines = split_lines(text)
     chosen = lines[start - 1 : None if count is None else start - 1 + count]
     return {"path": rel, "from": start, "lines": len(chosen), "text": "\n".join(chosen), "totalLines": len(lines)}

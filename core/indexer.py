@@ -25,6 +25,7 @@ from .config import Config
 from .embedders import Embedder
 from .query import FTS_TEXT_VERSION
 from .scan import FileEntry, scan
+from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
 from .store import SCHEMA_VERSION, Store
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -81,7 +82,7 @@ def index_identity(config: Config, embedder: Embedder | None) -> dict[str, Any]:
         "fingerprint": embedder.fingerprint if embedder else None,
         "dims": embedder.dims if embedder else None,
         "chunking": {"tokens": config.chunking.tokens, "overlap": config.chunking.overlap},
-        "sources": ["memory"],
+        "sources": list(config.sources),
         "extraPaths": list(config.extra_paths),
         "tokenizer": config.store.fts_tokenize,
         "ftsText": FTS_TEXT_VERSION,
@@ -95,13 +96,17 @@ def plan_sync(
     rebuild = force or store.identity() != identity
     known = {} if rebuild else store.file_rows()
     result = scan(config)
-    report.warnings.extend(result.warnings)
+    transcripts, problems = scan_sessions(config)
+    result.files.extend(transcripts)
+    report.warnings.extend(result.warnings + problems)
     report.filesScanned = len(result.files)
     to_check = []
     for entry in result.files:
         old = known.get(entry.path)
         if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns:
             report.unchanged += 1
+        elif old is not None and entry.source == "sessions" and not grew_enough(config, entry, old[0]):
+            report.unchanged += 1  # a transcript that grew by less than a delta: read it later
         else:
             to_check.append(entry)
     seen = {f.path for f in result.files}
@@ -162,7 +167,7 @@ def index_batch(
     touched: list[FileEntry] = []
     for entry in batch:
         try:
-            raw, text, problem = read_memory_file(config.workspace / entry.path)
+            raw, text, problem = read_memory_file(source_path(config, entry.path))
         except OSError as exc:
             report.warnings.append(f"skipped {entry.path}: {exc.strerror or exc}")
             continue
@@ -180,7 +185,12 @@ def index_batch(
             continue
         if problem:
             report.warnings.append(f"{entry.path}: {problem}")
-        chunks = chunk_text(text, config.chunking.tokens, config.chunking.overlap)
+        if entry.source == "sessions":
+            chunks = chunk_transcript(
+                entry.path, text, config.chunking.tokens, config.chunking.overlap, report.warnings
+            )
+        else:
+            chunks = chunk_text(text, config.chunking.tokens, config.chunking.overlap)
         files.append((entry, digest, chunks))
         if old is None:
             report.added += 1
