@@ -26,6 +26,7 @@ from .chunking import WIDE
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _WIDE_RUN = re.compile(WIDE.pattern + "+")
+_SCRIPT_PARTS = re.compile(f"({_WIDE_RUN.pattern})")  # split keeping the CJK runs
 # Whitespace, ASCII punctuation but `_`, and the dashes, quotes and bullets of General Punctuation: separators
 # under unicode61 too, so replacing them changes nothing there. Combining marks are kept (Devanagari, Thai).
 _SEPARATORS = re.compile(r"[\s!-/:-@\[-^`{-~\u2010-\u2027\u2030-\u205e]+")
@@ -59,7 +60,7 @@ def _split_scripts(token: str) -> list[str]:
     if token.isascii():
         return [token]
     terms: list[str] = []
-    for part in re.split(f"({_WIDE_RUN.pattern})", token):
+    for part in _SCRIPT_PARTS.split(token):
         if not part:
             continue
         if WIDE.match(part) and len(part) > 1:

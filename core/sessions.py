@@ -91,7 +91,8 @@ def grew_enough(config: Config, entry: FileEntry, indexed_size: int) -> bool:
     if added >= config.sessions.deltaBytes:
         return True
     try:
-        with open(source_path(config, entry.path), "rb") as fh:
+        fd = os.open(source_path(config, entry.path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as fh:
             fh.seek(indexed_size)
             appended = fh.read(added)
     except OSError:

@@ -144,3 +144,19 @@ def test_the_default_sessions_folder_is_per_agent(workspace, memsift_home: Path)
     config = load_config(workspace=workspace({}), overrides={"sources": ["memory", "sessions"]})
     assert config.sessions.dir == memsift_home / "sessions" / "main"
     assert (config.sessions.deltaBytes, config.sessions.deltaMessages) == (100_000, 50)
+
+
+def test_cli_search_and_get_on_a_transcript(setup, capsys):
+    from api.cli import main
+
+    config, sessions = setup
+    toml = config().workspace / "memsift.toml"
+    toml.write_text(f'sources = ["memory", "sessions"]\n[sessions]\ndir = "{sessions}"\n', encoding="utf-8")
+    ws = str(config().workspace)
+    assert main(["--workspace", ws, "index", "--no-prefect", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["--workspace", ws, "search", "pgvector ledger", "--mode", "keyword", "--json"]) == 0
+    top = json.loads(capsys.readouterr().out)["results"][0]
+    assert (top["path"], top["source"], top["citation"]) == ("sessions/s1.jsonl", "sessions", "sessions/s1.jsonl#L2-L5")
+    assert main(["--workspace", ws, "get", "sessions/s1.jsonl", "--from", "2", "--lines", "1"]) == 0
+    assert capsys.readouterr().out == "User: Which database did we pick for the ledger?\n"
