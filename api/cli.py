@@ -100,6 +100,18 @@ def _parser() -> _Parser:
     ev.add_argument("--fusion", choices=("minmax", "weighted", "rrf"))
     ev.add_argument("--min-score", type=float, default=0.0, metavar="X", help="score floor (default 0: rank only)")
     ev.add_argument("--limit", type=int, metavar="N", help="only the first N queries")
+    ev.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="force reranking on/off")
+    ev.add_argument(
+        "--set", action="append", default=[], type=_setting, metavar="KEY=VALUE", help="a config value for the run"
+    )
+    ev.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="KEY=VALUE",
+        help="run again with these values on top and print both tables and the difference",
+    )
     return p
 
 
@@ -136,6 +148,14 @@ def _fail(args: argparse.Namespace, message: str) -> int:
         traceback.print_exc()
     print(f"memsift: error: {message}", file=sys.stderr)
     return 1
+
+
+def _setting(text: str) -> tuple[str, str]:
+    """KEY=VALUE for --set/--compare: a dotted config key and its value as the environment would give it."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def _config(args: argparse.Namespace, **overrides: Any):
@@ -252,14 +272,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from core.evaluate import evaluate, format_table
+    from core.evaluate import evaluate, format_comparison, format_table
 
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = dict(args.set)
     if args.fusion:
         overrides["search.fusion"] = args.fusion
-    config = _config(args, **overrides)
-    result = evaluate(config, args.queries, k=args.k, mode=args.mode, min_score=args.min_score, limit=args.limit)
-    if args.json:
+    options = {"k": args.k, "mode": args.mode, "min_score": args.min_score, "limit": args.limit, "rerank": args.rerank}
+    result = evaluate(_config(args, **overrides), args.queries, **options)
+    if args.compare:
+        other = evaluate(_config(args, **overrides, **dict(args.compare)), args.queries, **options)
+        if args.json:
+            _print_json({"a": result, "b": other})
+        else:
+            print(format_comparison(result, other))
+    elif args.json:
         _print_json(result)
     else:
         print(format_table(result))

@@ -38,6 +38,10 @@ def _bool(key: str, v: Any) -> bool:
     raise ConfigError(f"{key}: expected true or false, got {v!r}")
 
 
+def _bool_or_auto(key: str, v: Any) -> bool | str:
+    return "auto" if isinstance(v, str) and v.strip().lower() == "auto" else _bool(key, v)
+
+
 def _number(kind: type, lo: float | None = None, hi: float | None = None) -> Callable[[str, Any], Any]:
     def parse(key: str, v: Any) -> Any:
         if isinstance(v, bool):
@@ -136,11 +140,14 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "store.fts.stemmer": ("porter", _choice("porter", "none")),
     # Read by the parts that use them (the REST API, the watcher and scheduler, the reranker); validated here
     # so that a file setting them is checked before any work.
-    "rerank.enabled": (False, _bool),
+    # auto: rerank when it is cheap, i.e. local MaxSim over an index the local model built (README: "Rerankers").
+    "rerank.enabled": ("auto", _bool_or_auto),
     "rerank.provider": ("local", _choice("local", "cohere")),
     "rerank.model": (None, _optional(_str)),
     "rerank.baseUrl": (None, _optional(_str)),
     "rerank.candidates": (30, _number(int, 1, 200)),
+    # The reranker's share of the blended score; 1.0 replaces the retrieval order (measured: README).
+    "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
     "sync.watch": (True, _bool),
     "sync.watchDebounceMs": (1500, _number(int, 0, 3_600_000)),
     "sync.intervalMinutes": (0, _number(float, 0)),
@@ -217,11 +224,12 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class RerankConfig:
-    enabled: bool
+    enabled: bool | str
     provider: str
     model: str | None
     baseUrl: str | None
     candidates: int
+    weight: float
 
 
 @dataclass(frozen=True)

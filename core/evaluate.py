@@ -74,6 +74,7 @@ def evaluate(
     mode: str | None = None,
     min_score: float = 0.0,
     limit: int | None = None,
+    rerank: bool | None = None,
 ) -> dict[str, Any]:
     queries = load_queries(queries_path)[:limit]
     base = Path(queries_path).resolve().parent
@@ -88,7 +89,7 @@ def evaluate(
                 agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]
                 indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
                 indexes[ws].sync()
-            response = indexes[ws].search(q["query"], max_results=k, min_score=min_score, mode=mode)
+            response = indexes[ws].search(q["query"], max_results=k, min_score=min_score, mode=mode, rerank=rerank)
             took.append(response.tookMs)
             spans.extend(h.endLine - h.startLine + 1 for h in response.results)
             scores = score_query(response.results, q["relevant"], k)
@@ -101,10 +102,12 @@ def evaluate(
         return {m: round(statistics.fmean(r[m] for r in rows), 3) for m in METRICS} | {"n": len(rows)}
 
     everything = [r for rows in per_category.values() for r in rows]
+    reranked = _rerank_label(config, rerank, mode)
     return {
         "k": k,
         "mode": mode or config.search.mode,
         "fusion": config.search.fusion,
+        "rerank": reranked,
         "weights": {"vector": config.search.vectorWeight, "text": config.search.textWeight},
         "queries": len(everything),
         "overall": mean(everything) if everything else {},
@@ -114,10 +117,37 @@ def evaluate(
     }
 
 
+def _rerank_label(config: Config, rerank: bool | None, mode: str | None) -> str:
+    """What reranked the runs: 'off', or the provider/model (with `auto`, what it resolved to is in each
+    response's scores; the label says the setting)."""
+    choice = config.rerank.enabled if rerank is None else rerank
+    if choice is False:
+        return "off"
+    name = f"{config.rerank.provider}/{config.rerank.model or 'maxsim'} (weight {config.rerank.weight})"
+    return f"auto: {name}" if choice == "auto" else name
+
+
 def format_table(result: dict[str, Any]) -> str:
-    head = f"mode {result['mode']}, fusion {result['fusion']}, k {result['k']}, {result['queries']} queries"
+    head = (
+        f"mode {result['mode']}, fusion {result['fusion']}, rerank {result['rerank']}, k {result['k']}, "
+        f"{result['queries']} queries"
+    )
     lines = [head, f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in METRICS)]
     for name, row in [*result["categories"].items(), ("overall", result["overall"])]:
         lines.append(f"{name:<14}{row['n']:>5}" + "".join(f"{row[m]:>9.3f}" for m in METRICS))
     lines.append(f"mean hit span {result['meanSpan']} lines; median search {result['p50Ms']} ms")
+    return "\n".join(lines)
+
+
+def format_comparison(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Both tables, then B - A per category and metric (points of the metric, x100)."""
+    lines = ["A: " + format_table(a), "", "B: " + format_table(b), "", "B - A (points)"]
+    lines.append(f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in METRICS))
+    for name in [*a["categories"], "overall"]:
+        row_a = a["overall"] if name == "overall" else a["categories"][name]
+        row_b = b["overall"] if name == "overall" else b["categories"].get(name)
+        if row_b is None:
+            continue
+        lines.append(f"{name:<14}{row_a['n']:>5}" + "".join(f"{100 * (row_b[m] - row_a[m]):>+9.1f}" for m in METRICS))
+    lines.append(f"median search {a['p50Ms']} ms -> {b['p50Ms']} ms")
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from .chunking import chunk_text
 from .config import Config
 from .embedders import Embedder
 from .query import FTS_TEXT_VERSION
+from .rerankers import token_capture
 from .scan import FileEntry, scan
 from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
 from .store import SCHEMA_VERSION, Store
@@ -86,6 +87,8 @@ def index_identity(config: Config, embedder: Embedder | None) -> dict[str, Any]:
         "extraPaths": list(config.extra_paths),
         "tokenizer": config.store.fts_tokenize,
         "ftsText": FTS_TEXT_VERSION,
+        # Turning MaxSim token capture on or off rebuilds once: chunks indexed before would lack token bits.
+        "tokens": capture.fingerprint if (capture := token_capture(config, embedder)) else None,
     }
 
 
@@ -199,6 +202,8 @@ def index_batch(
 
     vectors: dict[str, np.ndarray] = {}
     fresh: dict[str, np.ndarray] = {}
+    tokens: dict[str, bytes] = {}
+    capture = token_capture(config, embedder)
     if embedder is not None:
         key = cache_key(embedder)
         texts = {c.hash: c.text for _, _, chunks in files for c in chunks}
@@ -211,15 +216,27 @@ def index_batch(
             calls = embedder.calls
             inputs = [texts[h] for h in part]
             report.inputChars += sum(map(len, inputs))
-            embedded = embedder.embed_documents(inputs)
+            if capture is not None:  # one pass of the model gives the vectors and the token bits
+                embedded, bits = capture.document_tokens(inputs)
+                tokens.update(zip(part, bits))
+            else:
+                embedded = embedder.embed_documents(inputs)
             report.embeddingCalls += embedder.calls - calls
             fresh.update(zip(part, embedded))
         report.chunksEmbedded += len(fresh)
         vectors.update(fresh)
+        if capture is not None:  # cached vectors from before capture was on: their token bits cost a pass
+            lacking = [h for h in vectors if h not in tokens and h in texts]
+            lacking = sorted(set(lacking) - store.tokens_known(capture.fingerprint, lacking))
+            for i in range(0, len(lacking), step):
+                part = lacking[i : i + step]
+                tokens.update(zip(part, capture.document_tokens([texts[h] for h in part])[1]))
 
     with store.transaction():
         if fresh:
             store.cache_put(cache_key(embedder), fresh)
+        if tokens and capture is not None:
+            store.tokens_put(capture.fingerprint, tokens)
         for entry in touched:
             store.touch_file(entry.path, entry.size, entry.mtime_ns)
         for entry, digest, chunks in files:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -21,6 +22,10 @@ from .embedders import EmbedderUnavailable
 MODEL_ID = "all-MiniLM-L6-v2"
 MAX_TOKENS = 256
 BATCH_WINDOWS = 32
+
+#: Called with (text index, window token ids, window token states) for every window read: how the MaxSim
+#: reranker gets token states from the same pass that embeds a chunk.
+WindowSink = Callable[[int, list[int], np.ndarray], None]
 
 
 def _tokenizer_path() -> Path:
@@ -80,7 +85,7 @@ class LocalEmbedder:
                 owners.append(i)
         return windows, owners
 
-    def _embed(self, texts: list[str], whole: bool) -> np.ndarray:
+    def _embed(self, texts: list[str], whole: bool, sink: WindowSink | None = None) -> np.ndarray:
         windows, owners = self._windows(texts, whole)
         sums = np.zeros((len(texts), self.dims), dtype=np.float32)
         # Batches of similar length waste little on padding.
@@ -98,15 +103,18 @@ class LocalEmbedder:
                 {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             )
             self.calls += 1
+            if sink is not None:
+                for row, i in enumerate(batch):
+                    sink(owners[i], windows[i], states[row, : len(windows[i])])
             summed = (states * mask[:, :, None]).sum(axis=1)
             np.add.at(sums, [owners[i] for i in batch], summed)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         return (sums / np.maximum(norms, 1e-12)).astype(np.float32)
 
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
+    def embed_documents(self, texts: list[str], sink: WindowSink | None = None) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        return self._embed(texts, whole=True)
+        return self._embed(texts, whole=True, sink=sink)
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._embed([text], whole=False)[0]
+    def embed_query(self, text: str, sink: WindowSink | None = None) -> np.ndarray:
+        return self._embed([text], whole=False, sink=sink)[0]

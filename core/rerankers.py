@@ -11,13 +11,24 @@ Three kinds, chosen by `rerank.provider` and `rerank.model`:
 
 from __future__ import annotations
 
-from typing import Protocol
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Protocol
 
-from .config import RerankConfig
-from .embedders import Embedder
+from . import ranking
+from .config import Config, RerankConfig
+from .embedders import Embedder, EmbedderWrapper
+from .local_embedder import LocalEmbedder
+
+if TYPE_CHECKING:
+    from .maxsim import MaxSimReranker
+    from .store import ChunkRow, Store
+
 
 #: `rerank.model` for the local provider when none is set.
 LOCAL_DEFAULT = "maxsim"
+#: Scores kept per process by (reranker fingerprint, query, chunk hash): an agent often asks again.
+SCORE_CACHE_ENTRIES = 50_000
 
 
 class RerankError(RuntimeError):
@@ -45,7 +56,115 @@ def create_reranker(config: RerankConfig, embedder: Embedder | None = None) -> R
     if model == LOCAL_DEFAULT:
         from .maxsim import MaxSimReranker
 
-        return MaxSimReranker.shared()
+        return MaxSimReranker.of(_local_model(embedder) or LocalEmbedder.shared())
     from .cross_encoder import CrossEncoderReranker
 
     return CrossEncoderReranker.from_folder(model)
+
+
+def _local_model(embedder: Embedder | None) -> LocalEmbedder | None:
+    while isinstance(embedder, EmbedderWrapper):
+        embedder = embedder.inner
+    return embedder if isinstance(embedder, LocalEmbedder) else None
+
+
+def is_maxsim(config: RerankConfig) -> bool:
+    return config.provider == "local" and (config.model or LOCAL_DEFAULT) == LOCAL_DEFAULT
+
+
+def token_capture(config: Config, embedder: Embedder | None) -> MaxSimReranker | None:
+    """The MaxSim reranker when the sync should keep token bits: reranking may run with it and the index is
+    built by the local model (whose pass over each chunk yields the token states for free)."""
+    local = _local_model(embedder)
+    if config.rerank.enabled is False or not is_maxsim(config.rerank) or local is None:
+        return None
+    from .maxsim import MaxSimReranker
+
+    return MaxSimReranker.of(local)
+
+
+def wanted(config: Config, requested: bool | None, embedder: Embedder | None) -> bool:
+    """Whether this search reranks: the request decides, else `rerank.enabled`; `auto` reranks only where it is
+    cheap (local MaxSim over an index the local model built, so token bits are stored)."""
+    choice = config.rerank.enabled if requested is None else requested
+    if choice == "auto":
+        return token_capture(config, embedder) is not None
+    return bool(choice)
+
+
+class ScoreCache:
+    """Rerank scores by (reranker fingerprint, query, chunk hash), least recently used out first."""
+
+    def __init__(self, capacity: int = SCORE_CACHE_ENTRIES) -> None:
+        self.capacity = capacity
+        self._scores: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def get(self, fingerprint: str, query: str, hashes: list[str]) -> dict[str, float]:
+        found = {}
+        with self._lock:
+            for h in hashes:
+                key = (fingerprint, query, h)
+                if key in self._scores:
+                    self._scores.move_to_end(key)
+                    found[h] = self._scores[key]
+            self.hits += len(found)
+        return found
+
+    def put(self, fingerprint: str, query: str, scores: dict[str, float]) -> None:
+        with self._lock:
+            for h, v in scores.items():
+                self._scores[(fingerprint, query, h)] = v
+                self._scores.move_to_end((fingerprint, query, h))
+            while len(self._scores) > self.capacity:
+                self._scores.popitem(last=False)
+
+
+SCORES = ScoreCache()
+
+
+def rerank_shortlist(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    query: str,
+    shortlist: list[ranking.Candidate],
+    rows: dict[int, ChunkRow],
+    cache: ScoreCache = SCORES,
+    reranker: Reranker | None = None,
+) -> tuple[list[ranking.Candidate], str | None]:
+    """The shortlist reranked and blended, or as it was with the reason (search's `degraded`) when the
+    reranker is unavailable or fails: reranking refines an answer, it never costs one. `reranker` replaces
+    the configured one."""
+    from .maxsim import MaxSimReranker
+
+    try:
+        reranker = reranker or create_reranker(config.rerank, embedder)
+    except Exception as exc:  # a missing model folder, a bad key: the fused order stands
+        return shortlist, f"reranker unavailable ({_reason(exc)}); results in fused order"
+    hashes = {c.id: rows[c.id].hash for c in shortlist}
+    scores = cache.get(reranker.fingerprint, query, list(hashes.values()))
+    todo = [c for c in shortlist if hashes[c.id] not in scores]
+    if todo:
+        documents = [rows[c.id].text for c in todo]
+        try:
+            if isinstance(reranker, MaxSimReranker):
+                stored = store.tokens_for((c.id for c in todo), reranker.fingerprint)
+                fresh = reranker.score(query, documents, [stored.get(c.id) for c in todo])
+            else:
+                fresh = reranker.score(query, documents)
+            if len(fresh) != len(todo):
+                raise RerankError(f"{len(fresh)} scores for {len(todo)} documents")
+        except Exception as exc:
+            return shortlist, f"reranking failed ({_reason(exc)}); results in fused order"
+        new = {hashes[c.id]: float(v) for c, v in zip(todo, fresh)}
+        cache.put(reranker.fingerprint, query, new)
+        scores.update(new)
+    for c in shortlist:
+        c.rerank = scores[hashes[c.id]]
+    return ranking.blend(shortlist, config.rerank.weight), None
+
+
+def _reason(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"

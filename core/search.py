@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import ranking
+from . import ranking, rerankers
 from .config import Config
 from .embedders import Embedder
 from .indexer import cache_key
@@ -137,13 +137,17 @@ def search(
         _apply_decay(store, cands, rows, s.halfLifeDays, now if now is not None else time.time())
     # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
     cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
+    if cands and rerankers.wanted(config, rerank, embedder):
+        head, problem = rerankers.rerank_shortlist(
+            store, config, embedder, query, cands[: config.rerank.candidates], rows
+        )
+        cands = head + cands[config.rerank.candidates :]
+        if problem:
+            degraded = f"{degraded}; {problem}" if degraded else problem
+    # MMR last (SPEC puts it before the rerank): a reranker scores near-duplicates alike and would undo it.
     if s.mmrEnabled:
         cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, limit)
     kept = cands[:limit]
-
-    if rerank if rerank is not None else config.rerank.enabled:
-        note = "reranking is not available in this version; results in fused order"
-        degraded = f"{degraded}; {note}" if degraded else note
 
     hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
     return SearchResponse(
@@ -213,7 +217,9 @@ def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: boo
     scores = None
     if explain:
         scores = {
-            k: round(v, 6) for k, v in (("vector", c.vector), ("text", c.text), ("decay", c.decay)) if v is not None
+            k: round(v, 6)
+            for k, v in (("vector", c.vector), ("text", c.text), ("rerank", c.rerank), ("decay", c.decay))
+            if v is not None
         }
     return Hit(
         path=row.path,

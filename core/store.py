@@ -29,7 +29,7 @@ import numpy as np
 from .locking import swap_lock
 from .query import fts_text
 
-SCHEMA_VERSION = 2  # 2: index chunks(hash)
+SCHEMA_VERSION = 3  # 2: index chunks(hash); 3: token_cache
 BUSY_TIMEOUT_MS = 10_000
 
 # Each chunk with its vector from the cache of one (provider, model, fingerprint). CROSS JOIN makes chunks the
@@ -53,6 +53,7 @@ class ChunkRow:
     start_line: int
     end_line: int
     text: str
+    hash: str
 
 
 def _load_vec(conn: apsw.Connection) -> str | None:
@@ -160,6 +161,13 @@ class Store:
                     embedding BLOB NOT NULL,
                     created_at REAL NOT NULL,
                     PRIMARY KEY (provider, model, fingerprint, hash)
+                ) WITHOUT ROWID;
+                -- token bits for the MaxSim reranker (core/maxsim.py), by reranker fingerprint and text hash
+                CREATE TABLE IF NOT EXISTS token_cache (
+                    fingerprint TEXT NOT NULL,
+                    hash TEXT NOT NULL,
+                    tokens BLOB NOT NULL,
+                    PRIMARY KEY (fingerprint, hash)
                 ) WITHOUT ROWID;
                 """
             )
@@ -296,7 +304,7 @@ class Store:
             return {}
         marks = ",".join("?" * len(ids))
         rows = self.conn.execute(
-            f"SELECT id, path, source, start_line, end_line, text FROM chunks WHERE id IN ({marks})", ids
+            f"SELECT id, path, source, start_line, end_line, text, hash FROM chunks WHERE id IN ({marks})", ids
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
@@ -330,17 +338,51 @@ class Store:
         )
 
     def copy_cache_from(self, other: Path) -> int:
-        """Copy another index's embedding cache into this one (a rebuild starts with it); rows copied."""
+        """Copy another index's embedding and token caches into this one (a rebuild starts with them); rows
+        of the embedding cache copied."""
         self.conn.execute("ATTACH DATABASE ? AS other", (str(other),))
         try:
-            exists = self.conn.execute("SELECT 1 FROM other.sqlite_master WHERE name = 'embedding_cache'").fetchone()
-            if not exists:
-                return 0
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM other.sqlite_master WHERE type = 'table'")}
+            copied = 0
             with self.transaction():
-                self.conn.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM other.embedding_cache")
-                return self.conn.changes()
+                if "token_cache" in tables:
+                    self.conn.execute("INSERT OR IGNORE INTO token_cache SELECT * FROM other.token_cache")
+                if "embedding_cache" in tables:
+                    self.conn.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM other.embedding_cache")
+                    copied = self.conn.changes()
+            return copied
         finally:
             self.conn.execute("DETACH DATABASE other")
+
+    # -- token cache (MaxSim reranker) ----------------------------------------------------------------
+
+    def tokens_put(self, fingerprint: str, items: dict[str, bytes]) -> None:
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO token_cache(fingerprint, hash, tokens) VALUES (?, ?, ?)",
+            [(fingerprint, h, blob) for h, blob in items.items()],
+        )
+
+    def tokens_known(self, fingerprint: str, hashes: Iterable[str]) -> set[str]:
+        hashes = list(dict.fromkeys(hashes))
+        known: set[str] = set()
+        for i in range(0, len(hashes), 500):
+            part = hashes[i : i + 500]
+            marks = ",".join("?" * len(part))
+            sql = f"SELECT hash FROM token_cache WHERE fingerprint = ? AND hash IN ({marks})"
+            known.update(h for (h,) in self.conn.execute(sql, (fingerprint, *part)))
+        return known
+
+    def tokens_for(self, ids: Iterable[int], fingerprint: str) -> dict[int, bytes]:
+        """Stored token bits of some chunks (those indexed with them)."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        sql = (
+            "SELECT c.id, t.tokens FROM chunks c CROSS JOIN token_cache t ON t.hash = c.hash AND t.fingerprint = ? "
+            f"WHERE c.id IN ({marks})"
+        )
+        return {int(i): blob for i, blob in self.conn.execute(sql, (fingerprint, *ids))}
 
     def prune_cache(self, max_entries: int, key: tuple[str, str, str]) -> int:
         """Drop the oldest cache entries that no chunk of this index uses until at most `max_entries` remain."""
@@ -359,7 +401,10 @@ class Store:
                 """,
                 (*key, total - max_entries),
             )
-            return self.conn.changes()
+            pruned = self.conn.changes()
+            # Token bits follow their text out of the embedding cache.
+            self.conn.execute("DELETE FROM token_cache WHERE hash NOT IN (SELECT hash FROM embedding_cache)")
+            return pruned
 
     # -- the vec0 table ------------------------------------------------------------------------------
 

@@ -105,7 +105,7 @@ def test_search_options_and_explain(client) -> None:
     r = client.post("/v1/search", json={"query": "deploy", "maxResults": 1, "mode": "keyword", "explain": True})
     doc = r.json()
     assert r.status_code == 200 and doc["mode"] == "keyword" and len(doc["results"]) == 1
-    assert set(doc["results"][0]["scores"]) == {"text"}
+    assert set(doc["results"][0]["scores"]) == {"text", "rerank"}  # the keyword leg, reranked by default
 
     doc = client.post("/v1/search", json={"query": "deploy", "explain": True, "minScore": 0}).json()
     assert {"vector", "text"} <= set(doc["results"][0]["scores"])
@@ -113,8 +113,10 @@ def test_search_options_and_explain(client) -> None:
     doc = client.post("/v1/search", json={"query": "Dana deploy", "pathPrefix": "memory/", "minScore": 0}).json()
     assert doc["results"] and all(h["path"].startswith("memory/") for h in doc["results"])
 
-    doc = client.post("/v1/search", json={"query": "deploy", "rerank": True}).json()
-    assert "rerank" in doc["degraded"]  # accepted; reranking is not built yet, and the answer says so
+    doc = client.post("/v1/search", json={"query": "deploy", "rerank": True, "explain": True}).json()
+    assert "degraded" not in doc and "rerank" in doc["results"][0]["scores"]
+    doc = client.post("/v1/search", json={"query": "deploy", "rerank": False, "explain": True}).json()
+    assert "rerank" not in doc["results"][0]["scores"]
 
 
 @pytest.mark.parametrize("query", ["", "   ", "\n\t"])

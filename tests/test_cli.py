@@ -391,10 +391,12 @@ def test_other_agent_through_the_config(capsys, ws: Path, workspace, memsift_hom
     assert not (memsift_home / "memory" / "main.sqlite").exists()
 
 
-def test_rerank_degrades_with_a_reason(capsys, ws: Path) -> None:
-    code, out, err = run(capsys, "--workspace", ws, "--json", "search", "x", "--rerank")
+def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MEMSIFT_RERANK_MODEL", str(tmp_path / "no-model-here"))
+    code, out, err = run(capsys, "--workspace", ws, "--json", "search", "deploy", "--rerank")
     assert code == 0
-    assert "reranking is not available" in json.loads(out)["degraded"]
+    doc = json.loads(out)
+    assert doc["results"] and "reranker unavailable" in doc["degraded"]
 
 
 # ---------------------------------------------------------------- usage errors: exit 2

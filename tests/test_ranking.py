@@ -143,7 +143,12 @@ def test_temporal_decay_end_to_end(workspace, make_config, open_index):
     )
     now = time.mktime(date(2026, 11, 29).timetuple()) + 12 * 3600  # noon local time, 1.5 days after 11-28
     os.utime(ws / "notes/undated.md", (now - 60 * 86400, now - 60 * 86400))
-    overrides = {"extraPaths": ["notes"], "search.temporalDecay.enabled": True, "search.temporalDecay.halfLifeDays": 30}
+    overrides = {
+        "extraPaths": ["notes"],
+        "search.temporalDecay.enabled": True,
+        "search.temporalDecay.halfLifeDays": 30,
+        "rerank.enabled": False,  # the arithmetic of decay alone; reranking would blend the scores
+    }
     index = open_index(make_config(ws, **overrides))
     index.sync()
     response = index.search("staging cluster blue database replica", now=now, explain=True)
