@@ -16,7 +16,7 @@ from typing import Any
 from .config import Config, EmbeddingConfig
 from .embedders import Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
 from .get import get_lines
-from .indexer import Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
+from .indexer import VECTORS_PENDING, Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
 from .locking import writer_lock
 from .rebuild import rebuild, remove_orphans
 from .search import SearchResponse, check_request, search
@@ -224,6 +224,11 @@ class MemoryIndex:
             plan = plan_sync(store, self.config, embedder, SyncReport())
             if plan.to_check or plan.removed:
                 dirty_reason = f"{len(plan.to_check)} files new or modified, {len(plan.removed)} removed"
+        pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
+        if pending and dirty_reason is None:
+            dirty_reason = (
+                f"some text has no vector yet, the embedder failed ({pending['reason']}); the next sync embeds it"
+            )
         last = store.get_meta("last_sync")
         doc: dict[str, Any] = {
             "agent": self.config.agent,
@@ -246,6 +251,7 @@ class MemoryIndex:
             "lastSync": _iso(float(last)) if last else None,
             "embedderError": self.embedder_error,
             "fallback": self.fallback_record(),
+            "vectorsPending": {"reason": pending["reason"], "at": _iso(pending["at"])} if pending else None,
         }
         if deep:
             doc["probe"] = self._probe(embedder)

@@ -361,6 +361,20 @@ class Store:
             )
             return self.conn.changes()
 
+    def chunks_without_cached_vectors(self, key: tuple[str, str, str]) -> dict[str, str]:
+        """hash -> text of the chunks whose vector the cache lacks under `key` (a sync the embedder failed)."""
+        rows = self.conn.execute(
+            """
+            SELECT c.hash, c.text FROM chunks c
+            WHERE NOT EXISTS (
+                SELECT 1 FROM embedding_cache e
+                WHERE e.provider = ? AND e.model = ? AND e.fingerprint = ? AND e.hash = c.hash
+            )
+            """,
+            key,
+        )
+        return dict(rows.fetchall())
+
     # -- the vec0 table ------------------------------------------------------------------------------
 
     def vec_needs_refill(self) -> bool:

@@ -62,7 +62,7 @@ def main(workspace: str, mode: str, stop: str) -> None:
         if name == "index-batch":
             batches += 1
             return reporting(fn, after=f"batch {batches}")
-        return reporting(fn, after={"scan-and-diff": "scanned", "remove-vanished": "removed"}[name])
+        return reporting(fn, after={"scan-and-diff": "scanned", "remove-vanished": "removed"}.get(name))
 
     config = load_config(workspace=workspace, overrides={"embedding.provider": "local"})
     with MemoryIndex(config) as index:
