@@ -291,6 +291,7 @@ def sync(
     report = SyncReport()
     plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force)
     report.rebuilt = plan.rebuild
+    pending_before = embedder is not None and bool(store.get_meta(VECTORS_PENDING))
     if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
         store.reset(plan.identity, config.store.fts_tokenize)
     done = 0
@@ -301,7 +302,7 @@ def sync(
         done += len(batch)
     if plan.removed:
         stage("remove-vanished", remove_files)(store, plan.removed, report)
-    if embedder is not None and store.get_meta(VECTORS_PENDING):
+    if pending_before and not report.vectorsPending:  # the embedder answered this sync: catch up
         stage("complete-vectors", complete_vectors)(store, config, embedder, report)
     if embedder is not None and store.vec_needs_refill():
         store.rebuild_vec(cache_key(embedder), embedder.dims)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .config import Config, EmbeddingConfig
-from .embedders import Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
+from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
 from .get import get_lines
 from .indexer import VECTORS_PENDING, Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
 from .locking import writer_lock
@@ -97,13 +97,25 @@ class MemoryIndex:
 
     def require_embedder(self) -> Embedder | None:
         """For indexing: a configured provider that cannot start is an error, not a silent keyword index,
-        unless a fallback is configured (the sync switches to it)."""
+        unless a fallback is configured (the sync switches to it) or the index was built by it (`_stand_in`)."""
         if self.fallback_record() is not None:
             return self._require_fallback()
         embedder = self._primary()
         if self._embedder_error and self.config.embedding.fallback == "none":
-            raise EmbedderUnavailable(self._embedder_error)
+            stand_in = self._stand_in()  # the index this provider built can still take text, keyword-only
+            if stand_in is None:
+                raise EmbedderUnavailable(self._embedder_error)
+            return stand_in
         return embedder
+
+    def _stand_in(self) -> Embedder | None:
+        """While the configured provider cannot start, the index it built can still take new text for keyword
+        search (its vectors wait for the next sync): a DownEmbedder with the index's identity, or None when
+        the index was not built by this provider."""
+        identity = self.store.identity() or {}
+        if not self._embedder_error or identity.get("provider") != self.config.embedding.provider:
+            return None
+        return DownEmbedder(identity, self._embedder_error)
 
     def fallback_record(self) -> dict[str, Any] | None:
         """The recorded switch to `embedding.fallback` ({from, to, reason, at}), or None."""
@@ -151,7 +163,9 @@ class MemoryIndex:
             try:
                 embedder = self._primary()
                 if self._embedder_error:
-                    raise EmbedderUnavailable(self._embedder_error)
+                    embedder = self._stand_in()
+                    if embedder is None or force or self.config.embedding.fallback != "none":
+                        raise EmbedderUnavailable(self._embedder_error)
                 return self._sync_with(embedder, force, progress, stage)
             except (EmbeddingError, EmbedderUnavailable) as exc:
                 if self.config.embedding.fallback == "none":
@@ -214,7 +228,7 @@ class MemoryIndex:
         store = self.store
         identity = store.identity()
         stats = store.stats()
-        embedder = self.embedder()
+        embedder = self.embedder() or (self._stand_in() if self.fallback_record() is None else None)
         dirty_reason = None
         if identity is None:
             dirty_reason = "never indexed"

@@ -3,8 +3,8 @@
 With no fallback configured, an incremental sync still indexes the new text for keyword search, records that
 its vectors are pending, and says so in its report and in `status`; searches answer from the keyword leg and
 say why; once the provider is back, the next sync embeds exactly the text that waited. A provider that is
-down when a process starts cannot be used at all: the sync stops with the reason and the index stays as it
-was, while searches and `status` go on.
+already down when a process starts (its start-up probe fails) gives the same keyword-only sync; a rebuild,
+which needs the provider for every chunk, stops with the reason and leaves the index as it was.
 """
 
 from __future__ import annotations
@@ -83,29 +83,35 @@ def test_a_sync_with_the_provider_down_indexes_keywords_and_the_next_one_complet
     assert [path for path, _ in content(config.db_path)[1]] == sorted([*NOTES, "memory/2026-11-30.md"])
 
 
-def test_a_provider_down_at_start_stops_the_sync_and_leaves_search_and_status_working(
+def test_a_provider_down_when_the_process_starts_gives_the_same_keyword_only_sync(
     config: Config, provider: Switchable, capsys
 ) -> None:
+    """`memsift index` in a new process: the provider's start-up probe fails, the index it built goes on."""
     with MemoryIndex(config) as index:
         index.sync()
     before = content(config.db_path)
     (config.workspace / "memory" / "2026-11-30.md").write_text(NEW_NOTE)
     provider.down = True
-    ws = str(config.workspace)
+    cli = ["--workspace", str(config.workspace)]
 
     capsys.readouterr()
-    assert main(["--workspace", ws, "index", "--no-prefect"]) == 1
-    assert "503" in capsys.readouterr().err
-    assert content(config.db_path) == before
-
-    assert main(["--workspace", ws, "search", "flat white", "--json"]) == 0
+    assert main([*cli, "index", "--no-prefect"]) == 0
+    assert "503" in capsys.readouterr().err  # the warning names the reason
+    assert main([*cli, "search", "zeppelin hangar", "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
-    assert answer["mode"] == "keyword" and "503" in answer["degraded"] and answer["results"][0]["path"] == "MEMORY.md"
-    assert main(["--workspace", ws, "status", "--json"]) == 0
+    assert answer["mode"] == "keyword" and "503" in answer["degraded"]
+    assert answer["results"][0]["path"] == "memory/2026-11-30.md"
+    assert main([*cli, "status", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
-    assert "503" in status["embedderError"] and status["dirty"]
+    assert "503" in status["embedderError"] and "503" in status["vectorsPending"]["reason"] and status["dirty"]
+    assert main([*cli, "index", "--no-prefect", "--force"]) == 1  # a rebuild needs the provider: it stops
+    assert "503" in capsys.readouterr().err
+    assert len(content(config.db_path)[1]) == len(before[1]) + 1  # and the index stays as it was
 
     provider.down = False
-    assert main(["--workspace", ws, "index", "--no-prefect"]) == 0
+    assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunksEmbedded"] == 1  # exactly the text that waited
     assert chunks_without_vectors(config.db_path) == 0
-    assert len(content(config.db_path)[1]) == len(before[1]) + 1
+    assert main([*cli, "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["vectorsPending"] is None and status["embedderError"] is None and not status["dirty"]
