@@ -219,7 +219,10 @@ class MemoryIndex:
             with self._writing():
                 if self.store.identity() is None:  # nobody indexed it while we waited
                     self._rebuild(self.embedder(), None, _direct)
-        return search(self.store, self.config, self.embedder(), query, embedder_error=self.embedder_error, **options)
+        embedder, error = self.embedder(), self.embedder_error
+        store = self.store
+        with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
+            return search(store, self.config, embedder, query, embedder_error=error, **options)
 
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
         return get_lines(self.config, path, start, count)

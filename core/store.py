@@ -183,6 +183,19 @@ class Store:
             raise
         self.conn.execute("COMMIT")
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read transaction: every query inside sees the index as of the first one, whatever the writer
+        commits meanwhile (WAL), so a search never takes chunk ids from one state and their rows from the next."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
     def leave_wal(self) -> None:
         """Checkpoint and switch to rollback journal mode, so the file can be swapped in on its own."""
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

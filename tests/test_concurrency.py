@@ -2,9 +2,10 @@
 
 Every file of the workspace is one chunk holding a generation number; a writer thread saves new generations
 (atomically, as editors do) and runs `memsift index --no-prefect` in a process of its own after each; another
-thread forces rebuilds, which swap new index files in under the readers. A consistent index holds every file
-exactly once, with the text of one generation of that file: each keyword answer must list all files once,
-each hybrid answer must have no file twice, and every snippet must be a whole generation of its own file.
+thread forces a rebuild after each sync, which swaps a new index file in under the readers. A consistent
+index holds every file exactly once, with the text of one generation of that file: each keyword answer
+must list all files once, each hybrid answer must have no file twice, and every snippet must be a whole
+generation of its own file.
 Any exception reaching a searcher ("database is locked" included) fails the test.
 """
 
@@ -62,6 +63,7 @@ def test_searches_stay_correct_while_a_sync_process_and_rebuilds_rewrite_the_ind
     answers = [0] * SEARCHERS
     syncs: list[int] = []
     rebuilds: list[int] = []
+    synced = threading.Event()
 
     def check(answer: dict, keyword: bool) -> None:
         paths = [hit["path"] for hit in answer["results"]]
@@ -110,10 +112,14 @@ def test_searches_stay_correct_while_a_sync_process_and_rebuilds_rewrite_the_ind
                 errors.append(f"sync process: {run.stderr.strip()}")
                 return
             syncs.append(generation)
+            synced.set()
 
     def rebuilder() -> None:
+        """A rebuild after each sync, overlapping the next one (back to back, they would starve the sync
+        process of the writer lock: a waiter polls it, and would time out after sync.lockTimeoutSeconds)."""
         with MemoryIndex(config) as index:
-            while time.monotonic() < deadline:
+            while synced.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() < deadline:
+                synced.clear()
                 try:
                     rebuilds.append(index.sync(force=True).chunksWritten)
                 except Exception as exc:
