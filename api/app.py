@@ -154,5 +154,7 @@ def _problem_of(request: Request[Any, Any, Any], exc: Exception) -> Response[Pro
     for kind, status in _STATUS.items():
         if isinstance(exc, kind):
             return problem(status, str(exc))
+    if isinstance(exc, RecursionError):  # msgspec decoding a deeply nested JSON body; Litestar lets it through
+        return problem(400, "body: JSON nested too deeply to decode")
     log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
     return problem(500, f"internal error ({type(exc).__name__}); the server log has the details")

@@ -107,6 +107,13 @@ class Fallback(msgspec.Struct):
     at: str
 
 
+class VectorsPending(msgspec.Struct):
+    """A sync the embedder failed indexed text for keyword search only; the next sync embeds it."""
+
+    reason: str
+    at: str
+
+
 class Status(msgspec.Struct):
     """The document of `memsift status --json`: MemoryIndex.status and the embedding rate limit."""
 
@@ -128,6 +135,7 @@ class Status(msgspec.Struct):
     fallback: Fallback | None
     rateLimit: RateLimit
     probe: Probe | UnsetType = UNSET
+    vectorsPending: VectorsPending | None = None
 
 
 class IndexRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -172,7 +172,7 @@ class EmbeddingConfig:
     provider: str
     model: str | None
     baseUrl: str | None
-    headers: dict[str, str]
+    headers: dict[str, str] = field(repr=False)  # may carry API keys: never printed
     dimensions: int | None
     queryPrefix: str | None
     documentPrefix: str | None

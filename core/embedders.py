@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,6 +36,24 @@ class Embedder(Protocol):
 
     def embed_query(self, text: str) -> np.ndarray:
         """float32 [dims], L2-normalised."""
+
+
+class DownEmbedder:
+    """Stands in for the provider an index was built with while that provider cannot start: it has the stored
+    identity (so an incremental sync goes on under it, keyword-only) and every call fails with the reason."""
+
+    calls = 0
+
+    def __init__(self, identity: dict[str, Any], reason: str) -> None:
+        self.provider, self.model = identity["provider"], identity["model"]
+        self.dims, self.fingerprint = identity["dims"], identity["fingerprint"]
+        self.reason = reason
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        raise EmbeddingError(self.reason)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        raise EmbeddingError(self.reason)
 
 
 class EmbedderWrapper:

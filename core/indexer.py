@@ -11,27 +11,32 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .chunking import chunk_text
 from .config import Config
-from .embedders import Embedder
+from .embedders import Embedder, EmbeddingError
 from .query import FTS_TEXT_VERSION
 from .rerankers import token_capture
 from .scan import FileEntry, scan
 from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
 from .store import SCHEMA_VERSION, Store
 
+if TYPE_CHECKING:
+    from .maxsim import MaxSimReranker
+
 MAX_FILE_BYTES = 8 * 1024 * 1024
 BATCH_FILES = 64
 BATCH_BYTES = 512 * 1024
+VECTORS_PENDING = "vectors_pending"  # meta key: JSON {reason, at} while some chunks wait for their vectors
 
 Progress = Callable[[int, int], None]
 Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
@@ -54,6 +59,7 @@ class SyncReport:
     cachePruned: int = 0  # a rebuild: cache entries dropped by cache.maxEntries
     rebuilt: bool = False
     fallback: str | None = None  # why this sync ran on embedding.fallback instead of the configured provider
+    vectorsPending: bool = False  # the embedder failed: some text is indexed for keyword search only
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
@@ -204,30 +210,23 @@ def index_batch(
     fresh: dict[str, np.ndarray] = {}
     tokens: dict[str, bytes] = {}
     capture = token_capture(config, embedder)
+    pending: str | None = None
     if embedder is not None:
-        key = cache_key(embedder)
         texts = {c.hash: c.text for _, _, chunks in files for c in chunks}
-        vectors = store.cache_get(key, texts)
+        vectors = store.cache_get(cache_key(embedder), texts)
         report.cacheHits += len(vectors)
-        missing = [h for h in texts if h not in vectors]
-        step = config.embedding.batchMaxInputs
-        for i in range(0, len(missing), step):
-            part = missing[i : i + step]
-            calls = embedder.calls
-            inputs = [texts[h] for h in part]
-            report.inputChars += sum(map(len, inputs))
-            if capture is not None:  # one pass of the model gives the vectors and the token bits
-                embedded, bits = capture.document_tokens(inputs)
-                tokens.update(zip(part, bits))
-            else:
-                embedded = embedder.embed_documents(inputs)
-            report.embeddingCalls += embedder.calls - calls
-            fresh.update(zip(part, embedded))
-        report.chunksEmbedded += len(fresh)
+        try:
+            todo = {h: t for h, t in texts.items() if h not in vectors}
+            embed_missing(embedder, config, todo, fresh, report, capture, tokens)
+        except EmbeddingError as exc:
+            if plan.rebuild or config.embedding.fallback != "none":
+                raise  # a rebuild is thrown away whole; MemoryIndex hands the index to the fallback
+            pending = _keyword_only(report, exc)
         vectors.update(fresh)
         if capture is not None:  # cached vectors from before capture was on: their token bits cost a pass
             lacking = [h for h in vectors if h not in tokens and h in texts]
             lacking = sorted(set(lacking) - store.tokens_known(capture.fingerprint, lacking))
+            step = config.embedding.batchMaxInputs
             for i in range(0, len(lacking), step):
                 part = lacking[i : i + step]
                 tokens.update(zip(part, capture.document_tokens([texts[h] for h in part])[1]))
@@ -237,13 +236,75 @@ def index_batch(
             store.cache_put(cache_key(embedder), fresh)
         if tokens and capture is not None:
             store.tokens_put(capture.fingerprint, tokens)
+        if pending:
+            store.set_meta(VECTORS_PENDING, pending)
         for entry in touched:
             store.touch_file(entry.path, entry.size, entry.mtime_ns)
         for entry, digest, chunks in files:
             rows = [(c.start_line, c.end_line, c.text, c.hash) for c in chunks]
-            vecs = np.stack([vectors[c.hash] for c in chunks]) if embedder is not None and chunks else None
+            vecs = None
+            if embedder is not None and chunks and all(c.hash in vectors for c in chunks):
+                vecs = np.stack([vectors[c.hash] for c in chunks])
             store.replace_file(entry.path, entry.source, entry.size, entry.mtime_ns, digest, rows, vecs)
             report.chunksWritten += len(chunks)
+
+
+def embed_missing(
+    embedder: Embedder,
+    config: Config,
+    texts: dict[str, str],
+    into: dict[str, np.ndarray],
+    report: SyncReport,
+    capture: MaxSimReranker | None = None,
+    tokens: dict[str, bytes] | None = None,
+) -> None:
+    """Embed `texts` (hash -> text) in requests of batchMaxInputs, adding each answer to `into` as it comes,
+    so what was embedded before a failure is kept (and cached). With `capture`, the same pass of the local
+    model also yields each chunk's MaxSim token bits, added to `tokens`."""
+    missing = list(texts)
+    step = config.embedding.batchMaxInputs
+    for i in range(0, len(missing), step):
+        part = missing[i : i + step]
+        calls = embedder.calls
+        inputs = [texts[h] for h in part]
+        report.inputChars += sum(map(len, inputs))
+        if capture is not None and tokens is not None:
+            embedded, bits = capture.document_tokens(inputs)
+            tokens.update(zip(part, bits))
+        else:
+            embedded = embedder.embed_documents(inputs)
+        report.embeddingCalls += embedder.calls - calls
+        into.update(zip(part, embedded))
+        report.chunksEmbedded += len(part)
+
+
+def _keyword_only(report: SyncReport, error: EmbeddingError) -> str:
+    """The embedder failed an incremental sync with no fallback configured: the text is indexed anyway
+    (keyword search finds it at once), its vectors are left pending for the next sync; the record's JSON."""
+    record = {"reason": f"{type(error).__name__}: {error}", "at": time.time()}
+    if not report.vectorsPending:
+        report.warnings.append(
+            f"embedding failed ({record['reason']}): new text is indexed for keyword search only; "
+            "the next sync embeds it"
+        )
+    report.vectorsPending = True
+    return json.dumps(record)
+
+
+def complete_vectors(store: Store, config: Config, embedder: Embedder, report: SyncReport) -> None:
+    """Embed the chunks a sync left without vectors while the embedder was down, and refill the vector table."""
+    key = cache_key(embedder)
+    fresh: dict[str, np.ndarray] = {}
+    try:
+        embed_missing(embedder, config, store.chunks_without_cached_vectors(key), fresh, report)
+    except EmbeddingError as exc:
+        pending = _keyword_only(report, exc)
+    else:
+        pending = None
+    with store.transaction():
+        store.cache_put(key, fresh)
+        store.set_meta(VECTORS_PENDING, pending or "")
+    store.rebuild_vec(key, embedder.dims)
 
 
 def remove_files(store: Store, paths: list[str], report: SyncReport) -> None:
@@ -271,6 +332,7 @@ def sync(
     report = SyncReport()
     plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force)
     report.rebuilt = plan.rebuild
+    pending_before = embedder is not None and bool(store.get_meta(VECTORS_PENDING))
     if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
         store.reset(plan.identity, config.store.fts_tokenize)
     done = 0
@@ -281,6 +343,8 @@ def sync(
         done += len(batch)
     if plan.removed:
         stage("remove-vanished", remove_files)(store, plan.removed, report)
+    if pending_before and not report.vectorsPending:  # the embedder answered this sync: catch up
+        stage("complete-vectors", complete_vectors)(store, config, embedder, report)
     if embedder is not None and store.vec_needs_refill():
         store.rebuild_vec(cache_key(embedder), embedder.dims)
     with store.transaction():

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .config import Config, EmbeddingConfig
-from .embedders import Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
+from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
 from .get import get_lines
-from .indexer import Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
+from .indexer import VECTORS_PENDING, Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
 from .locking import writer_lock
 from .rebuild import rebuild, remove_orphans
 from .search import SearchResponse, check_request, search
@@ -97,13 +97,25 @@ class MemoryIndex:
 
     def require_embedder(self) -> Embedder | None:
         """For indexing: a configured provider that cannot start is an error, not a silent keyword index,
-        unless a fallback is configured (the sync switches to it)."""
+        unless a fallback is configured (the sync switches to it) or the index was built by it (`_stand_in`)."""
         if self.fallback_record() is not None:
             return self._require_fallback()
         embedder = self._primary()
         if self._embedder_error and self.config.embedding.fallback == "none":
-            raise EmbedderUnavailable(self._embedder_error)
+            stand_in = self._stand_in()  # the index this provider built can still take text, keyword-only
+            if stand_in is None:
+                raise EmbedderUnavailable(self._embedder_error)
+            return stand_in
         return embedder
+
+    def _stand_in(self) -> Embedder | None:
+        """While the configured provider cannot start, the index it built can still take new text for keyword
+        search (its vectors wait for the next sync): a DownEmbedder with the index's identity, or None when
+        the index was not built by this provider."""
+        identity = self.store.identity() or {}
+        if not self._embedder_error or identity.get("provider") != self.config.embedding.provider:
+            return None
+        return DownEmbedder(identity, self._embedder_error)
 
     def fallback_record(self) -> dict[str, Any] | None:
         """The recorded switch to `embedding.fallback` ({from, to, reason, at}), or None."""
@@ -151,7 +163,9 @@ class MemoryIndex:
             try:
                 embedder = self._primary()
                 if self._embedder_error:
-                    raise EmbedderUnavailable(self._embedder_error)
+                    embedder = self._stand_in()
+                    if embedder is None or force or self.config.embedding.fallback != "none":
+                        raise EmbedderUnavailable(self._embedder_error)
                 return self._sync_with(embedder, force, progress, stage)
             except (EmbeddingError, EmbedderUnavailable) as exc:
                 if self.config.embedding.fallback == "none":
@@ -205,7 +219,10 @@ class MemoryIndex:
             with self._writing():
                 if self.store.identity() is None:  # nobody indexed it while we waited
                     self._rebuild(self.embedder(), None, _direct)
-        return search(self.store, self.config, self.embedder(), query, embedder_error=self.embedder_error, **options)
+        embedder, error = self.embedder(), self.embedder_error
+        store = self.store
+        with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
+            return search(store, self.config, embedder, query, embedder_error=error, **options)
 
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
         return get_lines(self.config, path, start, count)
@@ -214,7 +231,7 @@ class MemoryIndex:
         store = self.store
         identity = store.identity()
         stats = store.stats()
-        embedder = self.embedder()
+        embedder = self.embedder() or (self._stand_in() if self.fallback_record() is None else None)
         dirty_reason = None
         if identity is None:
             dirty_reason = "never indexed"
@@ -224,6 +241,11 @@ class MemoryIndex:
             plan = plan_sync(store, self.config, embedder, SyncReport())
             if plan.to_check or plan.removed:
                 dirty_reason = f"{len(plan.to_check)} files new or modified, {len(plan.removed)} removed"
+        pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
+        if pending and dirty_reason is None:
+            dirty_reason = (
+                f"some text has no vector yet, the embedder failed ({pending['reason']}); the next sync embeds it"
+            )
         last = store.get_meta("last_sync")
         doc: dict[str, Any] = {
             "agent": self.config.agent,
@@ -246,6 +268,7 @@ class MemoryIndex:
             "lastSync": _iso(float(last)) if last else None,
             "embedderError": self.embedder_error,
             "fallback": self.fallback_record(),
+            "vectorsPending": {"reason": pending["reason"], "at": _iso(pending["at"])} if pending else None,
         }
         if deep:
             doc["probe"] = self._probe(embedder)

@@ -56,9 +56,13 @@ def scan(config: Config) -> ScanResult:
         st = _lstat(ws / name)
         if st is not None and statmod.S_ISREG(st.st_mode):
             add(name, st)
+        elif st is not None:
+            warnings.append(_not_regular(name, st.st_mode))
     st = _lstat(ws / MEMORY_DIR)
     if st is not None and statmod.S_ISDIR(st.st_mode):
         _walk(ws, MEMORY_DIR, exclude, add, warnings)
+    elif st is not None and statmod.S_ISLNK(st.st_mode):
+        warnings.append(_not_regular(MEMORY_DIR, st.st_mode))
 
     for extra in config.extra_paths:
         rel = _extra_relpath(ws, extra)
@@ -91,8 +95,6 @@ def _walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str]) -
             warnings.append(f"skipped folder {rel}: {exc.strerror or exc}")
             continue
         for entry in entries:
-            if entry.is_symlink():
-                continue
             child = f"{rel}/{entry.name}" if rel else entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
@@ -100,8 +102,17 @@ def _walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str]) -
                         stack.append(child)
                 elif entry.name.lower().endswith(".md") and entry.is_file(follow_symlinks=False):
                     add(child, entry.stat(follow_symlinks=False))
+                elif entry.name not in exclude and (entry.name.lower().endswith(".md") or entry.is_symlink()):
+                    warnings.append(_not_regular(child, entry.stat(follow_symlinks=False).st_mode))
             except OSError as exc:  # vanished between listing and stat
                 warnings.append(f"skipped {child}: {exc.strerror or exc}")
+
+
+def _not_regular(rel: str, mode: int) -> str:
+    """The warning for a memory-file name that is not a plain file: a user who put it there wants to know."""
+    if statmod.S_ISLNK(mode):
+        return f"skipped {rel!r}: a symlink (symlinks are never followed)"
+    return f"skipped {rel!r}: not a regular file"
 
 
 def _lstat(path: Path) -> os.stat_result | None:

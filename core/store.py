@@ -191,6 +191,19 @@ class Store:
             raise
         self.conn.execute("COMMIT")
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read transaction: every query inside sees the index as of the first one, whatever the writer
+        commits meanwhile (WAL), so a search never takes chunk ids from one state and their rows from the next."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
     def leave_wal(self) -> None:
         """Checkpoint and switch to rollback journal mode, so the file can be swapped in on its own."""
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -405,6 +418,20 @@ class Store:
             # Token bits follow their text out of the embedding cache.
             self.conn.execute("DELETE FROM token_cache WHERE hash NOT IN (SELECT hash FROM embedding_cache)")
             return pruned
+
+    def chunks_without_cached_vectors(self, key: tuple[str, str, str]) -> dict[str, str]:
+        """hash -> text of the chunks whose vector the cache lacks under `key` (a sync the embedder failed)."""
+        rows = self.conn.execute(
+            """
+            SELECT c.hash, c.text FROM chunks c
+            WHERE NOT EXISTS (
+                SELECT 1 FROM embedding_cache e
+                WHERE e.provider = ? AND e.model = ? AND e.fingerprint = ? AND e.hash = c.hash
+            )
+            """,
+            key,
+        )
+        return dict(rows.fetchall())
 
     # -- the vec0 table ------------------------------------------------------------------------------
 

@@ -1,0 +1,246 @@
+"""API security: the key on every `/v1` route, compared in constant time; no secret in any log line, error,
+status or index file; `get` refuses traversal in every spelling; request size limits; schemathesis with the key.
+
+The routes are enumerated from the app itself, so a route added later is covered without editing this file.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from litestar import Litestar
+from litestar.testing import TestClient
+from sample import NOTES
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from test_api import problem, serving
+
+from api.app import MAX_BODY_BYTES, create_app
+from api.cli import main
+from core import MemoryIndex, load_config
+from tests.fake_provider import FakeProvider
+
+API_KEY = "msk-live-" + uuid.uuid4().hex
+PROVIDER_KEY = "sk-proj-" + uuid.uuid4().hex
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+WRONG = [
+    {},
+    {"Authorization": "Bearer"},
+    {"Authorization": "Bearer wrong"},
+    {"Authorization": f"Bearer {API_KEY[:-1]}"},  # a prefix of the key
+    {"Authorization": f"Bearer {API_KEY}x"},
+    {"Authorization": f"Basic {API_KEY}"},
+    {"Authorization": API_KEY},
+    {"X-Api-Key": API_KEY},
+]
+
+
+@pytest.fixture
+def ws(workspace) -> Path:
+    return workspace(NOTES)
+
+
+@pytest.fixture
+def client(ws: Path, make_config) -> Iterator[TestClient[Litestar]]:
+    with serving(make_config(ws, **{"api.key": API_KEY})) as c:
+        yield c
+
+
+def v1_routes(app: Litestar) -> list[tuple[str, str]]:
+    """(method, path with its parameters filled) of every /v1 route the app serves."""
+    found = []
+    for route in app.routes:
+        if not route.path.startswith("/v1"):
+            continue
+        path = re.sub(r"\{[^}]+\}", str(uuid.uuid4()), route.path)
+        found += [(method, path) for method in sorted(route.methods - {"HEAD", "OPTIONS"})]
+    return found
+
+
+def test_every_v1_route_needs_the_key_compared_in_constant_time(client, monkeypatch) -> None:
+    routes = v1_routes(client.app)
+    assert {p.split("/")[2] for _, p in routes} >= {"search", "get", "status", "index"}
+    compared: list[tuple[bytes, bytes]] = []
+    compare_digest = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return compare_digest(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    for method, path in routes:
+        for headers in WRONG:
+            r = client.request(method, path, headers=headers, json={})
+            problem(r, 401, "API key")
+            assert API_KEY not in r.text
+        # With the key, the request passes the guard (an empty body is then a 400, not a started index run).
+        assert client.request(method, path, headers=AUTH, json={"unknown": 1}).status_code != 401
+    assert (API_KEY.encode(), API_KEY.encode()) in compared  # hmac.compare_digest made the decision
+    assert (b"wrong", API_KEY.encode()) in compared
+    assert client.get("/healthz").status_code == 200  # liveness stays open
+
+
+def test_no_secret_in_logs_errors_status_or_the_index(
+    ws: Path, memsift_home: Path, monkeypatch, caplog, capsys
+) -> None:
+    """The API key and a provider key, with a provider that echoes the key back in its errors."""
+    down = {"now": False}
+    provider = FakeProvider(fault=lambda n: "401" if down["now"] else None)
+    try:
+        monkeypatch.setenv("OPENAI_API_KEY", PROVIDER_KEY)
+        monkeypatch.setenv("MEMSIFT_API_KEY", API_KEY)
+        (ws / "memsift.toml").write_text(
+            f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+            f'headers = {{ "X-Api-Key" = "{PROVIDER_KEY}" }}\n'
+        )
+        caplog.set_level(logging.DEBUG)
+        seen: list[str] = []
+        config = load_config(workspace=ws)
+        seen += [repr(config), str(config)]
+        with MemoryIndex(config) as running:  # a long-lived process: its provider started while it answered
+            running.sync()
+            down["now"] = True  # now it answers 401 with the key in its message
+            (ws / "memory" / "2026-05-16.md").write_text("- A note written while the provider refuses the key.\n")
+            report = running.sync()
+            assert report.vectorsPending  # the reason is recorded in the index
+            seen.append(json.dumps(report.to_dict()))
+        cli = ["--workspace", str(ws)]
+        assert main([*cli, "index", "--no-prefect"]) == 0  # a new process: keyword-only, the reason recorded
+        assert main([*cli, "index", "--no-prefect", "--force"]) == 1
+        assert main([*cli, "status", "--json", "--deep"]) == 0
+        assert main([*cli, "search", "flat white", "--json"]) == 0
+        assert main([*cli, "--debug", "get", "../etc/passwd"]) == 1
+        out = capsys.readouterr()
+        seen += [out.out, out.err]
+        assert "Incorrect API key provided" in out.err  # the provider's message did arrive, redacted
+
+        with serving(config) as client:
+            for r in (
+                client.get("/v1/status", headers=AUTH),
+                client.get("/v1/status?deep=true", headers=AUTH),
+                client.post("/v1/search", headers=AUTH, json={"query": "flat white"}),
+                client.post("/v1/get", headers=AUTH, json={"path": "/etc/passwd"}),
+                client.post("/v1/search", headers={"Authorization": "Bearer nope"}, json={"query": "x"}),
+                client.post(
+                    "/v1/search",
+                    headers=AUTH,
+                    content=b"{",
+                ),
+            ):
+                assert r.status_code < 500, r.text
+                seen.append(r.text)
+        seen += [record.getMessage() + (record.exc_text or "") for record in caplog.records]
+        seen.append(caplog.text)
+        with MemoryIndex(config) as index:
+            seen.append(json.dumps(index.status()))
+        stored = b"".join(p.read_bytes() for p in memsift_home.rglob("*") if p.is_file())
+    finally:
+        provider.close()
+    text = "\n".join(seen)
+    for secret in (API_KEY, PROVIDER_KEY):
+        assert secret not in text, [t[max(0, t.find(secret) - 300) : t.find(secret) + 50] for t in seen if secret in t]
+        assert secret.encode() not in stored, "a secret is in a file under MEMSIFT_HOME"
+
+
+@pytest.fixture
+def fenced(workspace, make_config) -> Iterator[TestClient[Litestar]]:
+    outside = workspace({"secret.md": "- the outside secret kestrel\n", "dir/inner.md": "- inner kestrel\n"}, "out")
+    ws = workspace(NOTES | {"notes/extra.md": "- extra path note\n"})
+    (ws / "memory" / "outdir").symlink_to(outside / "dir", target_is_directory=True)
+    (ws / "memory" / "secret.md").symlink_to(outside / "secret.md")
+    (ws / "notes" / "passwd.md").symlink_to("/etc/passwd")
+    with serving(make_config(ws, **{"api.key": API_KEY, "extraPaths": ["notes"]})) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("../out/secret.md", 403),
+        ("memory/../../out/secret.md", 403),
+        ("memory/./2026-05-14.md", 403),
+        ("memory//2026-05-14.md", 403),
+        ("/etc/passwd", 403),
+        ("//etc/passwd", 403),
+        ("~root/.ssh/id_rsa.md", 403),
+        ("C:/Windows/win.ini", 403),
+        ("C:\\Windows\\win.ini", 403),
+        ("..\\..\\out\\secret.md", 403),
+        ("memory\\..\\..\\out\\secret.md", 403),
+        ("\\\\server\\share\\secret.md", 403),
+        ("memory/outdir/inner.md", 403),
+        ("memory/secret.md", 403),
+        ("notes/passwd.md", 403),
+        ("memory/\x00../../out/secret.md", 400),
+    ],
+)
+def test_get_refuses_traversal_in_every_spelling(fenced, path: str, status: int) -> None:
+    r = fenced.post("/v1/get", headers=AUTH, json={"path": path})
+    problem(r, status)
+    assert "kestrel" not in r.text and "root:" not in r.text
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["memory/%2e%2e/%2e%2e/out/secret.md", "memory/%252e%252e/secret.md", "memory/\uff0e\uff0e/secret.md"],
+)
+def test_encoded_dots_are_never_decoded_into_a_traversal(fenced, path: str) -> None:
+    """A JSON string is taken literally: `%2e%2e` and full-width dots name a (missing) folder, not `..`."""
+    r = fenced.post("/v1/get", headers=AUTH, json={"path": path})
+    assert r.status_code == 200 and r.json() == {"path": path, "from": 1, "lines": 0, "text": "", "totalLines": 0}
+    escaped = fenced.post(
+        "/v1/get",
+        headers=AUTH | {"content-type": "application/json"},
+        content=b'{"path": "memory/\\u002e\\u002e/x.md"}',
+    )
+    problem(escaped, 403, "'..'")  # a JSON escape is decoded before the check, and refused
+
+
+def test_request_size_limits(client) -> None:
+    problem(client.post("/v1/get", headers=AUTH, json={"path": "memory/" + "a" * 5000 + ".md"}), 400, "path")
+    problem(client.post("/v1/get", headers=AUTH, json={"path": "MEMORY.md", "lines": 10**9}), 400, "lines")
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds on the bytes that arrive
+        yield b'{"query": "'
+        for _ in range(MAX_BODY_BYTES // 1024 + 1):
+            yield b"a" * 1024
+        yield b'"}'
+
+    problem(client.post("/v1/search", headers=AUTH | {"content-type": "application/json"}, content=chunks()), 413)
+    deep = b'{"query": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    problem(client.post("/v1/search", headers=AUTH | {"content-type": "application/json"}, content=deep), 400, "deep")
+
+
+def test_schemathesis_with_the_key_finds_no_server_error_and_no_off_schema_answer(ws: Path, make_config) -> None:
+    app = create_app(make_config(ws, **{"api.key": API_KEY}))
+    schema = schemathesis.openapi.from_asgi("/schema/openapi.json", app).exclude(method="POST", path="/v1/index")
+    cases = st.one_of(schema.as_strategy(GenerationMode.POSITIVE), schema.as_strategy(GenerationMode.NEGATIVE))
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+    statuses: set[int] = set()
+
+    @given(case=cases)
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    def check(case: schemathesis.Case) -> None:
+        response = case.call_and_validate(headers=AUTH, checks=checks)
+        statuses.add(response.status_code)
+        if case.path.startswith("/v1"):
+            unauthenticated = case.call(headers={"Authorization": "Bearer wrong"})
+            assert unauthenticated.status_code == 401
+
+    check()
+    assert 200 in statuses  # the key let requests through to the handlers
