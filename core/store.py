@@ -388,9 +388,12 @@ class Store:
     def fts_search(self, match: str, limit: int, path_prefix: str | None = None) -> list[tuple[int, float]]:
         """(chunk id, bm25) best first; bm25 is negative, lower is better."""
         if path_prefix:
+            # FTS5 runs first, whatever the planner thinks of the chunks table: the MATCH as a materialised CTE.
             sql = (
-                "SELECT f.rowid, bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
-                "WHERE chunks_fts MATCH ? AND substr(c.path, 1, ?) = ? ORDER BY s LIMIT ?"
+                "WITH hits AS MATERIALIZED (SELECT rowid AS id, bm25(chunks_fts) AS s FROM chunks_fts "
+                "WHERE chunks_fts MATCH ?) "
+                "SELECT h.id, h.s FROM hits h JOIN chunks c ON c.id = h.id "
+                "WHERE substr(c.path, 1, ?) = ? ORDER BY h.s LIMIT ?"
             )
             # A case-sensitive prefix, as the vector leg's str.startswith (LIKE ignores ASCII case).
             args: tuple[Any, ...] = (match, len(path_prefix), path_prefix, limit)
