@@ -7,8 +7,8 @@ model uses, extended across windows), so no tail of a chunk is invisible to the 
 short and read in one window.
 
 Two graphs of the same model: `shipped` (the packaged file, int8 weights computed in fp32) and `optimized`
-(rebuilt once from it by `core.model_graph`: fused kernels, int8 matmuls; about twice the throughput and a
-third of the memory). `embedding.localGraph` picks one; vectors differ slightly, so the fingerprint names
+(rebuilt once from it by `core.model_graph`: fused kernels, int8 matmuls; 1.7-2.4 times the throughput, about
+0.7 times the memory). `embedding.localGraph` picks one; vectors differ slightly, so the fingerprint names
 the graph and a change rebuilds the index.
 """
 
