@@ -16,8 +16,9 @@ from typing import Any
 
 from core import ConfigError, EmbedderUnavailable, GetError, MemoryIndex, SearchError, StoreError, load_config
 from core.config import MODES
+from core.model_graph import GraphBuildError
 
-KNOWN_ERRORS = (ConfigError, EmbedderUnavailable, GetError, SearchError, StoreError)
+KNOWN_ERRORS = (ConfigError, EmbedderUnavailable, GetError, SearchError, StoreError, GraphBuildError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,6 +93,11 @@ def _parser() -> _Parser:
     mcp.add_argument("--http", dest="transport", action="store_const", const="http", help="same as --transport http")
     mcp.add_argument("--host", default="127.0.0.1", metavar="H", help="HTTP address (loopback only; default 127.0.0.1)")
     mcp.add_argument("--port", type=_bounded(int, 1, 65535), default=8765, metavar="P", help="HTTP port (default 8765)")
+
+    model = sub.add_parser("model", parents=[common], help="the local embedder's optimised graph")
+    model_sub = model.add_subparsers(dest="model_command", required=True, metavar="ACTION", parser_class=_Parser)
+    build = model_sub.add_parser("build", parents=[common], help="build and verify it now (e.g. in a Dockerfile)")
+    build.add_argument("--rebuild", action="store_true", help="discard a cached or rejected build first")
 
     ev = sub.add_parser("eval", parents=[common], help="retrieval metrics for a query file")
     ev.add_argument("queries", metavar="QUERIES.jsonl")
@@ -318,6 +324,19 @@ def cmd_ratelimit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_model(args: argparse.Namespace) -> int:
+    from core.local_embedder import build_optimized_graph
+    from core.model_graph import verification
+
+    path = build_optimized_graph(rebuild=args.rebuild)
+    doc = {"graph": str(path), **(verification(path) or {})}
+    if args.json:
+        _print_json(doc)
+    else:
+        print(f"optimised graph: {path} (min cosine vs shipped {doc.get('minCosine', '?')})")
+    return 0
+
+
 _COMMANDS = {
     "index": cmd_index,
     "search": cmd_search,
@@ -326,6 +345,7 @@ _COMMANDS = {
     "eval": cmd_eval,
     "up": cmd_up,
     "ratelimit": cmd_ratelimit,
+    "model": cmd_model,
 }
 _COMMANDS["serve"] = cmd_serve
 

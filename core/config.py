@@ -120,6 +120,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "embedding.tokensPerMinute": (None, _optional(_number(float, 1))),
     "embedding.timeoutSeconds": (None, _optional(_number(float, 0.001))),
     "embedding.retries": (3, _number(int, 0, 20)),
+    "embedding.localGraph": ("optimized", _choice("optimized", "shipped")),
     "chunking.tokens": (400, _number(int, 16, 8192)),
     "chunking.overlap": (80, _number(int, 0, 4096)),
     "search.maxResults": (6, _number(int, 1, 100)),
@@ -184,6 +185,7 @@ class EmbeddingConfig:
     tokensPerMinute: float | None
     timeoutSeconds: float | None
     retries: int
+    localGraph: str
 
 
 @dataclass(frozen=True)

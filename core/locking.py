@@ -61,3 +61,10 @@ def writer_lock(db: Path, timeout: float = 10.0) -> Iterator[None]:
 def swap_lock(db: Path, *, exclusive: bool) -> Iterator[None]:
     with _flock(db.with_name(db.name + ".swap"), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, None):
         yield
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` across processes, waited for without limit (a one-off build)."""
+    with _flock(path, fcntl.LOCK_EX, None):
+        yield

@@ -28,6 +28,7 @@ import numpy as np
 
 from .locking import swap_lock
 from .query import fts_text
+from .vector_matrix import MATRICES, MATRIX_MIN_CHUNKS, top_k
 
 SCHEMA_VERSION = 3  # 2: index chunks(hash); 3: token_cache
 BUSY_TIMEOUT_MS = 10_000
@@ -236,6 +237,7 @@ class Store:
             if dims and self.vec_available:
                 self._create_vec(dims)
             self.set_meta("identity", json.dumps(identity, sort_keys=True))
+            self._vectors_changed()
             # Without sqlite-vec an old chunks_vec could not be dropped: its rows no longer match the chunks.
             self.set_meta("vec_stale", "0" if self.vec_available or not self.has_vec_table() else "1")
 
@@ -273,6 +275,7 @@ class Store:
             else:  # vec0 cannot be touched without sqlite-vec: its rows are orphans until rebuild_vec
                 self.set_meta("vec_stale", "1")
         self.conn.executemany("DELETE FROM chunks WHERE id = ?", rows)
+        self._vectors_changed()
 
     def replace_file(
         self,
@@ -306,6 +309,7 @@ class Store:
                 )
         if vectors is not None and not write_vec:
             self.set_meta("vec_stale", "1")
+        self._vectors_changed()
         self.conn.execute(
             "INSERT OR REPLACE INTO files(path, source, size, mtime_ns, hash, indexed_at) VALUES (?, ?, ?, ?, ?, ?)",
             (path, source, size, mtime_ns, file_hash, time.time()),
@@ -349,6 +353,7 @@ class Store:
             "VALUES (?, ?, ?, ?, ?, ?)",
             [(*key, h, np.asarray(v, dtype=np.float32).tobytes(), now) for h, v in items.items()],
         )
+        self._vectors_changed()
 
     def copy_cache_from(self, other: Path) -> int:
         """Copy another index's embedding and token caches into this one (a rebuild starts with them); rows
@@ -455,9 +460,12 @@ class Store:
     def fts_search(self, match: str, limit: int, path_prefix: str | None = None) -> list[tuple[int, float]]:
         """(chunk id, bm25) best first; bm25 is negative, lower is better."""
         if path_prefix:
+            # FTS5 runs first, whatever the planner thinks of the chunks table: the MATCH as a materialised CTE.
             sql = (
-                "SELECT f.rowid, bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
-                "WHERE chunks_fts MATCH ? AND substr(c.path, 1, ?) = ? ORDER BY s LIMIT ?"
+                "WITH hits AS MATERIALIZED (SELECT rowid AS id, bm25(chunks_fts) AS s FROM chunks_fts "
+                "WHERE chunks_fts MATCH ?) "
+                "SELECT h.id, h.s FROM hits h JOIN chunks c ON c.id = h.id "
+                "WHERE substr(c.path, 1, ?) = ? ORDER BY h.s LIMIT ?"
             )
             # A case-sensitive prefix, as the vector leg's str.startswith (LIKE ignores ASCII case).
             args: tuple[Any, ...] = (match, len(path_prefix), path_prefix, limit)
@@ -466,23 +474,33 @@ class Store:
             args = (match, limit)
         return [(int(r), float(s)) for r, s in self.conn.execute(sql, args)]
 
+    def _vectors_changed(self) -> None:
+        """Bump the counter that tells in-memory matrices (core.vector_matrix) to reload."""
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('vectors_version', '1') "
+            "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+        )
+
     def vec_search(self, query: np.ndarray, limit: int, key: tuple[str, str, str]) -> list[tuple[int, float]]:
-        """(chunk id, cosine similarity) best first: vec0 KNN, or a numpy scan of the cache without it."""
+        """(chunk id, cosine similarity) best first: vec0 KNN for small indexes, else the in-memory matrix
+        of every cached vector (core.vector_matrix), which is also the way without sqlite-vec."""
         query = np.asarray(query, dtype=np.float32)
-        if self.vec_available and self.has_vec_table() and self.get_meta("vec_stale") != "1":
-            rows = self.conn.execute(
-                "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?",
-                (query.tobytes(), limit),
-            )
-            return [(int(r), 1.0 - float(d)) for r, d in rows]
-        rows = self.conn.execute(_CHUNK_VECTORS, key).fetchall()
-        if not rows:
-            return []
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-        sims = matrix @ query
-        top = np.argsort(-sims, kind="stable")[:limit]
-        return [(int(ids[i]), float(sims[i])) for i in top]
+        vec0 = self.vec_available and self.has_vec_table() and self.get_meta("vec_stale") != "1"
+        tag = (self._inode, key, self.get_meta("vectors_version"))
+        found = MATRICES.get(
+            str(self.path),
+            tag,
+            count=lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0],
+            rows=lambda: self.conn.execute(_CHUNK_VECTORS, key),
+            dims=len(query),
+            min_chunks=MATRIX_MIN_CHUNKS if vec0 else 0,
+        )
+        if found is not None:
+            return top_k(*found, query, limit)
+        rows = self.conn.execute(
+            "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?", (query.tobytes(), limit)
+        )
+        return [(int(r), 1.0 - float(d)) for r, d in rows]
 
     def vectors_for(self, ids: Iterable[int], key: tuple[str, str, str]) -> dict[int, np.ndarray]:
         """Stored vectors of some chunks, to score candidates the KNN cut left out."""

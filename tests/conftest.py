@@ -21,6 +21,8 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("PREFECT_API_URL", None)
 for _name in [n for n in os.environ if n.startswith("MEMSIFT_")]:
     del os.environ[_name]
+# One optimised embedder graph for the whole session (and the CLI subprocesses it starts): built once.
+os.environ["MEMSIFT_MODEL_CACHE"] = str(_session_dir / "models")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
