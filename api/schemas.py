@@ -36,6 +36,7 @@ class Scores(msgspec.Struct):
     text: float | UnsetType = UNSET
     rerank: float | UnsetType = UNSET
     decay: float | UnsetType = UNSET
+    fused: float | UnsetType = UNSET  # the retrieval score a rerank blended with (an extension of SPEC)
 
 
 class Hit(msgspec.Struct):

@@ -22,6 +22,7 @@ class Candidate:
     score: float = 0.0
     decay: float | None = None
     rerank: float | None = None  # the reranker's raw score; None: not reranked
+    fused: float | None = None  # the retrieval score (after decay) a rerank blended with; None: not reranked
 
     @property
     def text(self) -> float | None:
@@ -81,6 +82,7 @@ def blend(cands: list[Candidate], weight: float) -> list[Candidate]:
     retrieval = _minmax([c.score for c in cands])
     reranked = _minmax([c.rerank or 0.0 for c in cands])
     for c in cands:
+        c.fused = c.score
         c.score = (1 - weight) * retrieval(c.score) + weight * reranked(c.rerank or 0.0)
     return sorted(cands, key=lambda c: (-c.score, c.id))
 

@@ -218,7 +218,13 @@ def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: boo
     if explain:
         scores = {
             k: round(v, 6)
-            for k, v in (("vector", c.vector), ("text", c.text), ("rerank", c.rerank), ("decay", c.decay))
+            for k, v in (
+                ("vector", c.vector),
+                ("text", c.text),
+                ("decay", c.decay),
+                ("fused", c.fused),
+                ("rerank", c.rerank),
+            )
             if v is not None
         }
     return Hit(

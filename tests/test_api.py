@@ -105,7 +105,7 @@ def test_search_options_and_explain(client) -> None:
     r = client.post("/v1/search", json={"query": "deploy", "maxResults": 1, "mode": "keyword", "explain": True})
     doc = r.json()
     assert r.status_code == 200 and doc["mode"] == "keyword" and len(doc["results"]) == 1
-    assert set(doc["results"][0]["scores"]) == {"text", "rerank"}  # the keyword leg, reranked by default
+    assert set(doc["results"][0]["scores"]) == {"text", "fused", "rerank"}  # the keyword leg, reranked by default
 
     doc = client.post("/v1/search", json={"query": "deploy", "explain": True, "minScore": 0}).json()
     assert {"vector", "text"} <= set(doc["results"][0]["scores"])

@@ -169,7 +169,7 @@ def test_search_reranks_with_maxsim_and_explains_it(workspace, make_config, open
     assert response.degraded is None
     top = response.results[0]
     assert top.path == "memory/2026-05-14.md"
-    assert set(top.scores) >= {"rerank", "vector", "text"}
+    assert set(top.scores) >= {"rerank", "fused", "vector", "text"}
     assert all(0.0 <= h.score <= 1.0 for h in response.results)
     off = index.search("which certificate had expired on the load balancer", explain=True, rerank=False)
     assert "rerank" not in off.results[0].scores
