@@ -223,7 +223,7 @@ def main() -> int:
         with stage.step("worker: prefect worker start --pool memsift"):
             worker = stage.start("worker", BIN / "prefect", "worker", "start", "--pool", POOL, "--name", "e2e")
             poll("the worker is online", lambda: _worker_online(server.api_url), 60, [worker])
-        params = (f"workspace={json.dumps(str(WORKSPACE))}", "config_path=null")
+        params = (f"workspace={json.dumps(str(WORKSPACE))}",)  # a path on this machine instead of /srv/agent/...
         db = Path(stage.env["MEMSIFT_HOME"]) / "memory" / "main.sqlite"
         with stage.step("prefect deployment run memsift-sync/main, until Completed"):
             run_deployment(stage, server.api_url, "memsift-sync/main", worker, *params)
