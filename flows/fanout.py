@@ -43,7 +43,7 @@ def task_runner(sync: SyncConfig) -> TaskRunner | None:
         if sync.daskAddress:
             return DaskTaskRunner(address=sync.daskAddress)
         # Processes, one thread each: the model's own thread pool is per process, and the GIL is not shared.
-        cluster = {"n_workers": os.cpu_count() or 1, "threads_per_worker": 1, "dashboard_address": None}
+        cluster = {"n_workers": os.cpu_count() or 1, "threads_per_worker": 1, "dashboard_address": ":0"}
         return DaskTaskRunner(cluster_kwargs=cluster)
     return None
 

@@ -74,7 +74,7 @@ def test_thread_and_dask_rebuilds_give_the_inline_index(
 
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster) as client:
         on_dask, dask_tasks = _rebuild(ws, tmp_path / "dask", monkeypatch, "dask", cluster.scheduler_address)
         # The vectors were computed in the cluster's worker processes: each built its own embedder there.
         built = client.run(lambda: len(fanout._worker_embedders))
