@@ -153,6 +153,8 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "sync.watchDebounceMs": (1500, _number(int, 0, 3_600_000)),
     "sync.intervalMinutes": (0, _number(float, 0)),
     "sync.lockTimeoutSeconds": (10.0, _number(float, 0)),
+    "sync.taskRunner": ("inline", _choice("inline", "thread", "dask")),
+    "sync.daskAddress": (None, _optional(_str)),
     "cache.maxEntries": (None, _optional(_number(int, 1))),
     "api.host": ("127.0.0.1", _str),
     "api.port": (8000, _number(int, 1, 65535)),
@@ -240,6 +242,8 @@ class SyncConfig:
     watchDebounceMs: int
     intervalMinutes: float
     lockTimeoutSeconds: float
+    taskRunner: str = "inline"  # where a rebuild's embedding batches run: in the flow, on threads, on Dask
+    daskAddress: str | None = None  # a Dask scheduler (tcp://host:8786); None: a LocalCluster per rebuild
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from prefect.utilities.annotations import quote
 from core import EmbedderUnavailable, MemoryIndex, load_config
 from core.embedders import EmbeddingError
 from core.indexer import Progress, SyncReport
+from flows.fanout import fan_out, task_runner
 from flows.ratelimit import limited_embedder
 
 _progress: ContextVar[Progress | None] = ContextVar("memsift_progress", default=None)
@@ -51,12 +52,21 @@ def _run_name(kind: str) -> Callable[[], str]:
     return name
 
 
-def _open(agent: str, workspace: str | None, config_path: str | None) -> MemoryIndex:
+def _open(agent: str, workspace: str | None, config_path: str | None, fan_out_embedding: bool = False) -> MemoryIndex:
+    """The agent's index with the flow's embedder; for a rebuild with `sync.taskRunner` set, one that answers
+    from vectors computed beforehand on that runner (flows.fanout)."""
     config = load_config(config_path, workspace=workspace, agent=agent)
     try:
-        return MemoryIndex(config, embedder=limited_embedder(config))
+        embedder = limited_embedder(config)
     except (EmbedderUnavailable, EmbeddingError):  # the index raises it, or switches to embedding.fallback
         return MemoryIndex(config)
+    runner = task_runner(config.sync) if fan_out_embedding else None
+    if runner is not None and embedder is not None:
+        try:
+            embedder = fan_out(config, embedder, runner)
+        except EmbeddingError as exc:  # inline, the indexer meets it again and may switch to the fallback
+            get_run_logger().warning("embedding fan-out on %s failed: %s", config.sync.taskRunner, exc)
+    return MemoryIndex(config, embedder=embedder)
 
 
 @flow(name="memsift-sync", flow_run_name=_run_name("sync"), persist_result=False, log_prints=False)
@@ -78,7 +88,7 @@ def sync_flow(
 @flow(name="memsift-rebuild", flow_run_name=_run_name("rebuild"), persist_result=False, log_prints=False)
 def rebuild_flow(agent: str = "main", workspace: str | None = None, config_path: str | None = None) -> dict[str, Any]:
     """Re-index everything into a temp file (cached vectors reused) and swap it in atomically."""
-    with _open(agent, workspace, config_path) as index:
+    with _open(agent, workspace, config_path, fan_out_embedding=True) as index:
         report = index.rebuild(progress=_progress_for(agent, "rebuild"), stage=_as_task)
     _publish(agent, "rebuild", report)
     return report.to_dict()
