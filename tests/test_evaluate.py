@@ -1,0 +1,70 @@
+"""`memsift eval`: the metrics on a hand-scored case, the table, and two configs compared."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from sample import NOTES
+
+from api.cli import main
+from core.evaluate import score_query
+from core.search import Hit
+
+
+def _hit(path: str, start: int, end: int) -> Hit:
+    return Hit(path=path, startLine=start, endLine=end, score=1.0, snippet="", source="memory", citation=None)
+
+
+def test_metrics_on_a_hand_scored_ranking():
+    relevant = [{"path": "a.md", "line": 3}, {"path": "b.md", "line": 7}]
+    hits = [_hit("c.md", 1, 9), _hit("a.md", 1, 5), _hit("a.md", 2, 4), _hit("b.md", 6, 8)]
+    got = score_query(hits, relevant, 10)
+    ideal = 1 + 1 / 1.5849625007211562  # two relevant lines: ranks 1 and 2
+    assert got["R@5"] == got["R@10"] == 1.0
+    assert got["MRR@10"] == 0.5
+    # Rank 3 covers a line rank 2 already covered: no gain. Gains at ranks 2 and 4.
+    assert got["nDCG@10"] == pytest.approx((1 / 1.5849625007211562 + 1 / 2.321928094887362) / ideal)
+
+
+@pytest.fixture
+def queries(workspace, tmp_path: Path) -> Path:
+    ws = workspace(NOTES)
+    rows = [
+        {
+            "query": "flat white",
+            "workspace": str(ws),
+            "category": "single",
+            "relevant": [{"path": "MEMORY.md", "line": 2}],
+        },
+        {
+            "query": "ERR_SSL_PROTOCOL_ERROR",
+            "workspace": str(ws),
+            "category": "single",
+            "relevant": [{"path": "memory/2026-05-14.md", "line": 11}],
+        },
+    ]
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_eval_compares_two_configs(capsys, queries: Path):
+    code = main(["eval", str(queries), "--no-rerank", "--compare", "search.fusion=rrf"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "A: mode hybrid, fusion minmax, rerank off" in out and "B: mode hybrid, fusion rrf, rerank off" in out
+    diff = out.split("B - A (points)")[1].splitlines()
+    assert any(re.fullmatch(r"overall\s+2(\s+[+-]\d+\.\d){4}", line) for line in diff)
+
+
+def test_eval_json_and_a_bad_setting(capsys, queries: Path):
+    assert main(["eval", str(queries), "--json", "--set", "rerank.weight=1.0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["queries"] == 2 and doc["overall"]["R@10"] == 1.0
+    assert doc["rerank"].startswith("auto: local/maxsim (weight 1.0)")
+    with pytest.raises(SystemExit):
+        main(["eval", str(queries), "--set", "no-equals-sign"])
+    assert main(["eval", str(queries), "--set", "rerank.weight=7"]) != 0
