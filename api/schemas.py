@@ -115,6 +115,19 @@ class VectorsPending(msgspec.Struct):
     at: str
 
 
+class RerankState(msgspec.Struct):
+    """`rerank.*` as configured, whether a search reranks by default (`active`), and for MaxSim how many chunks
+    have token bits stored."""
+
+    enabled: bool | str
+    active: bool
+    provider: str
+    model: str | None
+    candidates: int
+    weight: float
+    tokenBits: int | None
+
+
 class Status(msgspec.Struct):
     """The document of `memsift status --json`: MemoryIndex.status and the embedding rate limit."""
 
@@ -137,6 +150,7 @@ class Status(msgspec.Struct):
     rateLimit: RateLimit
     probe: Probe | UnsetType = UNSET
     vectorsPending: VectorsPending | None = None
+    rerank: RerankState | None = None
 
 
 class IndexRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from . import rerankers
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
 from .get import get_lines
@@ -269,10 +270,25 @@ class MemoryIndex:
             "embedderError": self.embedder_error,
             "fallback": self.fallback_record(),
             "vectorsPending": {"reason": pending["reason"], "at": _iso(pending["at"])} if pending else None,
+            "rerank": self._rerank_status(store, embedder),
         }
         if deep:
             doc["probe"] = self._probe(embedder)
         return doc
+
+    def _rerank_status(self, store: Store, embedder: Embedder | None) -> dict[str, Any]:
+        """Whether searches rerank by default, with what, and how many chunks have MaxSim token bits."""
+        r = self.config.rerank
+        capture = rerankers.token_capture(self.config, embedder)
+        return {
+            "enabled": r.enabled,
+            "active": rerankers.wanted(self.config, None, embedder),
+            "provider": r.provider,
+            "model": r.model or (rerankers.LOCAL_DEFAULT if r.provider == "local" else None),
+            "candidates": r.candidates,
+            "weight": r.weight,
+            "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,
+        }
 
     def _probe(self, embedder: Embedder | None) -> dict[str, Any]:
         if embedder is None:

@@ -390,6 +390,9 @@ class Store:
             known.update(h for (h,) in self.conn.execute(sql, (fingerprint, *part)))
         return known
 
+    def tokens_count(self, fingerprint: str) -> int:
+        return self.conn.execute("SELECT count(*) FROM token_cache WHERE fingerprint = ?", (fingerprint,)).fetchone()[0]
+
     def tokens_for(self, ids: Iterable[int], fingerprint: str) -> dict[int, bytes]:
         """Stored token bits of some chunks (those indexed with them)."""
         ids = list(ids)

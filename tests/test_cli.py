@@ -271,6 +271,10 @@ def test_status_json(capsys, ws: Path) -> None:
     assert doc["dirty"] is False
     assert doc["vector"]["enabled"] is True and doc["fts"]["enabled"] is True
     assert doc["cacheEntries"] == 3
+    assert doc["rerank"] | {"weight": None} == {
+        "enabled": "auto", "active": True, "provider": "local", "model": "maxsim",
+        "candidates": 30, "weight": None, "tokenBits": 3,
+    }  # fmt: skip
     synced = datetime.fromisoformat(doc["lastSync"])
     assert abs((datetime.now(UTC) - synced).total_seconds()) < 120
 
