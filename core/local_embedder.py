@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -45,6 +46,9 @@ VERIFY_TEXTS = (
     "Caroline went to the LGBTQ support group on 7 May 2023 and talked about her adoption plans. " * 6,
     "Melanie painted a sunrise over the lake last year; she says painting helps her unwind after work.",
 )
+
+#: Queries whose vector and token states are kept (a query is one window: at most 256 x 384 floats).
+RECENT_QUERIES = 16
 
 #: Called with (text index, window token ids, window token states) for every window read: how the MaxSim
 #: reranker gets token states from the same pass that embeds a chunk.
@@ -87,6 +91,8 @@ class LocalEmbedder:
             self.fingerprint = f"onnx-int8-opt:{SHA256[:16]}:ort{ort.__version__}:w{MAX_TOKENS}"
         self.model_file = model_file
         self.calls = 0
+        self._queries: OrderedDict[str, tuple[np.ndarray, list[tuple[list[int], np.ndarray]]]] = OrderedDict()
+        self._queries_lock = threading.Lock()
         self._tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
@@ -159,7 +165,24 @@ class LocalEmbedder:
         return self._embed(texts, whole=True, sink=sink)
 
     def embed_query(self, text: str, sink: WindowSink | None = None) -> np.ndarray:
-        return self._embed([text], whole=False, sink=sink)[0]
+        """The query's vector; `sink` gets its token states. The last few queries are remembered, so a search
+        that embeds the query and then reranks with MaxSim (which needs the same states) runs the model once."""
+        with self._queries_lock:
+            known = self._queries.get(text)
+            if known is not None:
+                self._queries.move_to_end(text)
+        if known is None:
+            windows: list[tuple[list[int], np.ndarray]] = []
+            vector = self._embed([text], whole=False, sink=lambda _, ids, states: windows.append((ids, states)))[0]
+            known = (vector, windows)
+            with self._queries_lock:
+                self._queries[text] = known
+                while len(self._queries) > RECENT_QUERIES:
+                    self._queries.popitem(last=False)
+        if sink is not None:
+            for ids, states in known[1]:
+                sink(0, ids, states)
+        return known[0].copy()
 
 
 def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:

@@ -188,3 +188,17 @@ def test_search_answers_from_stored_bits_when_the_model_cannot_encode_documents(
     finally:
         del maxsim.document_tokens
     assert response.results and seen == []
+
+
+def test_a_reranked_search_runs_the_model_once_for_its_query(workspace, make_config, open_index):
+    index = open_index(make_config(workspace(NOTES)))
+    index.sync()
+    local = index.embedder()
+    before = local.calls
+    response = index.search("who is on call for the mobile app this quarter", rerank=True, explain=True)
+    assert "rerank" in response.results[0].scores
+    assert local.calls - before == 1  # the vector leg's pass also gave MaxSim the query's token states
+    again = index.search("who is on call for the mobile app this quarter", rerank=True, explain=True)
+    assert local.calls - before == 1 and [h.to_dict() for h in again.results] == [
+        h.to_dict() for h in response.results
+    ]
