@@ -52,7 +52,8 @@ def config(ws: Path, base_url: str | None, provider: str = "openai", **embedding
         if "model" not in embedding and "dimensions" not in embedding:  # a known model's dims would not match
             overrides["embedding.model"] = "fake-model"
     overrides.update({f"embedding.{k}": v for k, v in embedding.items()})
-    return load_config(workspace=ws, env={}, overrides=overrides)
+    # Only the test's own MEMSIFT_HOME (conftest): an empty env would put the index in the real ~/.memsift.
+    return load_config(workspace=ws, env={"MEMSIFT_HOME": os.environ["MEMSIFT_HOME"]}, overrides=overrides)
 
 
 @pytest.fixture
