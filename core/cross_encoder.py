@@ -68,6 +68,8 @@ class CrossEncoderReranker:
         key = (str(model_file), stat.st_mtime_ns, stat.st_size)
         with cls._loaded_lock:
             if key not in cls._loaded:
+                for stale in [k for k in cls._loaded if k[0] == key[0]]:  # the file changed: free the old model
+                    del cls._loaded[stale]
                 cls._loaded[key] = cls._load(folder, model_file)
             return cls._loaded[key]
 

@@ -150,6 +150,7 @@ def test_loaded_once_and_reloaded_when_the_model_changes(make_folder: Callable[.
     onnx.save(tiny_cross_encoder(classes=2), folder / "model.onnx")
     again = CrossEncoderReranker.from_folder(folder)
     assert again is not first and again.fingerprint != first.fingerprint
+    assert first not in CrossEncoderReranker._loaded.values()  # the old model is not kept alive
 
 
 def test_the_factory_loads_the_folder_named_by_rerank_model(folder: Path, tmp_path: Path):
