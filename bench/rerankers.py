@@ -1,4 +1,4 @@
-"""What a rerank costs per query, run by hand: `.venv/bin/python bench/rerankers.py` (about a minute).
+"""What a rerank costs per query, run by hand: `.venv/bin/python bench/rerankers.py` (2-5 minutes on 2 cores).
 
 No trained cross-encoder can be installed offline, so the cross-encoder row times one of the commonest
 size, MiniLM-L6 (6 layers, 384 wide, like cross-encoder/ms-marco-MiniLM-L6-v2): the packaged int8 MiniLM
