@@ -149,6 +149,11 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "rerank.candidates": (30, _number(int, 1, 200)),
     # The reranker's share of the blended score; 1.0 replaces the retrieval order (measured: README).
     "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
+    # The hosted reranker (README: "Rerankers"): a search waits for it, so a shorter timeout than embeddings'.
+    "rerank.dialect": ("cohere", _choice("cohere", "jina", "voyage", "tei")),
+    "rerank.headers": ({}, _str_map),
+    "rerank.timeoutSeconds": (10.0, _number(float, 0.001)),
+    "rerank.retries": (1, _number(int, 0, 20)),
     "sync.watch": (True, _bool),
     "sync.watchDebounceMs": (1500, _number(int, 0, 3_600_000)),
     "sync.intervalMinutes": (0, _number(float, 0)),
@@ -234,6 +239,10 @@ class RerankConfig:
     baseUrl: str | None
     candidates: int
     weight: float
+    dialect: str = "cohere"
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold keys
+    timeoutSeconds: float = 10.0
+    retries: int = 1
 
 
 @dataclass(frozen=True)
@@ -317,7 +326,7 @@ def _env_key(name: str) -> str:
 
 _ENV_KEYS = {_env_key(k): k for k in _SCHEMA}
 _SECTIONS = {k.split(".")[0].lower() for k in _SCHEMA if "." in k}
-_NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG"}
+_NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_RERANK_API_KEY"}  # the last: a secret, not a key
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

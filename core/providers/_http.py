@@ -2,7 +2,8 @@
 
 A provider subclass only says how its wire format looks (`_request`, `_vectors`) and what it knows about its
 models; everything that decides whether an index stays consistent (order, counts, dimensions, which faults
-are retried and which are not, what an error message may contain) lives here once.
+are retried and which are not, what an error message may contain) lives here once. `JsonEndpoint` (one JSON
+POST with retries, Retry-After and redacted errors) is shared with the hosted reranker (`core.rerank_http`).
 """
 
 from __future__ import annotations
@@ -92,10 +93,134 @@ def public_headers(headers: dict[str, str]) -> dict[str, str]:
     }
 
 
-class HostedEmbedder:
-    """An Embedder over HTTP. Subclasses set the class attributes and implement `_request` and `_vectors`."""
+class JsonEndpoint:
+    """One JSON API behind POST requests: the client, the key, retries on transient faults (Retry-After first,
+    else backoff with jitter), and errors that name the status and the server's reason but never a secret.
+
+    Subclasses set `provider`, `base_url`, `failure` (what a request that failed for good raises) and
+    `quota_advice` (what to change after a 429 that outlasted the retries), then call `_connect`.
+    """
 
     provider: str
+    base_url: str
+    failure: type[Exception] = RuntimeError
+    quota_advice = "Check the plan and quota of the API key."
+    #: A Retry-After longer than this is cut to it.
+    retry_after_max = RETRY_AFTER_MAX
+    _key: str | None = None
+
+    def _connect(self, headers: dict[str, str], retries: int, timeout: float, limiter: RateLimiter) -> None:
+        """Open the client on `base_url` with the configured `headers` and the key's (`_auth_headers`)."""
+        self.retries_allowed = retries
+        self.calls = 0
+        self.retries = 0
+        self._count_lock = threading.Lock()
+        secret_headers = [v for k, v in headers.items() if _SECRET_NAME.search(k) or _SECRET_VALUE.search(v)]
+        self._secrets = [s for s in (self._key, *secret_headers) if s]
+        self.limiter = limiter
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            headers={**headers, **self._auth_headers()},
+            timeout=httpx.Timeout(timeout, connect=timeout),
+        )
+
+    def _auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._key}"} if self._key else {}
+
+    def _post_retrying(self, path: str, body: dict[str, Any], tokens: int) -> Any:
+        """The decoded answer to one request, retried on transient faults; `failure` when they outlast the
+        retries or the server refuses (4xx other than 408/429)."""
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retries_allowed + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(Transient),
+            before_sleep=self._count_retry,
+            reraise=True,
+        )
+        try:
+            return retrying(self._post, path, body, tokens)
+        except Transient as exc:
+            raise self.failure(self._exhausted(exc)) from None
+
+    # -- one HTTP request ------------------------------------------------------------------------------
+
+    def _post(self, path: str, body: dict[str, Any], tokens: int) -> Any:
+        self.limiter.acquire(tokens)
+        with self._count_lock:
+            self.calls += 1
+        try:
+            response = self._client.post(path, json=body)
+        except httpx.TimeoutException as exc:
+            raise Transient(f"timed out ({type(exc).__name__})") from None
+        except httpx.ConnectError as exc:
+            raise Transient(f"cannot connect to {self.base_url} ({self._redact(str(exc))})") from None
+        except httpx.TransportError as exc:
+            raise Transient(f"connection dropped ({type(exc).__name__}: {self._redact(str(exc))})") from None
+        status = response.status_code
+        if status in _TRANSIENT_STATUS or status >= 500:
+            raise Transient(
+                self._server_message(response), status, retry_after_seconds(response.headers.get("Retry-After"))
+            )
+        if status >= 400:
+            raise self.failure(f"{self.provider}: HTTP {status} from {self.base_url}: {self._server_message(response)}")
+        try:
+            return response.json()
+        except ValueError:
+            raise Transient("the answer is not valid JSON") from None
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Retry-After when the server sent one, else exponential backoff with jitter."""
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, Transient) and exc.retry_after is not None:
+            return min(exc.retry_after, self.retry_after_max)
+        return _BACKOFF(state)
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        with self._count_lock:
+            self.retries += 1
+
+    def _exhausted(self, exc: Transient) -> str:
+        attempts = self.retries_allowed + 1
+        if exc.status == 429:
+            return (
+                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts} attempts: {exc.reason}. "
+                + self.quota_advice
+            )
+        status = f"HTTP {exc.status}" if exc.status else "request failed"
+        return f"{self.provider}: {status} after {attempts} attempts: {exc.reason}"
+
+    def _server_message(self, response: httpx.Response) -> str:
+        """The server's own explanation (OpenAI/Gemini `error.message`, others' `detail`/`error`), redacted."""
+        try:
+            payload = response.json()
+        except ValueError:
+            message = response.text
+        else:
+            error = payload.get("error") if isinstance(payload, dict) else None
+            if isinstance(error, dict):
+                message = str(error.get("message") or error)
+            elif error:
+                message = str(error)
+            elif isinstance(payload, dict) and payload.get("detail"):
+                message = str(payload["detail"])
+            else:
+                message = str(payload)
+        return self._redact(message.strip()[:500]) or response.reason_phrase
+
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+class HostedEmbedder(JsonEndpoint):
+    """An Embedder over HTTP. Subclasses set the class attributes and implement `_request` and `_vectors`."""
+
+    failure = EmbeddingError
+    quota_advice = (
+        "Lower embedding.requestsPerMinute / tokensPerMinute or embedding.concurrency, "
+        "or check the plan and quota of the API key."
+    )
     default_base_url: str
     default_model: str
     key_env: str | None = None
@@ -121,19 +246,12 @@ class HostedEmbedder:
             self.model_tokens.get(self.model, UNKNOWN_MODEL_TOKENS) * BYTES_PER_TOKEN, config.batchMaxBytes
         )
         self.batch_max_bytes, self.batch_max_inputs = config.batchMaxBytes, config.batchMaxInputs
-        self.retries_allowed = config.retries
         self._requested_dims = config.dimensions
-        self.calls = 0
-        self.retries = 0
-        self._count_lock = threading.Lock()
-        secret_headers = [v for k, v in config.headers.items() if _SECRET_NAME.search(k) or _SECRET_VALUE.search(v)]
-        self._secrets = [s for s in (self._key, *secret_headers) if s]
-        self.limiter = RateLimiter(config.requestsPerMinute, config.tokensPerMinute)
-        timeout = config.timeoutSeconds or REMOTE_TIMEOUT
-        self._client = httpx.Client(
-            base_url=self.base_url,
-            headers={**config.headers, **self._auth_headers()},
-            timeout=httpx.Timeout(timeout, connect=timeout),
+        self._connect(
+            config.headers,
+            config.retries,
+            config.timeoutSeconds or REMOTE_TIMEOUT,
+            RateLimiter(config.requestsPerMinute, config.tokensPerMinute),
         )
         self._pool = ThreadPoolExecutor(config.concurrency or DEFAULT_CONCURRENCY, thread_name_prefix=self.provider)
         self.dims = config.dimensions or self.model_dims.get(self.model, 0)
@@ -157,9 +275,6 @@ class HostedEmbedder:
         )
 
     # -- the wire format, per provider -----------------------------------------------------------------
-
-    def _auth_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._key}"} if self._key else {}
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         """(path relative to the base URL, JSON body) for one batch."""
@@ -210,18 +325,7 @@ class HostedEmbedder:
     def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
         """One request, retried on transient faults; checked and normalised rows."""
         path, body = self._request(texts, query)
-        tokens = max(1, sum(len(t.encode("utf-8")) for t in texts) // 4)
-        retrying = Retrying(
-            stop=stop_after_attempt(self.retries_allowed + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(Transient),
-            before_sleep=self._count_retry,
-            reraise=True,
-        )
-        try:
-            payload = retrying(self._post, path, body, tokens)
-        except Transient as exc:
-            raise EmbeddingError(self._exhausted(exc)) from None
+        payload = self._post_retrying(path, body, tokens=max(1, sum(len(t.encode("utf-8")) for t in texts) // 4))
         try:
             rows = self._vectors(payload)
             vectors = np.asarray(rows, dtype=np.float32)
@@ -237,79 +341,6 @@ class HostedEmbedder:
                 f"(model {self.model}; check embedding.dimensions)"
             )
         return _normalise(vectors)
-
-    # -- one HTTP request ------------------------------------------------------------------------------
-
-    def _post(self, path: str, body: dict[str, Any], tokens: int) -> Any:
-        self.limiter.acquire(tokens)
-        with self._count_lock:
-            self.calls += 1
-        try:
-            response = self._client.post(path, json=body)
-        except httpx.TimeoutException as exc:
-            raise Transient(f"timed out ({type(exc).__name__})") from None
-        except httpx.ConnectError as exc:
-            raise Transient(f"cannot connect to {self.base_url} ({self._redact(str(exc))})") from None
-        except httpx.TransportError as exc:
-            raise Transient(f"connection dropped ({type(exc).__name__}: {self._redact(str(exc))})") from None
-        status = response.status_code
-        if status in _TRANSIENT_STATUS or status >= 500:
-            raise Transient(
-                self._server_message(response), status, retry_after_seconds(response.headers.get("Retry-After"))
-            )
-        if status >= 400:
-            raise EmbeddingError(
-                f"{self.provider}: HTTP {status} from {self.base_url}: {self._server_message(response)}"
-            )
-        try:
-            return response.json()
-        except ValueError:
-            raise Transient("the answer is not valid JSON") from None
-
-    def _wait(self, state: RetryCallState) -> float:
-        """Retry-After when the server sent one, else exponential backoff with jitter."""
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, Transient) and exc.retry_after is not None:
-            return exc.retry_after
-        return _BACKOFF(state)
-
-    def _count_retry(self, state: RetryCallState) -> None:
-        with self._count_lock:
-            self.retries += 1
-
-    def _exhausted(self, exc: Transient) -> str:
-        attempts = self.retries_allowed + 1
-        if exc.status == 429:
-            return (
-                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts} attempts: {exc.reason}. "
-                "Lower embedding.requestsPerMinute / tokensPerMinute or embedding.concurrency, "
-                "or check the plan and quota of the API key."
-            )
-        status = f"HTTP {exc.status}" if exc.status else "request failed"
-        return f"{self.provider}: {status} after {attempts} attempts: {exc.reason}"
-
-    def _server_message(self, response: httpx.Response) -> str:
-        """The server's own explanation (OpenAI/Gemini `error.message`, others' `detail`/`error`), redacted."""
-        try:
-            payload = response.json()
-        except ValueError:
-            message = response.text
-        else:
-            error = payload.get("error") if isinstance(payload, dict) else None
-            if isinstance(error, dict):
-                message = str(error.get("message") or error)
-            elif error:
-                message = str(error)
-            elif isinstance(payload, dict) and payload.get("detail"):
-                message = str(payload["detail"])
-            else:
-                message = str(payload)
-        return self._redact(message.strip()[:500]) or response.reason_phrase
-
-    def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
 
 
 def _normalise(rows: np.ndarray) -> np.ndarray:

@@ -1,0 +1,257 @@
+"""The Cohere-style rerank client against a real HTTP server on 127.0.0.1 (tests/fake_rerank.py): each
+dialect's request, each answer shape, and the faults of a hosted service."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import load_config
+from core.config import ConfigError, RerankConfig
+from core.rerank_http import CohereReranker, relevance_scores, rerank_url
+from core.rerankers import RerankError, create_reranker
+from tests.fake_rerank import SHAPES, FakeReranker, fake_relevance
+
+KEY = "rk-test-SECRET-0123456789abcdef"
+QUERY = "when did alice adopt the cat"
+DOCUMENTS = ["Bob fixed the billing bug.", "Alice did adopt a cat in May.", "The cat sleeps.", "Nothing here."]
+EXPECTED = [fake_relevance(QUERY, d) for d in DOCUMENTS]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeReranker]:
+    server = FakeReranker()
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MEMSIFT_RERANK_API_KEY", "COHERE_API_KEY", "JINA_API_KEY", "VOYAGE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def rerank_config(tmp_path: Path, env: dict[str, str] | None = None, **rerank: Any) -> RerankConfig:
+    overrides = {"rerank.provider": "cohere", "rerank.timeoutSeconds": 0.5, "rerank.retries": 2}
+    overrides.update({f"rerank.{k}": v for k, v in rerank.items()})
+    return load_config(workspace=tmp_path, env=env or {}, overrides=overrides).rerank
+
+
+@pytest.fixture
+def reranker(
+    fake: FakeReranker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., CohereReranker]]:
+    """A reranker against the fake with the key in MEMSIFT_RERANK_API_KEY; closed after the test."""
+    made: list[CohereReranker] = []
+
+    def make(**rerank: Any) -> CohereReranker:
+        monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+        made.append(CohereReranker(rerank_config(tmp_path, baseUrl=fake.url, **rerank)))
+        return made[-1]
+
+    yield make
+    for made_one in made:
+        made_one.close()
+
+
+# -- dialects and answer shapes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dialect", "path", "count_field", "model"),
+    [
+        ("cohere", "/v2/rerank", "top_n", "rerank-v3.5"),
+        ("jina", "/v1/rerank", "top_n", "jina-reranker-v2-base-multilingual"),
+        ("voyage", "/v1/rerank", "top_k", "rerank-2.5"),
+        ("tei", "/rerank", None, None),
+    ],
+)
+def test_each_dialect_asks_for_every_document_in_its_own_words(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker], dialect, path, count_field, model
+):
+    fake.shape = dialect
+    scores = reranker(dialect=dialect).score(QUERY, DOCUMENTS)
+    assert scores == pytest.approx(EXPECTED)
+    (request,) = fake.requests
+    assert request.path == path and request.headers["Authorization"] == f"Bearer {KEY}"
+    assert request.body["query"] == QUERY
+    documents_field = "texts" if dialect == "tei" else "documents"
+    assert request.body[documents_field] == DOCUMENTS
+    if count_field:
+        assert request.body[count_field] == len(DOCUMENTS) and request.body["model"] == model
+    else:
+        assert "model" not in request.body and request.body["truncate"] is True
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_any_known_answer_shape_is_read_whatever_the_dialect(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker], shape
+):
+    fake.shape = shape
+    scores = reranker(dialect="cohere").score(QUERY, DOCUMENTS)
+    assert scores == pytest.approx(EXPECTED)
+    assert scores.index(max(scores)) == 1  # the server answered best first: the order is the input's again
+
+
+def test_tei_gets_batches_it_accepts_and_scores_come_back_in_order(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker]
+):
+    fake.shape = "tei"
+    documents = [f"note {i} about the cat" if i % 7 == 0 else f"note {i}" for i in range(40)]
+    scores = reranker(dialect="tei").score("cat", documents)
+    assert [len(r.body["texts"]) for r in fake.requests] == [32, 8]
+    assert scores == pytest.approx([fake_relevance("cat", d) for d in documents])
+    assert reranker().score("cat", []) == [] and len(fake.requests) == 2  # nothing to score: no request
+
+
+@pytest.mark.parametrize(
+    ("base_url", "dialect", "endpoint"),
+    [
+        ("https://api.cohere.com", "cohere", "https://api.cohere.com/v2/rerank"),
+        ("https://api.cohere.com/v1", "cohere", "https://api.cohere.com/v1/rerank"),
+        ("https://api.jina.ai/v1/", "jina", "https://api.jina.ai/v1/rerank"),
+        ("http://gpu:8080", "tei", "http://gpu:8080/rerank"),
+        ("http://gpu:8000/proxy/v1/rerank", "cohere", "http://gpu:8000/proxy/v1/rerank"),
+        ("http://gpu:8000/proxy", "voyage", "http://gpu:8000/proxy/v1/rerank"),
+    ],
+)
+def test_the_endpoint_follows_the_base_url(base_url, dialect, endpoint):
+    assert rerank_url(base_url, dialect) == endpoint
+
+
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        ({"results": [{"index": 0, "relevance_score": 0.5}]}, r"no score for 1 of 2 documents \(index 1\)"),
+        ([{"index": 0, "score": 1}, {"index": 2, "score": 1}], "index 2 is not one of the 2 documents"),
+        ([{"index": 0, "score": 1}, {"index": 0, "score": 2}], "index 0 is scored twice"),
+        ([{"index": 0, "score": "high"}, {"index": 1, "score": 1}], "document 0 has no numeric"),
+        ({"ranking": []}, "no `results` or `data`"),
+    ],
+)
+def test_a_wrong_answer_is_named(payload, words):
+    with pytest.raises(ValueError, match=words):
+        relevance_scores(payload, 2)
+
+
+# -- faults ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "min_wait", "max_wait"),
+    [
+        ("429", 0.95, 1.6),  # Retry-After: 1
+        ("429-date", 0.9, 2.6),  # Retry-After: an HTTP date ~2 s ahead (1-second resolution)
+        ("500", 0.45, 1.6),  # backoff 0.5 s + jitter up to 0.5 s
+        ("stall", 0.9, 2.2),  # 0.5 s read timeout, then the backoff
+        ("drop", 0.45, 1.6),
+        ("malformed", 0.45, 1.6),  # unreadable JSON is retried as a transient fault
+    ],
+)
+def test_transient_fault_is_retried(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker], fault, min_wait, max_wait
+):
+    fake.fault = lambda n: fault if n == 1 else None
+    ranker = reranker(timeoutSeconds=0.5 if fault == "stall" else 3.0)
+    assert ranker.score(QUERY, DOCUMENTS) == pytest.approx(EXPECTED)
+    assert len(fake.requests) == 2 and ranker.retries == 1 and ranker.calls == 2
+    assert min_wait <= fake.gaps()[0] <= max_wait
+
+
+def test_retry_after_is_cut_to_the_timeout_so_a_search_does_not_hang(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker]
+):
+    fake.fault = lambda n: "429-date" if n == 1 else None  # asks for ~2 s
+    ranker = reranker(timeoutSeconds=0.3)
+    assert ranker.score(QUERY, DOCUMENTS) == pytest.approx(EXPECTED)
+    assert ranker.retry_after_max == 0.3 and fake.gaps()[0] < 1.5
+
+
+def test_faults_that_outlast_the_retries_are_a_rerank_error_without_the_key(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker]
+):
+    fake.fault = lambda n: "500"
+    with pytest.raises(RerankError, match="cohere: HTTP 500 after 2 attempts: upstream trouble"):
+        reranker(retries=1).score(QUERY, DOCUMENTS)
+    fake.fault = lambda n: "429"
+    with pytest.raises(RerankError, match="429 .*quota.*rerank.candidates") as err:
+        reranker(retries=0).score(QUERY, DOCUMENTS)
+    assert KEY not in str(err.value)
+
+
+@pytest.mark.parametrize(("fault", "status", "server_says"), [("400", 400, "too long"), ("401", 401, "Bearer ***")])
+def test_client_errors_are_not_retried_and_never_show_the_key(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker], fault, status, server_says
+):
+    fake.fault = lambda n: fault
+    ranker = reranker()
+    with pytest.raises(RerankError) as err:
+        ranker.score(QUERY, DOCUMENTS)
+    assert len(fake.requests) == 1 and ranker.retries == 0
+    message = str(err.value)
+    assert f"HTTP {status}" in message and server_says in message and KEY not in message
+
+
+@pytest.mark.parametrize(("fault", "words"), [("count", "no score for 1 of 4"), ("index", "index 4 is not one")])
+def test_wrong_indexes_are_an_error_not_a_partial_ranking(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker], fault, words
+):
+    fake.fault = lambda n: fault
+    with pytest.raises(RerankError, match=f"unexpected answer from {fake.url}/v2/rerank: {words}"):
+        reranker().score(QUERY, DOCUMENTS)
+    assert len(fake.requests) == 1  # a wrong answer is not a transient fault
+
+
+# -- key, configuration, factory -------------------------------------------------------------------------
+
+
+def test_the_key_comes_from_the_environment_and_the_generic_one_wins(
+    fake: FakeReranker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    with pytest.raises(RerankError, match="set MEMSIFT_RERANK_API_KEY or COHERE_API_KEY"):
+        CohereReranker(rerank_config(tmp_path))  # the hosted service, and no key
+    for name, key in (("VOYAGE_API_KEY", "voyage-key"), ("MEMSIFT_RERANK_API_KEY", "generic-key")):
+        monkeypatch.setenv(name, key)
+        ranker = CohereReranker(rerank_config(tmp_path, baseUrl=fake.url, dialect="voyage"))
+        ranker.score("q", ["d"])
+        ranker.close()
+    assert [r.headers["Authorization"] for r in fake.requests] == ["Bearer voyage-key", "Bearer generic-key"]
+    with pytest.raises(RerankError, match="rerank.baseUrl: the tei dialect needs"):
+        CohereReranker(rerank_config(tmp_path, dialect="tei"))
+
+
+def test_configuration_from_file_and_environment(tmp_path: Path):
+    (tmp_path / "memsift.toml").write_text(
+        '[rerank]\nprovider = "cohere"\ndialect = "jina"\n[rerank.headers]\nX-Team = "search"\n'
+    )
+    env = {"MEMSIFT_RERANK_TIMEOUT_SECONDS": "2.5", "MEMSIFT_RERANK_RETRIES": "0", "MEMSIFT_RERANK_API_KEY": KEY}
+    config = load_config(workspace=tmp_path, env=env).rerank
+    assert (config.dialect, config.headers, config.timeoutSeconds, config.retries) == (
+        "jina",
+        {"X-Team": "search"},
+        2.5,
+        0,
+    )
+    with pytest.raises(ConfigError, match="rerank.dialect: 'openai' is not one of cohere, jina, voyage, tei"):
+        load_config(workspace=tmp_path, env={"MEMSIFT_RERANK_DIALECT": "openai"})
+
+
+def test_the_factory_builds_it_and_the_fingerprint_has_identity_but_no_secrets(
+    fake: FakeReranker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+    headers = {"X-Team": "search", "X-Api-Key": "hunter2"}
+    ranker = create_reranker(rerank_config(tmp_path, baseUrl=fake.url, headers=headers))
+    assert isinstance(ranker, CohereReranker) and (ranker.provider, ranker.model) == ("cohere", "rerank-v3.5")
+    assert f"{fake.url}/v2/rerank" in ranker.fingerprint and '"X-Team": "search"' in ranker.fingerprint
+    assert KEY not in ranker.fingerprint and "hunter2" not in ranker.fingerprint
+    other = CohereReranker(rerank_config(tmp_path, baseUrl=fake.url, model="rerank-english-v3.0"))
+    assert other.fingerprint != ranker.fingerprint
+    other.close()
+    ranker.score("q", ["d"])
+    assert fake.requests[-1].headers["X-Api-Key"] == "hunter2"
+    assert fake.requests == fake.requests[:1]  # building the rerankers sent nothing
+    ranker.close()
