@@ -255,3 +255,31 @@ def test_the_factory_builds_it_and_the_fingerprint_has_identity_but_no_secrets(
     assert fake.requests[-1].headers["X-Api-Key"] == "hunter2"
     assert fake.requests == fake.requests[:1]  # building the rerankers sent nothing
     ranker.close()
+
+
+# -- through search ----------------------------------------------------------------------------------------
+
+
+def test_search_reranks_through_the_service_caches_and_degrades(
+    fake: FakeReranker, workspace, make_config, open_index, monkeypatch: pytest.MonkeyPatch
+):
+    from tests.sample import NOTES
+
+    monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+    settings = {"rerank.enabled": True, "rerank.provider": "cohere", "rerank.baseUrl": fake.url, "rerank.retries": 0}
+    index = open_index(make_config(workspace(NOTES), **settings))
+    query = "deploy failed certificate expired"
+    response = index.search(query, explain=True)
+    assert response.degraded is None and len(fake.requests) == 1
+    assert fake.requests[0].body["query"] == query
+    for hit in response.results:
+        text = index.get(hit.path, hit.startLine, hit.endLine - hit.startLine + 1)["text"].rstrip("\n")
+        assert hit.scores["rerank"] == pytest.approx(fake_relevance(query, text))
+    assert index.search(query, explain=True).results == response.results  # every score from the cache
+    assert len(fake.requests) == 1
+
+    fake.fault = lambda n: "500"
+    fused = index.search("the on-call SRE this quarter", rerank=False)
+    failed = index.search("the on-call SRE this quarter")
+    assert "reranking failed" in failed.degraded and KEY not in failed.degraded
+    assert [h.path for h in failed.results] == [h.path for h in fused.results]
