@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -135,9 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\ncosine optimized vs shipped over {args.passages} passages: {result['cosine']}; "
         f"build {build_s:.1f} s; CPUs busy before: {busy:.0%}; load average {os.getloadavg()[0]:.1f}"
     )
-    out = BENCH / "results" / f"embedder-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    speed.save_result("embedder", result)
     return 0
 
 

@@ -21,13 +21,11 @@ The optimised graph is built once into a temporary `MEMSIFT_MODEL_CACHE` that th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "model_chunks_per_s": texts_per_s,
     }
-    out = BENCH / "results" / f"growth-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    speed.save_result("growth", doc)
     return 0
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -216,9 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     results["seconds"] = round((datetime.now(UTC) - started).total_seconds(), 1)
     md = table(results)
     print(md)
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"load-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    out.write_text(json.dumps(results | {"table": md}, indent=2) + "\n")
+    out = speed.save_result("load", results | {"table": md}, args.out)
     speed.log(f"wrote {out}")
     return 0
 

@@ -1097,6 +1097,15 @@ def cpu_busy(seconds: float = 1.0) -> float:
     return round(1 - (idle1 - idle0) / max(1, total1 - total0), 3)
 
 
+def save_result(kind: str, doc: dict[str, Any], folder: Path | None = None) -> Path:
+    """Write a bench's result as `<folder>/<kind>-<UTC time>.json` (default bench/results/, git-ignored)."""
+    folder = folder or ROOT / "bench" / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    path.write_text(json.dumps(doc, indent=2, default=float) + "\n", encoding="utf-8")
+    return path
+
+
 def environment() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpus": os.cpu_count(),
@@ -1229,9 +1238,7 @@ def main(argv: list[str] | None = None) -> int:
     results["seconds"] = round((datetime.now(UTC) - started).total_seconds(), 1)
     md = table(results)
     results["table"] = md
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"speed-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(results, indent=2, default=float) + "\n", encoding="utf-8")
+    path = save_result("speed", results, args.out)
     print(md)
     print(
         f"\n{results['environment'].get('cpus')} CPUs, commit {results['environment'].get('commit')}, "

@@ -22,13 +22,11 @@ the same embedder. Reports recall@k against exact, p50/p95 ms per method and siz
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -200,9 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {size:,} | {r['exact_p50_ms']} | {cells} |")
     print(f"\nCPUs busy before: {busy:.0%}; load average {os.getloadavg()[0]:.1f}")
     doc = {"environment": speed.environment(), "busy_before": busy, "args": vars(args), "results": results}
-    out = BENCH / "results" / f"vector-leg-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    speed.save_result("vector-leg", doc)
     return 0
 
 
