@@ -18,11 +18,12 @@ build leaves a `.rejected` note so that every start does not rebuild it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -110,7 +111,7 @@ def build_graph(shipped: Path, out: Path) -> None:
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
-    with tempfile.TemporaryDirectory(dir=out.parent) as work:
+    with tempfile.TemporaryDirectory(dir=out.parent) as work, _quiet_build():
         fp32, fused = Path(work) / "fp32.onnx", Path(work) / "fused.onnx"
         model = onnx.load(str(shipped))
         _dequantize(model)
@@ -130,6 +131,22 @@ def build_graph(shipped: Path, out: Path) -> None:
         optimized.save_model_to_file(str(fused))
         del optimized
         quantize_dynamic(str(fused), str(out), per_channel=True, weight_type=QuantType.QInt8)
+
+
+@contextlib.contextmanager
+def _quiet_build() -> Iterator[None]:
+    """onnxruntime's optimiser and quantiser warn about steps skipped on purpose (shape inference,
+    pre-processing), and the quantiser does so with `logging.warning`, which would give the root logger a
+    stderr handler for the rest of the process. Neither reaches the user: the build's outcome is logged."""
+    root = logging.getLogger()
+    guard = logging.NullHandler()
+    root.addHandler(guard)
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+        root.removeHandler(guard)
 
 
 def _dequantize(model) -> None:
