@@ -96,7 +96,7 @@ def search(
         if degraded:
             mode = "keyword"
 
-    match = fts_match(query)
+    match = fts_match(query, store.common_phrases)
 
     def keyword_leg() -> list[tuple[int, float]]:
         if match is None:
