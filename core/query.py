@@ -15,8 +15,7 @@ which trigram matches as a whole word and unicode61 reads as the plain word `pr`
 The text is split into Unicode word tokens (letters, digits, underscore, so `ERR_SSL_PROTOCOL` stays one
 token and FTS5 matches it as the phrase `err ssl protocol`). Each token is quoted, so `AND`, `NEAR(`,
 `*`, `^`, `:` and quotes are plain text. Tokens are OR'ed and BM25 ranks documents that match more of
-them higher; common English stop words are dropped unless nothing else is left, and so are, given the index's
-counts (`fts_match`'s `common`), the phrases found in at least half of its rows, which BM25 gives no weight.
+them higher; common English stop words are dropped unless nothing else is left.
 """
 
 from __future__ import annotations

@@ -171,9 +171,9 @@ def keyword_hits(store: Store, query: str, limit: int, path_prefix: str | None =
 
     A row holding only common phrases scores ~0 (BM25 clamps their IDF to 1e-6), so it ranks below every
     row with a rarer phrase: when those fill `limit`, the full OR would return the same rows in the same
-    order (but for scores within ~1e-6 of each other), at the cost of scoring every row of the common
-    phrases (most of a large index of similar notes). When they do not, the full OR runs, since the
-    ~0-scored rows still bring candidates the vector leg scores (-0.7 nDCG@10 on locomo-dev without them)."""
+    order, at the cost of scoring every row of the common phrases (most of a large index of similar
+    notes). When they do not, the full OR runs, since the ~0-scored rows still bring candidates the vector
+    leg scores (-0.7 nDCG@10 on locomo-dev without them)."""
     match = fts_match(query)
     if match is None:
         return []
