@@ -96,8 +96,12 @@ def search(
         if degraded:
             mode = "keyword"
 
+    match = fts_match(query, store.common_phrases)
+
     def keyword_leg() -> list[tuple[int, float]]:
-        return keyword_hits(store, query, fetch, path_prefix)
+        if match is None:
+            return []
+        return store.fts_search(match, fetch, path_prefix)
 
     text_hits = keyword_leg() if mode != "vector" else []
 
@@ -163,25 +167,6 @@ def check_request(query: str, max_results: int | None, min_score: float | None) 
         raise SearchError(f"maxResults: {max_results} is out of range [1, 100]")
     if min_score is not None and not 0.0 <= min_score <= 1.0:
         raise SearchError(f"minScore: {min_score} is out of range [0, 1]")
-
-
-def keyword_hits(store: Store, query: str, limit: int, path_prefix: str | None = None) -> list[tuple[int, float]]:
-    """The keyword leg: (chunk id, bm25) best first, as FTS5 ranks the OR of every query term, but matching
-    only the rows that hold a phrase found in fewer than half of the rows (`Store.common_phrases`).
-
-    A row holding only common phrases scores ~0 (BM25 clamps their IDF to 1e-6), so it ranks below every
-    row with a rarer phrase: when those fill `limit`, the full OR would return the same rows in the same
-    order, at the cost of scoring every row of the common phrases (most of a large index of similar
-    notes). When they do not, the full OR runs, since the ~0-scored rows still bring candidates the vector
-    leg scores (-0.7 nDCG@10 on locomo-dev without them)."""
-    match = fts_match(query)
-    if match is None:
-        return []
-    narrow = fts_match(query, store.common_phrases)
-    hits = store.fts_search(narrow or match, limit, path_prefix)
-    if len(hits) < limit and narrow != match:
-        hits = store.fts_search(match, limit, path_prefix)
-    return hits
 
 
 def _fuse(cands: list[ranking.Candidate], config: Config) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from core.query import fts_match
-from core.search import keyword_hits
 from core.store import Store
 
 TOKENIZERS = {"unicode61": "porter unicode61 remove_diacritics 2", "trigram": "trigram"}
@@ -85,13 +84,3 @@ def test_a_read_only_open_and_an_index_without_rows_drop_nothing(tmp_path):
     build(path, TOKENIZERS["unicode61"], NOTES).close()
     with Store(path, use_vec=False, readonly=True) as ro:
         assert ro.common_phrases(["kettle", "zebra"]) == {"kettle"}
-
-
-def test_the_keyword_leg_returns_what_the_full_or_returns(store):
-    full = store.fts_search(fts_match("kettle zebra quasar"), 8)
-    # 3 rows hold `zebra` or `quasar`: they fill a limit of 3 alone, and are the full OR's first 3
-    assert [cid for cid, _ in keyword_hits(store, "kettle zebra quasar", 3)] == [cid for cid, _ in full[:3]]
-    # a limit of 8 needs the rows that hold only `kettle` too: the full OR runs
-    assert keyword_hits(store, "kettle zebra quasar", 8) == full
-    assert keyword_hits(store, "kettle", 3, path_prefix="memory/") == store.fts_search('"kettle"', 3, "memory/")
-    assert keyword_hits(store, "?!", 3) == []
