@@ -21,7 +21,6 @@ them higher; common English stop words are dropped unless nothing else is left.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection
 
 from .chunking import WIDE
 
@@ -80,31 +79,16 @@ def query_terms(text: str) -> list[str]:
     return (kept or tokens)[:MAX_TERMS]
 
 
-def _phrase_text(term: str) -> str:
-    """What goes between a phrase's quotes: the term as `fts_text` indexes it."""
+def _phrase(term: str) -> str:
     body = " ".join(fts_text(term).split())
     if len(body) < 3:  # trigram needs 3 characters: match the word between the spaces `fts_text` guarantees
         body = f" {body} "
-    return body
+    return '"' + body.replace('"', '""') + '"'
 
 
-def fts_match(text: str, common: Callable[[list[str]], Collection[str]] | None = None) -> str | None:
-    """The MATCH expression for `text`, or None when it holds no word at all.
-
-    `common` (the index's `Store.common_phrases`) names the phrases found in at least half of the indexed
-    rows. BM25 gives those an IDF of ~0 (FTS5 clamps it to 1e-6), so they change no score, yet each makes every
-    row that holds it a match FTS5 must score: they are left out, unless every phrase is common, when all stay
-    (then the ranking is by how often the rows hold them, as before, and no row that matched is lost)."""
+def fts_match(text: str) -> str | None:
+    """The MATCH expression for `text`, or None when it holds no word at all."""
     terms = query_terms(text)
     if not terms:
         return None
-    phrases = [_phrase_text(t) for t in terms]
-    if common is not None:
-        dropped = common(phrases)
-        phrases = [p for p in phrases if p not in dropped] or phrases
-    return " OR ".join(quote_phrase(p) for p in phrases)
-
-
-def quote_phrase(text: str) -> str:
-    """`text` as one FTS5 phrase: in quotes, its own quotes doubled, so no FTS syntax survives."""
-    return '"' + text.replace('"', '""') + '"'
+    return " OR ".join(_phrase(t) for t in terms)

@@ -96,7 +96,7 @@ def search(
         if degraded:
             mode = "keyword"
 
-    match = fts_match(query, store.common_phrases)
+    match = fts_match(query)
 
     def keyword_leg() -> list[tuple[int, float]]:
         if match is None:

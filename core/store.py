@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ import apsw
 import numpy as np
 
 from .locking import swap_lock
-from .query import fts_text, quote_phrase
+from .query import fts_text
 from .vector_matrix import MATRICES, MATRIX_MIN_CHUNKS, top_k
 
 SCHEMA_VERSION = 3  # 2: index chunks(hash); 3: token_cache
@@ -41,10 +40,6 @@ _CHUNK_VECTORS = (
     "SELECT c.id, e.embedding FROM chunks c CROSS JOIN embedding_cache e ON e.hash = c.hash "
     "AND e.provider = ? AND e.model = ? AND e.fingerprint = ?"
 )
-
-
-# The `tokenize=` argument in chunks_fts's CREATE statement, to tokenise query phrases as the index did.
-_TOKENIZE_ARG = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
 
 
 class StoreError(RuntimeError):
@@ -80,7 +75,6 @@ def _load_vec(conn: apsw.Connection) -> str | None:
 class Store:
     def __init__(self, path: str | Path, *, use_vec: bool = True, readonly: bool = False) -> None:
         self.path = Path(path)
-        self._tokenizers: dict[str, apsw.FTS5Tokenizer] = {}
         if not readonly:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
@@ -482,54 +476,6 @@ class Store:
             sql = "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY s LIMIT ?"
             args = (match, limit)
         return [(int(r), float(s)) for r, s in self.conn.execute(sql, args)]
-
-    def common_phrases(self, phrases: list[str]) -> set[str]:
-        """The phrases (each the text between a MATCH phrase's quotes) found in at least half of the indexed rows,
-        where FTS5's BM25 clamps the IDF (log((N - n + 0.5) / (n + 0.5)) <= 0) to 1e-6: they add nothing to any
-        score but make every row that holds them a match to score (core.query.fts_match leaves them out).
-
-        Each phrase is tokenised by the index's own tokenizer (stemming, trigrams), each token's row count read
-        from an fts5vocab table. A phrase of several tokens is in at most as many rows as its rarest token; when
-        even that one is common, the phrase's own rows are counted, since BM25 weighs the phrase, not its tokens
-        (`err ssl protocol` can be rare when `err`, `ssl` and `protocol` are not)."""
-        rows = self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-        tokenize = self._fts_tokenizer()
-        if not rows or tokenize is None:
-            return set()
-        # In temp: per connection, so it also serves indexes written before it existed and read-only opens.
-        self.conn.execute(
-            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_fts_vocab USING fts5vocab(main, chunks_fts, row)"
-        )
-        common = set()
-        for phrase in phrases:
-            tokens = tokenize(phrase.encode(), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False)
-            if not tokens:
-                continue
-            rarest = min(self._token_rows(token) for token in {t[0] for t in tokens})
-            if 2 * rarest >= rows and len(tokens) > 1:
-                rarest = self.conn.execute(
-                    "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (quote_phrase(phrase),)
-                ).fetchone()[0]
-            if 2 * rarest >= rows:
-                common.add(phrase)
-        return common
-
-    def _token_rows(self, token: str) -> int:
-        row = self.conn.execute("SELECT doc FROM temp.chunks_fts_vocab WHERE term = ?", (token,)).fetchone()
-        return row[0] if row else 0
-
-    def _fts_tokenizer(self) -> apsw.FTS5Tokenizer | None:
-        """The tokenizer chunks_fts was created with (None before the first sync created it), cached by its
-        `tokenize=` argument: a rebuild may change it."""
-        row = self.conn.execute("SELECT sql FROM sqlite_schema WHERE name = 'chunks_fts'").fetchone()
-        found = _TOKENIZE_ARG.search(row[0]) if row else None
-        if found is None:
-            return None
-        spec = found.group(1).replace("''", "'")
-        if spec not in self._tokenizers:
-            name, *args = spec.split()
-            self._tokenizers[spec] = self.conn.fts5_tokenizer(name, args)
-        return self._tokenizers[spec]
 
     def _vectors_changed(self) -> None:
         """Bump the counter that tells in-memory matrices (core.vector_matrix) to reload."""
