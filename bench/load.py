@@ -58,7 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def start_server(workspace: Path, home: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = speed.free_port()
-    env = dict(os.environ, MEMSIFT_HOME=str(home))
+    # The same configuration the bench index was built with (speed.build_query_index: no MaxSim rerank).
+    env = dict(os.environ, MEMSIFT_HOME=str(home), MEMSIFT_RERANK_ENABLED="false")
     memsift = Path(sys.executable).with_name("memsift")
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(

@@ -891,7 +891,9 @@ def build_query_index(tmp: Path, *, seed: int, chunks: int, distinct: int, noise
     write_files(ws, files)
 
     use_home(tmp / "s3-home")
-    config = load_config(workspace=ws)
+    # No MaxSim rerank: the perturbed copies' vectors are planted in the cache, and the sync would run the
+    # model over every copy for its token bits. Search figures here are the retrieval stages alone.
+    config = load_config(workspace=ws, overrides={"rerank.enabled": False})
     with Store(config.db_path) as store, store.transaction():
         store.cache_put(cache_key(emb), cache)
     with MemoryIndex(config) as index:
