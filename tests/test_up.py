@@ -145,7 +145,9 @@ class Up:
 
     def stop(self, sig: signal.Signals) -> int:
         self.process.send_signal(sig)
-        return self.process.wait(timeout=60)
+        # A deadline, not a pause: the stop waits for the Prefect server (up to 20 s + 20 s) and, on a busy
+        # machine, for a run the watcher had started.
+        return self.process.wait(timeout=120)
 
     def __enter__(self) -> Up:
         return self
