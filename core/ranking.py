@@ -78,13 +78,21 @@ def _minmax(values: list[float]):
 def blend(cands: list[Candidate], weight: float) -> list[Candidate]:
     """Reranked order: each candidate's retrieval score and rerank score min-max normalised over the shortlist,
     mixed `1 - weight` to `weight`. A blend, not a replacement, so that a strong exact match the reranker
-    undervalues keeps a place near the top (measured on locomo-dev: README "Rerankers")."""
-    retrieval = _minmax([c.score for c in cands])
+    undervalues keeps a place near the top (measured on locomo-dev: README "Rerankers").
+
+    The blend orders the shortlist; the score shown is the blend mapped onto the shortlist's range of retrieval
+    scores, so a reranked list reads like a fused one (its best hit keeps the best fused score, its last the
+    lowest) instead of ending at an alarming 0."""
+    fused = [c.score for c in cands]
+    retrieval = _minmax(fused)
     reranked = _minmax([c.rerank or 0.0 for c in cands])
+    lo, hi = min(fused, default=0.0), max(fused, default=0.0)
+    mixed = {}
     for c in cands:
+        mixed[c.id] = (1 - weight) * retrieval(c.score) + weight * reranked(c.rerank or 0.0)
         c.fused = c.score
-        c.score = (1 - weight) * retrieval(c.score) + weight * reranked(c.rerank or 0.0)
-    return sorted(cands, key=lambda c: (-c.score, c.id))
+        c.score = lo + (hi - lo) * mixed[c.id]
+    return sorted(cands, key=lambda c: (-mixed[c.id], c.id))
 
 
 def fuse_rrf(cands: list[Candidate], k: int, vector_weight: float = 1.0, text_weight: float = 1.0) -> None:

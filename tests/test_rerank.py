@@ -50,8 +50,13 @@ def test_blend_keeps_a_strong_exact_match_that_replacement_throws_away():
 
 
 def test_blend_scores_are_hand_computed():
-    out = {c.id: c.score for c in ranking.blend(_cands((1, 2.0, 0.0), (2, 1.0, 4.0), (3, 0.0, 2.0)), 0.25)}
-    assert out == pytest.approx({1: 0.75, 2: 0.75 * 0.5 + 0.25, 3: 0.25 * 0.5})
+    out = ranking.blend(_cands((1, 2.0, 0.0), (2, 1.0, 4.0), (3, 0.5, 2.0)), 0.25)
+    # Blend: 1 -> 0.75 * 1 = 0.75; 2 -> 0.75 * 1/3 + 0.25 = 0.5; 3 -> 0 + 0.25 * 0.5 = 0.125; shown on the
+    # fused range [0.5, 2.0].
+    assert [c.id for c in out] == [1, 2, 3]
+    shown = {1: 0.5 + 1.5 * 0.75, 2: 0.5 + 1.5 * 0.5, 3: 0.5 + 1.5 * 0.125}
+    assert {c.id: c.score for c in out} == pytest.approx(shown)
+    assert {c.id: c.fused for c in out} == {1: 2.0, 2: 1.0, 3: 0.5}
 
 
 def test_score_cache_is_lru_and_keyed_by_fingerprint_and_query():
