@@ -46,6 +46,7 @@ class MemoryIndex:
         self._fallback: Embedder | None = None
         self._fallback_error: str | None = None
         self._fallback_loaded = False
+        self._reranker: rerankers.Reranker | None = None
 
     @property
     def store(self) -> Store:
@@ -223,7 +224,17 @@ class MemoryIndex:
         embedder, error = self.embedder(), self.embedder_error
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
-            return search(store, self.config, embedder, query, embedder_error=error, **options)
+            return search(
+                store, self.config, embedder, query, embedder_error=error, make_reranker=self.reranker, **options
+            )
+
+    def reranker(self) -> rerankers.Reranker:
+        """The configured reranker, built on first use and kept: a hosted one holds an HTTP client (one per
+        search would be a TLS handshake per query), a cross-encoder a model. A failure to build it is not
+        kept: search degrades and the next search tries again."""
+        if self._reranker is None:
+            self._reranker = rerankers.create_reranker(self.config.rerank, self.embedder())
+        return self._reranker
 
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
         return get_lines(self.config, path, start, count)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from . import ranking
@@ -99,7 +100,6 @@ class ScoreCache:
         self.capacity = capacity
         self._scores: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._lock = threading.Lock()
-        self.hits = 0
 
     def get(self, fingerprint: str, query: str, hashes: list[str]) -> dict[str, float]:
         found = {}
@@ -109,7 +109,6 @@ class ScoreCache:
                 if key in self._scores:
                     self._scores.move_to_end(key)
                     found[h] = self._scores[key]
-            self.hits += len(found)
         return found
 
     def put(self, fingerprint: str, query: str, scores: dict[str, float]) -> None:
@@ -132,15 +131,15 @@ def rerank_shortlist(
     shortlist: list[ranking.Candidate],
     rows: dict[int, ChunkRow],
     cache: ScoreCache = SCORES,
-    reranker: Reranker | None = None,
+    make_reranker: Callable[[], Reranker] | None = None,
 ) -> tuple[list[ranking.Candidate], str | None]:
     """The shortlist reranked and blended, or as it was with the reason (search's `degraded`) when the
-    reranker is unavailable or fails: reranking refines an answer, it never costs one. `reranker` replaces
-    the configured one."""
+    reranker is unavailable or fails: reranking refines an answer, it never costs one. `make_reranker` gives
+    the reranker to use (a long-lived one: MemoryIndex keeps its own); by default the configured one is built."""
     from .maxsim import MaxSimReranker
 
     try:
-        reranker = reranker or create_reranker(config.rerank, embedder)
+        reranker = make_reranker() if make_reranker else create_reranker(config.rerank, embedder)
     except Exception as exc:  # a missing model folder, a bad key: the fused order stands
         return shortlist, f"reranker unavailable ({_reason(exc)}); results in fused order"
     hashes = {c.id: rows[c.id].hash for c in shortlist}

@@ -7,6 +7,7 @@ says why in `degraded`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -76,6 +77,7 @@ def search(
     path_prefix: str | None = None,
     explain: bool = False,
     rerank: bool | None = None,
+    make_reranker: Callable[[], rerankers.Reranker] | None = None,
     embedder_error: str | None = None,
     now: float | None = None,
 ) -> SearchResponse:
@@ -139,7 +141,7 @@ def search(
     cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
     if cands and rerankers.wanted(config, rerank, embedder):
         head, problem = rerankers.rerank_shortlist(
-            store, config, embedder, query, cands[: config.rerank.candidates], rows
+            store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
         )
         cands = head + cands[config.rerank.candidates :]
         if problem:

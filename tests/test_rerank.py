@@ -86,21 +86,21 @@ def test_rerank_shortlist_scores_each_chunk_once_per_query(sample_index):
     store, cands, rows = _shortlist(sample_index, "q")
     reranker, cache = OverlapReranker(), ScoreCache()
     query = "why did the certificate expire"
-    first, problem = rerank_shortlist(store, sample_index.config, None, query, cands, rows, cache, reranker)
+    first, problem = rerank_shortlist(store, sample_index.config, None, query, cands, rows, cache, lambda: reranker)
     assert problem is None and len(reranker.scored) == len(cands)
     assert all(c.rerank is not None for c in first)
     again = [ranking.Candidate(id=c.id, score=1.0 - n / 10) for n, c in enumerate(cands)]
-    second, _ = rerank_shortlist(store, sample_index.config, None, query, again, rows, cache, reranker)
+    second, _ = rerank_shortlist(store, sample_index.config, None, query, again, rows, cache, lambda: reranker)
     assert len(reranker.scored) == len(cands)  # all from the cache
     assert [c.id for c in second] == [c.id for c in first]
-    rerank_shortlist(store, sample_index.config, None, "another question", again, rows, cache, reranker)
+    rerank_shortlist(store, sample_index.config, None, "another question", again, rows, cache, lambda: reranker)
     assert len(reranker.scored) == 2 * len(cands)
 
 
 def test_a_failing_reranker_leaves_the_fused_order_and_says_why(sample_index):
     store, cands, rows = _shortlist(sample_index, "q")
     before = [c.id for c in cands]
-    out, problem = rerank_shortlist(store, sample_index.config, None, "q", cands, rows, ScoreCache(), BrokenReranker())
+    out, problem = rerank_shortlist(store, sample_index.config, None, "q", cands, rows, ScoreCache(), BrokenReranker)
     assert [c.id for c in out] == before
     assert "reranking failed" in problem and "503" in problem
 

@@ -277,6 +277,7 @@ def test_search_reranks_through_the_service_caches_and_degrades(
         assert hit.scores["rerank"] == pytest.approx(fake_relevance(query, text))
     assert index.search(query, explain=True).results == response.results  # every score from the cache
     assert len(fake.requests) == 1
+    assert index.reranker() is index.reranker()  # one client for the index's life, not one per search
 
     fake.fault = lambda n: "500"
     fused = index.search("the on-call SRE this quarter", rerank=False)
