@@ -224,7 +224,7 @@ def index_batch(
             pending = _keyword_only(report, exc)
         vectors.update(fresh)
         if capture is not None:  # cached vectors from before capture was on: their token bits cost a pass
-            lacking = [h for h in vectors if h not in tokens and h in texts]
+            lacking = [h for h in vectors if h not in tokens]
             lacking = sorted(set(lacking) - store.tokens_known(capture.fingerprint, lacking))
             step = config.embedding.batchMaxInputs
             for i in range(0, len(lacking), step):

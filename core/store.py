@@ -333,18 +333,18 @@ class Store:
     # -- embedding cache -----------------------------------------------------------------------------
 
     def cache_get(self, key: tuple[str, str, str], hashes: Iterable[str]) -> dict[str, np.ndarray]:
-        found: dict[str, np.ndarray] = {}
+        sql = (
+            "SELECT hash, embedding FROM embedding_cache "
+            "WHERE provider = ? AND model = ? AND fingerprint = ? AND hash"
+        )
+        return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in self._by_hash(sql, key, hashes)}
+
+    def _by_hash(self, sql: str, params: tuple[Any, ...], hashes: Iterable[str]) -> Iterator[tuple[Any, ...]]:
+        """Rows of `sql ... IN (hashes)`, in slices of 500 (SQLite caps the number of bound parameters)."""
         hashes = list(dict.fromkeys(hashes))
         for i in range(0, len(hashes), 500):
             part = hashes[i : i + 500]
-            marks = ",".join("?" * len(part))
-            for h, blob in self.conn.execute(
-                "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND fingerprint = ? "
-                f"AND hash IN ({marks})",
-                (*key, *part),
-            ):
-                found[h] = np.frombuffer(blob, dtype=np.float32)
-        return found
+            yield from self.conn.execute(f"{sql} IN ({','.join('?' * len(part))})", (*params, *part))
 
     def cache_put(self, key: tuple[str, str, str], items: dict[str, np.ndarray]) -> None:
         now = time.time()
@@ -381,14 +381,8 @@ class Store:
         )
 
     def tokens_known(self, fingerprint: str, hashes: Iterable[str]) -> set[str]:
-        hashes = list(dict.fromkeys(hashes))
-        known: set[str] = set()
-        for i in range(0, len(hashes), 500):
-            part = hashes[i : i + 500]
-            marks = ",".join("?" * len(part))
-            sql = f"SELECT hash FROM token_cache WHERE fingerprint = ? AND hash IN ({marks})"
-            known.update(h for (h,) in self.conn.execute(sql, (fingerprint, *part)))
-        return known
+        sql = "SELECT hash FROM token_cache WHERE fingerprint = ? AND hash"
+        return {h for (h,) in self._by_hash(sql, (fingerprint,), hashes)}
 
     def tokens_count(self, fingerprint: str) -> int:
         return self.conn.execute("SELECT count(*) FROM token_cache WHERE fingerprint = ?", (fingerprint,)).fetchone()[0]
