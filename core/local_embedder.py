@@ -15,16 +15,20 @@ the graph and a change rebuilds the index.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import threads
 from .embedders import EmbedderUnavailable
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 log = logging.getLogger("memsift")
 
@@ -65,9 +69,12 @@ class LocalEmbedder:
     _shared: dict[str, LocalEmbedder] = {}
     _shared_lock = threading.Lock()
 
-    def __init__(self, threads: int | None = None, graph: str = "optimized", *, model_file: Path | None = None) -> None:
+    def __init__(self, graph: str = "optimized", *, model_file: Path | None = None) -> None:
         """`graph = "optimized"` builds or reuses the optimised graph, falling back to the shipped one (with a
-        warning) if it cannot be built or disagrees. `model_file` runs another graph file as-is (verification)."""
+        warning) if it cannot be built or disagrees. `model_file` runs another graph file as-is (verification).
+
+        Two sessions of the graph (`core.threads`): queries on one thread, document batches on a pool built
+        on first use."""
         try:
             import onnxruntime as ort
             from tokenizers import Tokenizer
@@ -98,11 +105,23 @@ class LocalEmbedder:
         self._tokenizer.no_padding()
         self._cls = self._tokenizer.token_to_id("[CLS]")
         self._sep = self._tokenizer.token_to_id("[SEP]")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self._session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+        self._session = self._new_session(threads.query_threads())
+        self._documents_session: ort.InferenceSession | None = None
+        self._documents_lock = threading.Lock()
+
+    def _new_session(self, intra_op_threads: int) -> ort.InferenceSession:
+        import onnxruntime as ort
+
+        options = threads.session_options(intra_op_threads)
+        return ort.InferenceSession(str(self.model_file), options, providers=["CPUExecutionProvider"])
+
+    def _session_for(self, whole: bool) -> ort.InferenceSession:
+        if not whole:
+            return self._session
+        with self._documents_lock:
+            if self._documents_session is None:
+                self._documents_session = self._new_session(threads.document_threads())
+            return self._documents_session
 
     @staticmethod
     def _optimized_graph(shipped: Path) -> Path:
@@ -139,6 +158,7 @@ class LocalEmbedder:
         windows, owners = self._windows(texts, whole)
         sums = np.zeros((len(texts), self.dims), dtype=np.float32)
         order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
+        session = self._session_for(whole)
         for batch in _batches(order, [len(w) for w in windows]):
             width = max(len(windows[i]) for i in batch)
             ids = np.zeros((len(batch), width), dtype=np.int64)
@@ -146,7 +166,7 @@ class LocalEmbedder:
             for row, i in enumerate(batch):
                 ids[row, : len(windows[i])] = windows[i]
                 mask[row, : len(windows[i])] = 1
-            (states,) = self._session.run(
+            (states,) = session.run(
                 ["last_hidden_state"],
                 {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             )

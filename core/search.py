@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import ranking, rerankers
+from . import ranking, rerankers, threads
 from .config import Config
 from .embedders import Embedder
 from .indexer import cache_key
@@ -82,6 +82,7 @@ def search(
     now: float | None = None,
 ) -> SearchResponse:
     started = time.perf_counter()
+    threads.limit_blas()  # once per process; a pool of BLAS threads is what gave searches their tail
     s = config.search
     check_request(query, max_results, min_score)
     mode = mode or s.mode
