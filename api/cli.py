@@ -246,6 +246,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             head += "  (" + ", ".join(f"{k} {v:.3f}" for k, v in hit.scores.items()) + ")"
         blocks.append(f"{head}\n{hit.snippet}")
     print("\n\n".join(blocks))
+    if args.explain and response.timings:
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in response.timings.items())
+        print(f"\ntook {response.tookMs:.1f} ms ({stages})")
     return 0
 
 

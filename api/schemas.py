@@ -57,6 +57,13 @@ class SearchAnswer(msgspec.Struct):
     model: str | None
     tookMs: float
     degraded: Annotated[str, Meta(description="why the vector leg did not run")] | UnsetType = UNSET
+    timings: (
+        Annotated[
+            dict[str, float],
+            Meta(description="with explain: milliseconds per stage (embed, keyword, vector, fusion, rerank, shaping)"),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class GetRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):

@@ -17,6 +17,7 @@ from .embedders import Embedder
 from .indexer import cache_key
 from .query import fts_match
 from .store import ChunkRow, Store
+from .timings import StageClock
 
 MAX_CANDIDATES = 200
 
@@ -51,6 +52,9 @@ class SearchResponse:
     model: str | None
     tookMs: float
     degraded: str | None = None
+    #: Milliseconds per stage (`core.timings.STAGES`); always measured, shown with `explain`.
+    timings: dict[str, float] | None = None
+    explain: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -62,6 +66,8 @@ class SearchResponse:
         }
         if self.degraded:
             d["degraded"] = self.degraded
+        if self.explain and self.timings is not None:
+            d["timings"] = self.timings
         return d
 
 
@@ -82,6 +88,7 @@ def search(
     now: float | None = None,
 ) -> SearchResponse:
     started = time.perf_counter()
+    clock = StageClock()
     threads.limit_blas()  # once per process; a pool of BLAS threads is what gave searches their tail
     s = config.search
     check_request(query, max_results, min_score)
@@ -104,7 +111,8 @@ def search(
     def keyword_leg() -> list[tuple[int, float]]:
         if match is None:
             return []
-        return store.fts_search(match, fetch, path_prefix)
+        with clock.stage("keyword"):
+            return store.fts_search(match, fetch, path_prefix)
 
     text_hits = keyword_leg() if mode != "vector" else []
 
@@ -112,47 +120,51 @@ def search(
     if mode != "keyword":
         assert embedder is not None
         try:
-            qvec = embedder.embed_query(query)
+            with clock.stage("embed"):
+                qvec = embedder.embed_query(query)
         except Exception as exc:  # the model or service failed: answer from keywords, say so
             degraded = f"embedding the query failed ({type(exc).__name__}: {exc}); keyword results only"
             text_hits = keyword_leg() if mode == "vector" else text_hits
             mode = "keyword"
         else:
-            over = fetch * 4 if path_prefix else fetch
-            vector_hits = store.vec_search(qvec, min(over, MAX_CANDIDATES * 4), cache_key(embedder))
-            if path_prefix:
-                rows = store.chunks_by_ids(cid for cid, _ in vector_hits)
-                vector_hits = [(c, v) for c, v in vector_hits if rows[c].path.startswith(path_prefix)][:fetch]
+            with clock.stage("vector"):
+                over = fetch * 4 if path_prefix else fetch
+                vector_hits = store.vec_search(qvec, min(over, MAX_CANDIDATES * 4), cache_key(embedder))
+                if path_prefix:
+                    rows = store.chunks_by_ids(cid for cid, _ in vector_hits)
+                    vector_hits = [(c, v) for c, v in vector_hits if rows[c].path.startswith(path_prefix)][:fetch]
 
-    cands = ranking.merge_legs(text_hits, vector_hits)
-    if mode == "hybrid":
-        # Keyword hits the KNN cut left out get their true cosine rather than 0 (+0.7 nDCG@10 on locomo-dev).
-        unscored = {c.id: c for c in cands if c.vector is None}
-        for cid, vec in store.vectors_for(unscored, cache_key(embedder)).items():
-            unscored[cid].vector = float(vec @ qvec)
-        _fuse(cands, config)
-    else:
-        for c in cands:
-            c.score = (c.text if mode == "keyword" else c.vector) or 0.0
+    with clock.stage("fusion"):
+        cands = ranking.merge_legs(text_hits, vector_hits)
+        if mode == "hybrid":
+            # Keyword hits the KNN cut left out get their true cosine rather than 0 (+0.7 nDCG@10 on locomo-dev).
+            unscored = {c.id: c for c in cands if c.vector is None}
+            for cid, vec in store.vectors_for(unscored, cache_key(embedder)).items():
+                unscored[cid].vector = float(vec @ qvec)
+            _fuse(cands, config)
+        else:
+            for c in cands:
+                c.score = (c.text if mode == "keyword" else c.vector) or 0.0
 
-    rows = store.chunks_by_ids(c.id for c in cands)
-    if s.decayEnabled:
-        _apply_decay(store, cands, rows, s.halfLifeDays, now if now is not None else time.time())
-    # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
-    cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
+        rows = store.chunks_by_ids(c.id for c in cands)
+        if s.decayEnabled:
+            _apply_decay(store, cands, rows, s.halfLifeDays, now if now is not None else time.time())
+        # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
+        cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
     if cands and rerankers.wanted(config, rerank, embedder):
-        head, problem = rerankers.rerank_shortlist(
-            store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
-        )
+        with clock.stage("rerank"):
+            head, problem = rerankers.rerank_shortlist(
+                store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
+            )
         cands = head + cands[config.rerank.candidates :]
         if problem:
             degraded = f"{degraded}; {problem}" if degraded else problem
-    # MMR last (SPEC puts it before the rerank): a reranker scores near-duplicates alike and would undo it.
-    if s.mmrEnabled:
-        cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, limit)
-    kept = cands[:limit]
-
-    hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
+    with clock.stage("shaping"):
+        # MMR last (SPEC puts it before the rerank): a reranker scores near-duplicates alike and would undo it.
+        if s.mmrEnabled:
+            cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, limit)
+        kept = cands[:limit]
+        hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
     return SearchResponse(
         results=hits,
         mode=mode,
@@ -160,6 +172,8 @@ def search(
         model=identity.get("model") or (embedder.model if embedder else None),
         tookMs=round((time.perf_counter() - started) * 1000, 2),
         degraded=degraded,
+        timings=clock.ms(),
+        explain=explain,
     )
 
 
