@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=11)
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    limit_blas()  # the thread count a search runs with (core.threads)
     emb = HashEmbedder(args.seed)
     t = time.perf_counter()
     vectors = emb.embed_documents(chunk_texts(args.seed, max(sizes)))
@@ -201,11 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="memsift-bench-vec-") as tmp:
         results = {size: measure(size, vectors, queries, args, Path(tmp)) for size in sizes}
     methods = ("vec0", "numpy-f32", "int8+rescore", "binary+rescore")
-    print(f"| chunks | exact p50 ms | {' | '.join(f'{m} recall@{args.k} / p50 ms' for m in methods)} |")
-    print("|---" * (2 + len(methods)) + "|")
+    print(
+        f"| chunks | exact p50 ms | {' | '.join(f'{m} recall@{args.k} / p50 ms' for m in methods)} | matrix load ms |"
+    )
+    print("|---" * (3 + len(methods)) + "|")
     for size, r in results.items():
         cells = " | ".join(f"{r[m]['recall']:.3f} / {r[m]['p50_ms']}" for m in methods)
-        print(f"| {size:,} | {r['exact_p50_ms']} | {cells} |")
+        print(f"| {size:,} | {r['exact_p50_ms']} | {cells} | {r['matrix_load_ms']} |")
     print(f"\nCPUs busy before: {busy:.0%}; load average {os.getloadavg()[0]:.1f}")
     doc = {"environment": speed.environment(), "busy_before": busy, "args": vars(args), "results": results}
     speed.save_result("vector-leg", doc)
