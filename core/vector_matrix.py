@@ -1,10 +1,10 @@
 """The vector leg of large indexes: every chunk vector of an index as one float32 matrix in memory.
 
-vec0's KNN is a linear scan inside SQLite; at 100,000 chunks it is several times slower than one numpy matrix
-product over the same vectors, which is just as exact (bench/vector_leg.py, bench/README.md "Vector leg").
-The matrix costs 1.5 KB per chunk of memory and a reload (about a second at 100,000 chunks) after the index
-changes, so it is used from `MATRIX_MIN_CHUNKS` up, where vec0 would miss the latency budget, and whenever
-sqlite-vec is missing; smaller indexes keep vec0.
+vec0's KNN is a linear scan inside SQLite, 10-50 times slower than one numpy matrix product over the same
+vectors at every size measured, and no more exact (bench/vector_leg.py, bench/README.md "Vector leg"). The
+matrix costs 1.5 KB per chunk of memory and a reload after the index changes (the first search after a sync
+reads every vector again), so it is used from `MATRIX_MIN_CHUNKS` up, and whenever sqlite-vec is missing:
+below 2,000 chunks vec0 takes about a millisecond, and the reload would cost more than dozens of searches save.
 
 The store stays the one source of truth. A matrix is tagged with the index file's path and inode (a rebuild
 swaps a new file in), the embedder's cache key and the store's `vectors_version` counter (bumped by every write
@@ -22,7 +22,7 @@ from itertools import islice
 import numpy as np
 
 #: From this many chunks on the in-memory matrix answers the vector leg (see the module docstring).
-MATRIX_MIN_CHUNKS = 20_000
+MATRIX_MIN_CHUNKS = 2_000
 #: Rows read and copied at a time when loading (3 MiB of 384-float vectors).
 LOAD_BLOCK = 2048
 
