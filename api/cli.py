@@ -16,7 +16,7 @@ from typing import Any
 
 from core import ConfigError, EmbedderUnavailable, GetError, MemoryIndex, SearchError, StoreError, load_config
 from core.config import MODES
-from core.model_graph import GraphBuildError
+from core.embedders.model_graph import GraphBuildError
 
 KNOWN_ERRORS = (ConfigError, EmbedderUnavailable, GetError, SearchError, StoreError, GraphBuildError)
 
@@ -325,8 +325,8 @@ def cmd_ratelimit(args: argparse.Namespace) -> int:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from core.local_embedder import build_optimized_graph
-    from core.model_graph import verification
+    from core.embedders.local import build_optimized_graph
+    from core.embedders.model_graph import verification
 
     path = build_optimized_graph(rebuild=args.rebuild)
     doc = {"graph": str(path), **(verification(path) or {})}

@@ -44,7 +44,7 @@ def passages(seed: int, n: int) -> list[str]:
 
 def child(graph: str, n: int, queries: int, seed: int, vectors_out: Path) -> dict[str, Any]:
     """One graph in this process: load, warm up, time documents and queries, resident memory."""
-    from core.local_embedder import LocalEmbedder
+    from core.embedders.local import LocalEmbedder
 
     t = time.perf_counter()
     emb = LocalEmbedder(graph=graph)

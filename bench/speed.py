@@ -375,7 +375,7 @@ _EMBEDDER: dict[str, Any] = {}
 def embedder() -> tuple[Any, dict[str, float]]:
     """The shared local model, loaded and warmed once per process; load and warm-up times reported."""
     if not _EMBEDDER:
-        from core.local_embedder import LocalEmbedder
+        from core.embedders.local import LocalEmbedder
 
         t = time.perf_counter()
         emb = LocalEmbedder.shared()
@@ -434,7 +434,7 @@ def token_stats(texts: list[str]) -> dict[str, float]:
     """Word pieces per text and model windows (256 pieces with CLS/SEP) per text, as the local embedder sees it."""
     from tokenizers import Tokenizer
 
-    from core.local_embedder import MAX_TOKENS, _tokenizer_path
+    from core.embedders.local import MAX_TOKENS, _tokenizer_path
 
     tok = Tokenizer.from_file(str(_tokenizer_path()))
     tok.no_truncation()

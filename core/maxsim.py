@@ -20,7 +20,7 @@ import threading
 
 import numpy as np
 
-from .local_embedder import LocalEmbedder
+from .embedders.local import LocalEmbedder
 from .query import STOP_WORDS
 
 _WORD = re.compile(r"\w")

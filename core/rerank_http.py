@@ -23,8 +23,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .config import RerankConfig
+from .embedders.hosted import JsonEndpoint, public_headers
 from .limiter import RateLimiter
-from .providers._http import JsonEndpoint, public_headers
 from .rerankers import RerankError
 
 #: The key for any dialect; the dialect's own variable (COHERE_API_KEY...) is read when this one is unset.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from . import ranking
 from .config import Config, RerankConfig
 from .embedders import Embedder, EmbedderWrapper
-from .local_embedder import LocalEmbedder
+from .embedders.local import LocalEmbedder
 
 if TYPE_CHECKING:
     from .maxsim import MaxSimReranker

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from core import load_config
 from core.cross_encoder import DEFAULT_MAX_LENGTH, CrossEncoderReranker
-from core.local_embedder import _tokenizer_path
+from core.embedders.local import _tokenizer_path
 from core.rerankers import RerankError, create_reranker
 
 VOCAB, DIMS = 30522, 48

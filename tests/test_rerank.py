@@ -8,7 +8,7 @@ from sample import NOTES
 
 from core import ranking
 from core.embedders import EmbedderWrapper
-from core.local_embedder import LocalEmbedder
+from core.embedders.local import LocalEmbedder
 from core.maxsim import MaxSimReranker, pack, unpack
 from core.rerankers import RerankError, ScoreCache, rerank_shortlist, token_capture, wanted
 

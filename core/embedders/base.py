@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .config import EmbeddingConfig
+from ..config import EmbeddingConfig
 
 
 class EmbedderUnavailable(RuntimeError):
@@ -83,11 +83,11 @@ def create_embedder(config: EmbeddingConfig) -> Embedder | None:
     """
     if config.provider == "none":
         return None
-    from .providers import PROVIDERS, auto_provider
+    from . import PROVIDERS, auto_provider
 
     provider = auto_provider(config) if config.provider == "auto" else config.provider
     if provider == "local":
-        from .local_embedder import LocalEmbedder
+        from .local import LocalEmbedder
 
         return LocalEmbedder.shared(config.model, config.localGraph)
     if provider in PROVIDERS:

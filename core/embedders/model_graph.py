@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import memsift_home
-from .locking import file_lock
+from ..config import memsift_home
+from ..locking import file_lock
 
 log = logging.getLogger("memsift")
 

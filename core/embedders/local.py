@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .embedders import EmbedderUnavailable
+from .base import EmbedderUnavailable
 
 log = logging.getLogger("memsift")
 

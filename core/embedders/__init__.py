@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 from ..config import EmbeddingConfig
-from ._http import HostedEmbedder
+from .base import DownEmbedder, Embedder, EmbedderUnavailable, EmbedderWrapper, EmbeddingError, create_embedder
 from .gemini import GeminiEmbedder
+from .hosted import HostedEmbedder
 from .ollama import OllamaEmbedder
 from .openai import MistralEmbedder, OpenAIEmbedder
 from .voyage import VoyageEmbedder
@@ -14,6 +15,17 @@ from .voyage import VoyageEmbedder
 PROVIDERS: dict[str, type[HostedEmbedder]] = {
     cls.provider: cls for cls in (OpenAIEmbedder, GeminiEmbedder, VoyageEmbedder, MistralEmbedder, OllamaEmbedder)
 }
+__all__ = [
+    "PROVIDERS",
+    "DownEmbedder",
+    "Embedder",
+    "EmbedderUnavailable",
+    "EmbedderWrapper",
+    "EmbeddingError",
+    "auto_provider",
+    "create_embedder",
+]
+
 #: `auto` tries these, in this order, when a model or base URL is configured and the key is set.
 AUTO_ORDER = ("openai", "gemini", "voyage", "mistral")
 
