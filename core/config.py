@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .embedders import PROVIDERS
+
 DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox")
-PROVIDERS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none")
 MODES = ("hybrid", "keyword", "vector")
 FUSIONS = ("minmax", "weighted", "rrf")
 SOURCES = ("memory", "sessions")

@@ -1,7 +1,6 @@
-"""Embedders: the interface the indexer and search use, and the choice of one from the configuration.
+"""What every embedder shares: the protocol the indexer and search use, the two wrappers, the errors.
 
-`local` is the packaged MiniLM, `none` gives keyword-only search, the hosted providers live in
-`core.providers`; `auto` picks a hosted one only when a model or base URL is configured and its key is set.
+The kinds and the factory that picks one live beside this module (`core.embedders`).
 """
 
 from __future__ import annotations
@@ -9,8 +8,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import numpy as np
-
-from ..config import EmbeddingConfig
 
 
 class EmbedderUnavailable(RuntimeError):
@@ -74,25 +71,3 @@ class EmbedderWrapper:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.inner.embed_query(text)
-
-
-def create_embedder(config: EmbeddingConfig) -> Embedder | None:
-    """The embedder the configuration asks for; None for `provider = "none"`.
-
-    Raises EmbedderUnavailable with a reason a person can act on.
-    """
-    if config.provider == "none":
-        return None
-    from . import PROVIDERS, auto_provider
-
-    provider = auto_provider(config) if config.provider == "auto" else config.provider
-    if provider == "local":
-        from .local import LocalEmbedder
-
-        return LocalEmbedder.shared(config.model, config.localGraph)
-    if provider in PROVIDERS:
-        return PROVIDERS[provider](config)
-    raise EmbedderUnavailable(
-        f"embedding.provider = {config.provider!r} is not available in this version; "
-        f"use one of local, none, {', '.join(PROVIDERS)}"
-    )

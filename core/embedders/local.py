@@ -7,7 +7,7 @@ model uses, extended across windows), so no tail of a chunk is invisible to the 
 short and read in one window.
 
 Two graphs of the same model: `shipped` (the packaged file, int8 weights computed in fp32) and `optimized`
-(rebuilt once from it by `core.model_graph`: fused kernels, int8 matmuls; 1.7-2.4 times the throughput, about
+(rebuilt once from it by `core.embedders.model_graph`: fused kernels, int8 matmuls; 1.7-2.4 times the throughput, about
 0.7 times the memory). `embedding.localGraph` picks one; vectors differ slightly, so the fingerprint names
 the graph and a change rebuilds the index.
 """
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import EmbeddingConfig
 from .base import EmbedderUnavailable
 
 log = logging.getLogger("memsift")
@@ -183,6 +184,11 @@ class LocalEmbedder:
             for ids, states in known[1]:
                 sink(0, ids, states)
         return known[0].copy()
+
+
+def from_config(config: EmbeddingConfig) -> LocalEmbedder:
+    """`embedding.provider = "local"`: the process's one instance of the configured graph."""
+    return LocalEmbedder.shared(config.model, config.localGraph)
 
 
 def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:
