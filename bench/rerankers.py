@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))  # tests.fake_rerank, when run as a script
 
 from core.chunking import chunk_text  # noqa: E402
 from core.config import RerankConfig  # noqa: E402
-from core.cross_encoder import CrossEncoderReranker  # noqa: E402
 from core.embedders.local import _tokenizer_path  # noqa: E402
-from core.rerank_http import CohereReranker  # noqa: E402
+from core.rerankers.cohere import CohereReranker  # noqa: E402
+from core.rerankers.cross_encoder import CrossEncoderReranker  # noqa: E402
 from tests.fake_rerank import FakeReranker  # noqa: E402
 
 LOCOMO = ROOT.parent / "shared" / "bench" / "locomo-dev"

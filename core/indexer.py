@@ -25,13 +25,13 @@ from .chunking import chunk_text
 from .config import Config
 from .embedders import Embedder, EmbeddingError
 from .query import FTS_TEXT_VERSION
-from .rerankers import token_capture
+from .rerankers.shortlist import token_capture
 from .scan import FileEntry, scan
 from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
 from .store import SCHEMA_VERSION, Store
 
 if TYPE_CHECKING:
-    from .maxsim import MaxSimReranker
+    from .rerankers.maxsim import MaxSimReranker
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 BATCH_FILES = 64

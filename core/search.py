@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import ranking, rerankers
+from . import ranking
 from .config import Config
 from .embedders import Embedder
 from .indexer import cache_key
 from .query import fts_match
+from .rerankers import shortlist
 from .store import ChunkRow, Store
 
 MAX_CANDIDATES = 200
@@ -77,7 +78,7 @@ def search(
     path_prefix: str | None = None,
     explain: bool = False,
     rerank: bool | None = None,
-    make_reranker: Callable[[], rerankers.Reranker] | None = None,
+    make_reranker: Callable[[], shortlist.Reranker] | None = None,
     embedder_error: str | None = None,
     now: float | None = None,
 ) -> SearchResponse:
@@ -139,8 +140,8 @@ def search(
         _apply_decay(store, cands, rows, s.halfLifeDays, now if now is not None else time.time())
     # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
     cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
-    if cands and rerankers.wanted(config, rerank, embedder):
-        head, problem = rerankers.rerank_shortlist(
+    if cands and shortlist.wanted(config, rerank, embedder):
+        head, problem = shortlist.rerank_shortlist(
             store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
         )
         cands = head + cands[config.rerank.candidates :]

@@ -9,8 +9,8 @@ from sample import NOTES
 from core import ranking
 from core.embedders import EmbedderWrapper
 from core.embedders.local import LocalEmbedder
-from core.maxsim import MaxSimReranker, pack, unpack
-from core.rerankers import RerankError, ScoreCache, rerank_shortlist, token_capture, wanted
+from core.rerankers.maxsim import MaxSimReranker, pack, unpack
+from core.rerankers.shortlist import RerankError, ScoreCache, rerank_shortlist, token_capture, wanted
 
 
 class OverlapReranker:

@@ -20,8 +20,8 @@ import threading
 
 import numpy as np
 
-from .embedders.local import LocalEmbedder
-from .query import STOP_WORDS
+from ..embedders.local import LocalEmbedder
+from ..query import STOP_WORDS
 
 _WORD = re.compile(r"\w")
 

@@ -22,10 +22,10 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from .config import RerankConfig
-from .embedders.hosted import JsonEndpoint, public_headers
-from .limiter import RateLimiter
-from .rerankers import RerankError
+from ..config import RerankConfig
+from ..embedders.hosted import JsonEndpoint, public_headers
+from ..limiter import RateLimiter
+from .shortlist import RerankError
 
 #: The key for any dialect; the dialect's own variable (COHERE_API_KEY...) is read when this one is unset.
 KEY_ENV = "MEMSIFT_RERANK_API_KEY"

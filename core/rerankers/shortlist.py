@@ -16,14 +16,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from . import ranking
-from .config import Config, RerankConfig
-from .embedders import Embedder, EmbedderWrapper
-from .embedders.local import LocalEmbedder
+from .. import ranking
+from ..config import Config, RerankConfig
+from ..embedders import Embedder, EmbedderWrapper
+from ..embedders.local import LocalEmbedder
 
 if TYPE_CHECKING:
+    from ..store import ChunkRow, Store
     from .maxsim import MaxSimReranker
-    from .store import ChunkRow, Store
 
 
 #: `rerank.model` for the local provider when none is set.
@@ -50,7 +50,7 @@ class Reranker(Protocol):
 def create_reranker(config: RerankConfig, embedder: Embedder | None = None) -> Reranker:
     """The configured reranker; `embedder` is the index's own (MaxSim needs the local model's token states)."""
     if config.provider == "cohere":
-        from .rerank_http import CohereReranker
+        from .cohere import CohereReranker
 
         return CohereReranker(config)
     model = config.model or LOCAL_DEFAULT

@@ -1,0 +1,1 @@
+"""Rerankers: a second opinion on the fused shortlist."""
