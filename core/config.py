@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .embedders import PROVIDERS
+from .rerankers import RERANKERS
 
 DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox")
 MODES = ("hybrid", "keyword", "vector")
@@ -144,7 +145,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     # so that a file setting them is checked before any work.
     # auto: rerank when it is cheap, i.e. local MaxSim over an index the local model built (README: "Rerankers").
     "rerank.enabled": ("auto", _bool_or_auto),
-    "rerank.provider": ("local", _choice("local", "cohere")),
+    "rerank.provider": ("local", _choice(*RERANKERS)),
     "rerank.model": (None, _optional(_str)),
     "rerank.baseUrl": (None, _optional(_str)),
     "rerank.candidates": (30, _number(int, 1, 200)),

@@ -25,7 +25,7 @@ from .chunking import chunk_text
 from .config import Config
 from .embedders import Embedder, EmbeddingError
 from .query import FTS_TEXT_VERSION
-from .rerankers.shortlist import token_capture
+from .rerankers.local import token_capture
 from .scan import FileEntry, scan
 from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
 from .store import SCHEMA_VERSION, Store

@@ -13,13 +13,15 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from . import rerankers
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
 from .get import get_lines
 from .indexer import VECTORS_PENDING, Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
 from .locking import writer_lock
 from .rebuild import rebuild, remove_orphans
-from .rerankers import shortlist
+from .rerankers.local import LOCAL_DEFAULT, token_capture
+from .rerankers.shortlist import wanted
 from .search import SearchResponse, check_request, search
 from .store import Store
 
@@ -46,7 +48,7 @@ class MemoryIndex:
         self._fallback: Embedder | None = None
         self._fallback_error: str | None = None
         self._fallback_loaded = False
-        self._reranker: shortlist.Reranker | None = None
+        self._reranker: rerankers.Reranker | None = None
 
     @property
     def store(self) -> Store:
@@ -228,12 +230,12 @@ class MemoryIndex:
                 store, self.config, embedder, query, embedder_error=error, make_reranker=self.reranker, **options
             )
 
-    def reranker(self) -> shortlist.Reranker:
+    def reranker(self) -> rerankers.Reranker:
         """The configured reranker, built on first use and kept: a hosted one holds an HTTP client (one per
         search would be a TLS handshake per query), a cross-encoder a model. A failure to build it is not
         kept: search degrades and the next search tries again."""
         if self._reranker is None:
-            self._reranker = shortlist.create_reranker(self.config.rerank, self.embedder())
+            self._reranker = rerankers.create_reranker(self.config.rerank, self.embedder())
         return self._reranker
 
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
@@ -290,12 +292,12 @@ class MemoryIndex:
     def _rerank_status(self, store: Store, embedder: Embedder | None) -> dict[str, Any]:
         """Whether searches rerank by default, with what, and how many chunks have MaxSim token bits."""
         r = self.config.rerank
-        capture = shortlist.token_capture(self.config, embedder)
+        capture = token_capture(self.config, embedder)
         return {
             "enabled": r.enabled,
-            "active": shortlist.wanted(self.config, None, embedder),
+            "active": wanted(self.config, None, embedder),
             "provider": r.provider,
-            "model": r.model or (shortlist.LOCAL_DEFAULT if r.provider == "local" else None),
+            "model": r.model or (LOCAL_DEFAULT if r.provider == "local" else None),
             "candidates": r.candidates,
             "weight": r.weight,
             "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import ranking
+from . import ranking, rerankers
 from .config import Config
 from .embedders import Embedder
 from .indexer import cache_key
@@ -78,7 +78,7 @@ def search(
     path_prefix: str | None = None,
     explain: bool = False,
     rerank: bool | None = None,
-    make_reranker: Callable[[], shortlist.Reranker] | None = None,
+    make_reranker: Callable[[], rerankers.Reranker] | None = None,
     embedder_error: str | None = None,
     now: float | None = None,
 ) -> SearchResponse:

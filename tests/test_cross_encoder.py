@@ -22,8 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from core import load_config
 from core.embedders.local import _tokenizer_path
+from core.rerankers import RerankError, create_reranker
 from core.rerankers.cross_encoder import DEFAULT_MAX_LENGTH, CrossEncoderReranker
-from core.rerankers.shortlist import RerankError, create_reranker
 
 VOCAB, DIMS = 30522, 48
 QUERY = "when did alice adopt the cat"
