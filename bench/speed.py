@@ -406,7 +406,7 @@ def indexer_embedding_plan(config: Any) -> tuple[list[list[str]], list[str], int
     split by embedding.batchMaxInputs. Returns (slices, hashes in order, chunk count)."""
     from core.chunking import chunk_text
     from core.indexer import batches
-    from core.scan import scan
+    from core.sources.memory import scan
 
     slices: list[list[str]] = []
     order: list[str] = []

@@ -15,8 +15,8 @@ from typing import Any
 from .chunking import split_lines
 from .config import Config
 from .indexer import read_memory_file
-from .scan import has_symlink, is_memory_path
-from .sessions import is_session_path, source_path, transcript_text
+from .sources.memory import has_symlink, is_memory_path
+from .sources.sessions import is_session_path, source_path, transcript_text
 
 
 class GetError(Exception):

@@ -26,8 +26,8 @@ from .config import Config
 from .embedders import Embedder, EmbeddingError
 from .query import FTS_TEXT_VERSION
 from .rerankers.local import token_capture
-from .scan import FileEntry, scan
-from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
+from .sources.memory import FileEntry, scan
+from .sources.sessions import chunk_transcript, grew_enough, scan_sessions, source_path
 from .store import SCHEMA_VERSION, Store
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from core.chunking import chunk_text
 from core.config import Config, SyncConfig
 from core.embedders import Embedder, EmbedderWrapper
 from core.indexer import cache_key, read_memory_file
-from core.scan import scan
+from core.sources.memory import scan
 from core.store import Store
 from flows.ratelimit import limited_embedder
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from core.scan import is_memory_path, scan
+from core.sources.memory import is_memory_path, scan
 
 
 def paths(config) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from core import ConfigError, load_config
 from core.get import GetError
-from core.sessions import transcript_text
+from core.sources.sessions import transcript_text
 
 
 def message(role: str, text: str, wrapped: bool = True) -> str:

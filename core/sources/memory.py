@@ -13,7 +13,7 @@ import stat as statmod
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config
+from ..config import Config
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"

@@ -23,9 +23,9 @@ import stat as statmod
 from pathlib import Path
 from typing import Any
 
-from .chunking import Chunk, chunk_text, split_lines
-from .config import Config
-from .scan import FileEntry
+from ..chunking import Chunk, chunk_text, split_lines
+from ..config import Config
+from .memory import FileEntry
 
 PREFIX = "sessions/"
 SUFFIX = ".jsonl"

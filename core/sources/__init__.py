@@ -1,0 +1,1 @@
+"""Sources: where the files an index holds come from."""
