@@ -14,11 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core import ConfigError, EmbedderUnavailable, GetError, MemoryIndex, SearchError, StoreError, load_config
+from core import MemoryIndex, MemsiftError, load_config
 from core.config import MODES
-from core.embedders.model_graph import GraphBuildError
-
-KNOWN_ERRORS = (ConfigError, EmbedderUnavailable, GetError, SearchError, StoreError, GraphBuildError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -139,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ.setdefault(key, value)
     try:
         return _COMMANDS[args.command](args)
-    except KNOWN_ERRORS as exc:
+    except MemsiftError as exc:
         return _fail(args, str(exc))
     except KeyboardInterrupt:
         return _fail(args, "interrupted")

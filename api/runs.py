@@ -23,15 +23,17 @@ from uuid import UUID
 
 import httpx
 
-from core import Config
+from core import Config, MemsiftError
 
 MAX_KEPT = 1000
 REPORT_PREFIX = "sync-report-"
 PROBE_SECONDS = 2.0  # a Prefect server that does not answer this fast is treated as absent
 
 
-class PrefectUnavailable(RuntimeError):
+class PrefectUnavailable(MemsiftError, RuntimeError):
     """The Prefect server that holds the deployment does not answer about a run (503)."""
+
+    status = 503
 
 
 @dataclass

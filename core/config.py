@@ -14,16 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from .embedders import PROVIDERS
+from .errors import ConfigError
 from .rerankers import RERANKERS
 
 DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox")
 MODES = ("hybrid", "keyword", "vector")
 FUSIONS = ("minmax", "weighted", "rrf")
 SOURCES = ("memory", "sessions")
-
-
-class ConfigError(ValueError):
-    """A configuration key is unknown or has a bad value; the message names the key."""
 
 
 def _str(key: str, v: Any) -> str:

@@ -14,17 +14,10 @@ from typing import Any
 
 from .chunking import split_lines
 from .config import Config
+from .errors import GetError
 from .indexer import read_memory_file
 from .sources.memory import has_symlink, is_memory_path
 from .sources.sessions import is_session_path, source_path, transcript_text
-
-
-class GetError(Exception):
-    """A refused or malformed `get`; `status` is the HTTP status the API answers with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def check_path(config: Config, path: str) -> str:

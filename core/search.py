@@ -14,16 +14,13 @@ from typing import Any
 from . import ranking, rerankers
 from .config import Config
 from .embedders import Embedder
+from .errors import SearchError
 from .indexer import cache_key
 from .query import fts_match
 from .rerankers import shortlist
 from .store import ChunkRow, Store
 
 MAX_CANDIDATES = 200
-
-
-class SearchError(ValueError):
-    """The request itself is wrong (blank query, bad mode); the message says which part."""
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import Any
 import apsw
 import numpy as np
 
+from .errors import StoreError
 from .locking import swap_lock
 from .query import fts_text
 from .vector_matrix import MATRICES, MATRIX_MIN_CHUNKS, top_k
@@ -40,10 +41,6 @@ _CHUNK_VECTORS = (
     "SELECT c.id, e.embedding FROM chunks c CROSS JOIN embedding_cache e ON e.hash = c.hash "
     "AND e.provider = ? AND e.model = ? AND e.fingerprint = ?"
 )
-
-
-class StoreError(RuntimeError):
-    """The index file cannot be used (newer schema, corrupt file); the message says what to do."""
 
 
 @dataclass(frozen=True)

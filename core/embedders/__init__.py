@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ..errors import EmbedderUnavailable, EmbeddingError
 from ..registry import load
-from .base import DownEmbedder, Embedder, EmbedderUnavailable, EmbedderWrapper, EmbeddingError
+from .base import DownEmbedder, Embedder, EmbedderWrapper
 
 if TYPE_CHECKING:
     from ..config import EmbeddingConfig

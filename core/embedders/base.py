@@ -1,4 +1,4 @@
-"""What every embedder shares: the protocol the indexer and search use, the two wrappers, the errors.
+"""What every embedder shares: the protocol the indexer and search use, and the two wrappers.
 
 The kinds and the factory that picks one live beside this module (`core.embedders`).
 """
@@ -9,14 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-
-class EmbedderUnavailable(RuntimeError):
-    """The configured embedder cannot run; search degrades to keyword mode and says why."""
-
-
-class EmbeddingError(RuntimeError):
-    """A provider failed to embed after its retries (quota, outage, bad answer); the message names the
-    provider, the status and what to do, never a key. A sync that meets it may switch to the fallback."""
+from ..errors import EmbeddingError
 
 
 class Embedder(Protocol):

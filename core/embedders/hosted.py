@@ -22,8 +22,8 @@ import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from ..config import EmbeddingConfig
+from ..errors import EmbedderUnavailable, EmbeddingError
 from ..limiter import RateLimiter
-from .base import EmbedderUnavailable, EmbeddingError
 
 REMOTE_TIMEOUT = 120.0
 DEFAULT_CONCURRENCY = 4

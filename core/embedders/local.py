@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import EmbeddingConfig
-from .base import EmbedderUnavailable
+from ..errors import EmbedderUnavailable
 
 log = logging.getLogger("memsift")
 

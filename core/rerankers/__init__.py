@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import RerankError
 from ..registry import load
-from .base import Reranker, RerankError
+from .base import Reranker
 
 if TYPE_CHECKING:
     from ..config import RerankConfig

@@ -1,12 +1,8 @@
-"""What every reranker shares: the protocol search calls, and the error it raises."""
+"""What every reranker shares: the protocol search calls (its error, RerankError, is in `core.errors`)."""
 
 from __future__ import annotations
 
 from typing import Protocol
-
-
-class RerankError(RuntimeError):
-    """The reranker could not score this shortlist; search answers in fused order and says why (`degraded`)."""
 
 
 class Reranker(Protocol):

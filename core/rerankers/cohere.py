@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 from ..config import RerankConfig
 from ..embedders import Embedder
 from ..embedders.hosted import JsonEndpoint, public_headers
+from ..errors import RerankError
 from ..limiter import RateLimiter
-from .base import RerankError
 
 #: The key for any dialect; the dialect's own variable (COHERE_API_KEY...) is read when this one is unset.
 KEY_ENV = "MEMSIFT_RERANK_API_KEY"
