@@ -16,11 +16,11 @@ from typing import Any
 from .embedders import PROVIDERS
 from .errors import ConfigError
 from .rerankers import RERANKERS
+from .sources import SOURCES
 
 DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox")
 MODES = ("hybrid", "keyword", "vector")
 FUSIONS = ("minmax", "weighted", "rrf")
-SOURCES = ("memory", "sessions")
 
 
 def _str(key: str, v: Any) -> str:
