@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core import MemoryIndex, MemsiftError, load_config
-from core.config import MODES
+from core.config import FUSIONS, MODES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,7 +100,7 @@ def _parser() -> _Parser:
     ev.add_argument("queries", metavar="QUERIES.jsonl")
     ev.add_argument("--k", type=int, default=10)
     ev.add_argument("--mode", choices=MODES)
-    ev.add_argument("--fusion", choices=("minmax", "weighted", "rrf"))
+    ev.add_argument("--fusion", choices=FUSIONS)
     ev.add_argument("--min-score", type=float, default=0.0, metavar="X", help="score floor (default 0: rank only)")
     ev.add_argument("--limit", type=int, metavar="N", help="only the first N queries")
     ev.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="force reranking on/off")

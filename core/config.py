@@ -15,12 +15,14 @@ from typing import Any
 
 from .embedders import PROVIDERS
 from .errors import ConfigError
+from .ranking import FUSIONS
 from .rerankers import RERANKERS
 from .sources import SOURCES
 
 DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox")
 MODES = ("hybrid", "keyword", "vector")
-FUSIONS = ("minmax", "weighted", "rrf")
+LOCAL_GRAPHS = ("optimized", "shipped")
+DIALECTS = ("cohere", "jina", "voyage", "tei")  # the hosted reranker's request shapes (core/rerankers/cohere.py)
 
 
 def _str(key: str, v: Any) -> str:
@@ -119,7 +121,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "embedding.tokensPerMinute": (None, _optional(_number(float, 1))),
     "embedding.timeoutSeconds": (None, _optional(_number(float, 0.001))),
     "embedding.retries": (3, _number(int, 0, 20)),
-    "embedding.localGraph": ("optimized", _choice("optimized", "shipped")),
+    "embedding.localGraph": ("optimized", _choice(*LOCAL_GRAPHS)),
     "chunking.tokens": (400, _number(int, 16, 8192)),
     "chunking.overlap": (80, _number(int, 0, 4096)),
     "search.maxResults": (6, _number(int, 1, 100)),
@@ -149,7 +151,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     # The reranker's share of the blended score; 1.0 replaces the retrieval order (measured: README).
     "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
     # The hosted reranker (README: "Rerankers"): a search waits for it, so a shorter timeout than embeddings'.
-    "rerank.dialect": ("cohere", _choice("cohere", "jina", "voyage", "tei")),
+    "rerank.dialect": ("cohere", _choice(*DIALECTS)),
     "rerank.headers": ({}, _str_map),
     "rerank.timeoutSeconds": (10.0, _number(float, 0.001)),
     "rerank.retries": (1, _number(int, 0, 20)),
@@ -169,10 +171,6 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "sessions.deltaBytes": (100_000, _number(int, 0)),
     "sessions.deltaMessages": (50, _number(int, 0)),
 }
-
-# Default leg weights per fusion, chosen on ../shared/bench/locomo-dev (README: "Retrieval quality").
-FUSION_WEIGHTS = {"minmax": (0.35, 0.65), "weighted": (0.7, 0.3), "rrf": (1.0, 1.0)}
-
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
@@ -419,7 +417,7 @@ def load_config(
     if values["chunking.overlap"] >= values["chunking.tokens"]:
         raise ConfigError("chunking.overlap: must be smaller than chunking.tokens")
     fusion = values["search.fusion"]
-    vw, tw = FUSION_WEIGHTS[fusion]
+    vw, tw = FUSIONS[fusion].weights
     vw = values["search.vectorWeight"] if values["search.vectorWeight"] is not None else vw
     tw = values["search.textWeight"] if values["search.textWeight"] is not None else tw
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import ranking, rerankers
-from .config import Config
+from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
 from .indexer import cache_key
@@ -83,8 +83,8 @@ def search(
     s = config.search
     check_request(query, max_results, min_score)
     mode = mode or s.mode
-    if mode not in ("hybrid", "keyword", "vector"):
-        raise SearchError(f"mode: {mode!r} is not one of hybrid, keyword, vector")
+    if mode not in MODES:
+        raise SearchError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     limit = max_results or s.maxResults
     floor = s.minScore if min_score is None else min_score
     fetch = min(MAX_CANDIDATES, limit * s.candidateMultiplier)
@@ -171,12 +171,7 @@ def check_request(query: str, max_results: int | None, min_score: float | None) 
 
 def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
     s = config.search
-    if s.fusion == "weighted":
-        ranking.fuse_weighted(cands, s.vectorWeight, s.textWeight)
-    elif s.fusion == "rrf":
-        ranking.fuse_rrf(cands, s.rrfK, s.vectorWeight, s.textWeight)
-    else:
-        ranking.fuse_minmax(cands, s.vectorWeight, s.textWeight)
+    ranking.FUSIONS[s.fusion].fuse(cands, s.vectorWeight, s.textWeight, s.rrfK)
 
 
 def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: str | None) -> str | None:

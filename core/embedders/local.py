@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import LOCAL_GRAPHS as GRAPHS
 from ..config import EmbeddingConfig
 from ..errors import EmbedderUnavailable
 
@@ -35,7 +36,6 @@ BATCH_WINDOWS = 32
 #: Padded tokens per model call. Attention memory grows with windows x width^2: 8 full windows instead of 32
 #: cut the resident peak of a sync from ~970 to ~370 MB at the same throughput (bench/README.md "Embedder").
 BATCH_TOKENS = 2048
-GRAPHS = ("optimized", "shipped")
 
 #: Fixed texts on which an optimised graph must agree with the shipped one: short and long, prose, code, dates.
 VERIFY_TEXTS = (
