@@ -156,7 +156,7 @@ def _refresh_from_prefect(run: Run) -> bool:
     )
     from prefect.exceptions import ObjectNotFound
 
-    from flows.sync import _artifact_key
+    from flows.sync import artifact_key
 
     flow_run_id = UUID(run.id)
     try:
@@ -169,7 +169,7 @@ def _refresh_from_prefect(run: Run) -> bool:
                 )
                 reports = client.read_artifacts(
                     artifact_filter=ArtifactFilter(
-                        key=ArtifactFilterKey(any_=[REPORT_PREFIX + _artifact_key(run.agent)]),
+                        key=ArtifactFilterKey(any_=[REPORT_PREFIX + artifact_key(run.agent)]),
                         flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id, *(c.id for c in children)]),
                     )
                 )

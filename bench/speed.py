@@ -105,9 +105,9 @@ def token_stats(texts: list[str]) -> dict[str, float]:
     """Word pieces per text and model windows (256 pieces with CLS/SEP) per text, as the local embedder sees it."""
     from tokenizers import Tokenizer
 
-    from core.embedders.local import MAX_TOKENS, _tokenizer_path
+    from core.embedders.local import MAX_TOKENS, tokenizer_path
 
-    tok = Tokenizer.from_file(str(_tokenizer_path()))
+    tok = Tokenizer.from_file(str(tokenizer_path()))
     tok.no_truncation()
     tok.no_padding()
     lens = [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]

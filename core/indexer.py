@@ -283,7 +283,8 @@ def remove_files(store: Store, paths: list[str], report: SyncReport) -> None:
     report.removed += len(paths)
 
 
-def _direct(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def plain_stage(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The default `stage` hook: each stage runs as a plain call (the Prefect flow passes its own)."""
     return fn
 
 
@@ -294,7 +295,7 @@ def sync(
     *,
     force: bool = False,
     progress: Progress | None = None,
-    stage: Stage = _direct,
+    stage: Stage = plain_stage,
 ) -> SyncReport:
     """Bring the index up to date with the workspace; `force` rebuilds everything (the cache still serves)."""
     started = time.perf_counter()

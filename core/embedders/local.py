@@ -56,7 +56,8 @@ RECENT_QUERIES = 16
 WindowSink = Callable[[int, list[int], np.ndarray], None]
 
 
-def _tokenizer_path() -> Path:
+def tokenizer_path() -> Path:
+    """The vendored tokenizer of the packaged model (`core/model/`)."""
     return Path(str(resources.files("core") / "model" / "tokenizer.json"))
 
 
@@ -94,7 +95,7 @@ class LocalEmbedder:
         self.calls = 0
         self._queries: OrderedDict[str, tuple[np.ndarray, list[tuple[list[int], np.ndarray]]]] = OrderedDict()
         self._queries_lock = threading.Lock()
-        self._tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_path()))
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
         self._cls = self._tokenizer.token_to_id("[CLS]")
