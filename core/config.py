@@ -101,7 +101,8 @@ def _str_map(key: str, v: Any) -> dict[str, str]:
     return dict(v)
 
 
-# dotted key -> (default, parser). Defaults match SPEC section 2 unless the README says why not.
+# dotted key -> (default, parser). Defaults match SPEC section 2 unless docs/ says why not
+# (docs/configuration.md lists every key; tests/test_docs.py checks it).
 _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "workspace": (None, _optional(_str)),
     "extraPaths": ((), _str_list),
@@ -142,15 +143,16 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "store.fts.stemmer": ("porter", _choice("porter", "none")),
     # Read by the parts that use them (the REST API, the watcher and scheduler, the reranker); validated here
     # so that a file setting them is checked before any work.
-    # auto: rerank when it is cheap, i.e. local MaxSim over an index the local model built (README: "Rerankers").
+    # auto: rerank when it is cheap, i.e. local MaxSim over an index the local model built
+    # (docs/search-and-ranking.md, "Rerankers").
     "rerank.enabled": ("auto", _bool_or_auto),
     "rerank.provider": ("local", _choice(*RERANKERS)),
     "rerank.model": (None, _optional(_str)),
     "rerank.baseUrl": (None, _optional(_str)),
     "rerank.candidates": (30, _number(int, 1, 200)),
-    # The reranker's share of the blended score; 1.0 replaces the retrieval order (measured: README).
+    # The reranker's share of the blend; 1.0 replaces the retrieval order (measured: docs/search-and-ranking.md).
     "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
-    # The hosted reranker (README: "Rerankers"): a search waits for it, so a shorter timeout than embeddings'.
+    # The hosted reranker (docs/search-and-ranking.md): a search waits for it, so a shorter timeout than embeddings'.
     "rerank.dialect": ("cohere", _choice(*DIALECTS)),
     "rerank.headers": ({}, _str_map),
     "rerank.timeoutSeconds": (10.0, _number(float, 0.001)),
@@ -165,7 +167,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "api.host": ("127.0.0.1", _str),
     "api.port": (8000, _number(int, 1, 65535)),
     "api.key": (None, _optional(_str)),
-    # Session transcripts (README: "Session transcripts"); OpenClaw's delta defaults.
+    # Session transcripts (docs/indexing-and-prefect.md); OpenClaw's delta defaults.
     "sources": (("memory",), _sources),
     "sessions.dir": (None, _optional(_str)),
     "sessions.deltaBytes": (100_000, _number(int, 0)),

@@ -79,7 +79,7 @@ def _minmax(values: list[float]):
 def blend(cands: list[Candidate], weight: float) -> list[Candidate]:
     """Reranked order: each candidate's retrieval score and rerank score min-max normalised over the shortlist,
     mixed `1 - weight` to `weight`. A blend, not a replacement, so that a strong exact match the reranker
-    undervalues keeps a place near the top (measured on locomo-dev: README "Rerankers").
+    undervalues keeps a place near the top (measured on locomo-dev: docs/search-and-ranking.md, "Rerankers").
 
     The blend orders the shortlist; the score shown is the blend mapped onto the shortlist's range of retrieval
     scores, so a reranked list reads like a fused one (its best hit keeps the best fused score, its last the

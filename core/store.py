@@ -160,7 +160,7 @@ class Store:
                     created_at REAL NOT NULL,
                     PRIMARY KEY (provider, model, fingerprint, hash)
                 ) WITHOUT ROWID;
-                -- token bits for the MaxSim reranker (core/maxsim.py), by reranker fingerprint and text hash
+                -- token bits for the MaxSim reranker (core/rerankers/maxsim.py), by reranker fingerprint and text hash
                 CREATE TABLE IF NOT EXISTS token_cache (
                     fingerprint TEXT NOT NULL,
                     hash TEXT NOT NULL,

@@ -1,6 +1,6 @@
 """The shape of the code, checked from its source: imports point down and never round in a cycle, no module
 reaches into another's private names, `core`'s public surface is exactly its `__all__`, and every choice
-list has one source of truth (README: docs/architecture.md)."""
+list has one source of truth (docs/architecture.md)."""
 
 from __future__ import annotations
 

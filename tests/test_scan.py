@@ -1,4 +1,4 @@
-"""Discovery of memory files (core/scan.py): which files a sync sees, and which it never reads."""
+"""Discovery of memory files (core/sources/memory.py): which files a sync sees, and which it never reads."""
 
 from __future__ import annotations
 

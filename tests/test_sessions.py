@@ -1,4 +1,4 @@
-"""Session transcripts (core/sessions.py): opt-in, user and assistant messages only, JSONL line numbers,
+"""Session transcripts (core/sources/sessions.py): opt-in, user and assistant messages only, JSONL line numbers,
 bad lines skipped, re-indexed only after growing by a delta, `source: "sessions"`."""
 
 from __future__ import annotations
