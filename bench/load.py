@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Load test of the REST API, run by hand: `POST /v1/search` (hybrid) at 1, 8 and 32 concurrent clients.
 
-It builds bench/speed.py's ~10,000-chunk index (`build_query_index`: ~1,000 chunks embedded by the real
+It builds bench/harness.py's ~10,000-chunk index (`build_query_index`: ~1,000 chunks embedded by the real
 model, perturbed copies up to 10,000), starts `memsift serve` on a free 127.0.0.1 port in its own process,
 and for each level runs that many clients (httpx AsyncClients in this process, one connection each, closed
 loop: a client sends its next request when the last one answered) until `--requests` requests have been
@@ -40,7 +40,8 @@ import httpx
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-import speed  # noqa: E402  (bench/speed.py: the index builder, the query generator, helpers)
+import corpus  # noqa: E402  (the seeded notes and queries)
+import harness  # noqa: E402  (timing, the model, the query index, results)
 
 START_SECONDS = 120
 
@@ -64,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def start_server(workspace: Path, home: Path, log_path: Path, rerank: bool) -> tuple[subprocess.Popen[bytes], str]:
-    port = speed.free_port()
+    port = harness.free_port()
     env = dict(os.environ, MEMSIFT_HOME=str(home))
     if not rerank:  # the configuration the index was built with
         env["MEMSIFT_RERANK_ENABLED"] = "false"
@@ -167,12 +168,12 @@ async def run_level(base: str, queries: list[str], clients: int, requests: int, 
         "seconds": round(wall, 2),
         "requests_per_s": round(len(latencies) / wall, 1),
         "latency_ms": {
-            "p50": round(speed.pct(ms, 50), 1),
-            "p99": round(speed.pct(ms, 99), 1),
+            "p50": round(harness.pct(ms, 50), 1),
+            "p99": round(harness.pct(ms, 99), 1),
             "max": round(max(ms), 1),
             "mean": round(statistics.fmean(ms), 1),
         },
-        "core_took_ms_p50": round(speed.pct(core_ms, 50), 1) if core_ms else None,
+        "core_took_ms_p50": round(harness.pct(core_ms, 50), 1) if core_ms else None,
     }
 
 
@@ -209,22 +210,22 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "started": started.isoformat(timespec="seconds"),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "environment": speed.environment(),
-        "busy_before": speed.cpu_busy(),
+        "environment": harness.environment(),
+        "busy_before": harness.cpu_busy(),
         "levels": [],
     }
     proc = None
     try:
-        built = speed.build_query_index(
+        built = harness.build_query_index(
             tmp, seed=args.seed, chunks=args.chunks, distinct=args.distinct, noise=args.noise, rerank=args.rerank
         )
         results["index"] = {"chunks": built.chunks, "files": built.files, "embedded_by_model": built.distinct_texts}
         proc, base = start_server(built.config.workspace, built.config.home, tmp / "serve.log", args.rerank)
-        speed.log(f"memsift serve pid {proc.pid} ready at {base}")
+        harness.log(f"memsift serve pid {proc.pid} ready at {base}")
         results["memory_mib"] = {"ready": memory_of(proc.pid)}
         # A query is asked once in the whole run: a repeat would be answered from the rerank score cache.
-        pool = list(dict.fromkeys(speed.make_queries(args.seed + 1, 4 * args.requests * len(args.levels))))
-        asyncio.run(run_level(base, speed.make_queries(args.seed + 2, args.warmup), 1, args.warmup, args.timeout))
+        pool = list(dict.fromkeys(corpus.make_queries(args.seed + 1, 4 * args.requests * len(args.levels))))
+        asyncio.run(run_level(base, corpus.make_queries(args.seed + 2, args.warmup), 1, args.warmup, args.timeout))
         for n, clients in enumerate(args.levels):
             queries = pool[n * len(pool) // len(args.levels) : (n + 1) * len(pool) // len(args.levels)]
             stages0, server0, client0 = stage_sums(base), cpu_seconds(proc.pid), time.process_time()
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             level["memory_mib"] = memory_of(proc.pid)
             results["levels"].append(level)
             lat = level["latency_ms"]
-            speed.log(
+            harness.log(
                 f"{clients} clients: {level['requests_per_s']} requests/s, p50 {lat['p50']} ms, p99 {lat['p99']} ms"
             )
         results["memory_mib"]["end"] = memory_of(proc.pid)
@@ -251,14 +252,14 @@ def main(argv: list[str] | None = None) -> int:
         if proc is not None:
             stop_server(proc)
         if args.keep:
-            speed.log(f"kept {tmp}")
+            harness.log(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     results["seconds"] = round((datetime.now(UTC) - started).total_seconds(), 1)
     md = table(results)
     print(md)
-    out = speed.save_result("load", results | {"table": md}, args.out)
-    speed.log(f"wrote {out}")
+    out = harness.save_result("load", results | {"table": md}, args.out)
+    harness.log(f"wrote {out}")
     return 0
 
 

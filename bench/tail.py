@@ -2,7 +2,7 @@
 """Single-client search latency tail, before and after `core.threads`, run by hand.
 
 Two indexes with the default configuration (MaxSim rerank on): one held-out-sized LoCoMo workspace
-(`--locomo-conv`, embedded by the real model) with its own questions, and bench/speed.py's 10,000-chunk index
+(`--locomo-conv`, embedded by the real model) with its own questions, and bench/harness.py's 10,000-chunk index
 (`build_query_index(rerank=True)`) with the generated queries. Each cell is a fresh child process that loads the
 model, opens the index, warms up and times `--queries` searches one after another through `MemoryIndex.search`:
 
@@ -39,7 +39,8 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-import speed  # noqa: E402
+import corpus  # noqa: E402  (the seeded notes and queries)
+import harness  # noqa: E402  (timing, the model, the query index, results)
 
 LOCOMO = Path("/work/shared/bench/locomo-dev")
 BEFORE = {"MEMSIFT_BLAS_THREADS": "0", "MEMSIFT_ONNX_QUERY_THREADS": "0"}
@@ -91,7 +92,7 @@ def child(spec: dict[str, Any]) -> None:
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:
-    p50, p95, p99 = (speed.pct(ms, q) for q in (50, 95, 99))
+    p50, p95, p99 = (harness.pct(ms, q) for q in (50, 95, 99))
     return {
         "p50": round(p50, 2),
         "p95": round(p95, 2),
@@ -147,19 +148,19 @@ def locomo_index(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     with MemoryIndex(load_config(workspace=ws)) as index:
         report = index.sync()
         chunks = sum(index.store.stats()["chunks"].values())
-    speed.log(f"locomo {args.locomo_conv}: {chunks} chunks indexed in {time.perf_counter() - t:.1f} s")
+    harness.log(f"locomo {args.locomo_conv}: {chunks} chunks indexed in {time.perf_counter() - t:.1f} s")
     return {"workspace": str(ws), "home": str(home), "chunks": chunks, "queries": queries, "sync": report.to_dict()}
 
 
 def big_index(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    built = speed.build_query_index(
+    built = harness.build_query_index(
         tmp, seed=args.seed, chunks=args.chunks, distinct=args.distinct, noise=0.15, rerank=True
     )
     return {
         "workspace": str(built.config.workspace),
         "home": str(built.config.home),
         "chunks": built.chunks,
-        "queries": speed.make_queries(args.seed + 1, 400),
+        "queries": corpus.make_queries(args.seed + 1, 400),
     }
 
 
@@ -188,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "started": started.isoformat(timespec="seconds"),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"},
-        "environment": speed.environment(),
+        "environment": harness.environment(),
         "openblas_env": {k: os.environ.get(k) for k in BLAS_VARS},
-        "busy_before": speed.cpu_busy(),
+        "busy_before": harness.cpu_busy(),
         "uptime_before": os.getloadavg(),
         "rows": [],
     }
@@ -219,21 +220,21 @@ def main(argv: list[str] | None = None) -> int:
                         burner = None
                         row |= {"index": name, "load": load, "blas_env": blas, "threads": threads, "loadavg": loadavg}
                         results["rows"].append(row)
-                        speed.log(
+                        harness.log(
                             f"{name} {load} {blas} {threads}: p50 {row['p50']} p95 {row['p95']} p99 {row['p99']} ms "
                             f"(p99/p50 {row['p99/p50']}, load {loadavg}, blas {row['blas']})"
                         )
     finally:
         stop(burner)
         if args.keep:
-            speed.log(f"kept {tmp}")
+            harness.log(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     results["uptime_after"] = os.getloadavg()
     md = table(results["rows"])
     print(md)
-    out = speed.save_result("tail", results | {"table": md}, args.out)
-    speed.log(f"wrote {out}")
+    out = harness.save_result("tail", results | {"table": md}, args.out)
+    harness.log(f"wrote {out}")
     return 0
 
 

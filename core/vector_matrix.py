@@ -60,11 +60,11 @@ class VectorMatrices:
             if entry.chunks < min_chunks:
                 return None
             if entry.matrix is None:
-                entry.ids, entry.matrix = _load(rows(), entry.chunks, dims)
+                entry.ids, entry.matrix = load_matrix(rows(), entry.chunks, dims)
             return entry.ids, entry.matrix
 
 
-def _load(rows: Iterable[tuple[int, bytes]], chunks: int, dims: int) -> tuple[np.ndarray, np.ndarray]:
+def load_matrix(rows: Iterable[tuple[int, bytes]], chunks: int, dims: int) -> tuple[np.ndarray, np.ndarray]:
     """Filled a block of rows at a time: one join and one copy per block rather than a numpy call per row (5
     times faster), and no list of every blob beside the matrix, so loading peaks at the matrix plus a block."""
     ids = np.empty(chunks, dtype=np.int64)

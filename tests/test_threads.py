@@ -7,7 +7,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from core import ConfigError, threads
-from core.local_embedder import LocalEmbedder
+from core.embedders.local import LocalEmbedder
 from tests.conftest import CountingEmbedder
 
 NOTES = {

@@ -9,7 +9,7 @@ import pytest
 from core import MemoryIndex
 from core.indexer import cache_key
 from core.store import Store
-from core.vector_matrix import LOAD_BLOCK, MATRICES, _load
+from core.vector_matrix import LOAD_BLOCK, MATRICES, load_matrix
 
 NOTES = {
     "MEMORY.md": "# Facts\n\nDana drinks green tea every morning before the standup.\n",
@@ -73,7 +73,7 @@ def test_a_sync_and_a_rebuild_are_seen_by_the_next_search(workspace, make_config
 def test_load_reads_rows_in_blocks_and_stops_at_the_count(count: int) -> None:
     vectors = np.random.default_rng(count).standard_normal((count + 2, 8)).astype(np.float32)
     rows = [(100 + i, v.tobytes()) for i, v in enumerate(vectors)]
-    ids, matrix = _load(iter(rows), count, 8)  # two rows more than counted: left for the next reload
+    ids, matrix = load_matrix(iter(rows), count, 8)  # two rows more than counted: left for the next reload
     assert ids.tolist() == list(range(100, 100 + count)) and np.array_equal(matrix, vectors[:count])
-    ids, matrix = _load(iter(rows[: count - 1]), count, 8)  # fewer: a chunk without a cached vector
+    ids, matrix = load_matrix(iter(rows[: count - 1]), count, 8)  # fewer: a chunk without a cached vector
     assert ids.tolist() == list(range(100, 99 + count)) and np.array_equal(matrix, vectors[: count - 1])

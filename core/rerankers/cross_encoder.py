@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from . import threads
-from .rerankers import RerankError
+from .. import threads
+from ..errors import RerankError
 
 MODEL_FILES = ("model.onnx", "onnx/model.onnx")
 TOKENIZER_FILE = "tokenizer.json"
