@@ -33,10 +33,6 @@ from .vector_matrix import MATRICES, MATRIX_MIN_CHUNKS, top_k
 
 SCHEMA_VERSION = 3  # 2: index chunks(hash); 3: token_cache
 BUSY_TIMEOUT_MS = 10_000
-#: Bytes of the index file read through a memory map instead of read() calls into SQLite's 2 MB page cache. A
-#: search reads a few hundred KB of blobs (token bits, vectors, rows): 0.56 ms of CPU instead of 1.47 ms for 30
-#: chunks' token bits at 10,000 chunks (issue 17). Pages touched count in RSS as file-backed, reclaimable memory.
-MMAP_BYTES = 256 * 2**20
 
 # Each chunk with its vector from the cache of one (provider, model, fingerprint). CROSS JOIN makes chunks the
 # outer loop (SQLite's own choice was to walk every cache row of the model and probe chunks(hash): 50-100 ms
@@ -84,7 +80,6 @@ class Store:
             with swap_lock(self.path, exclusive=False):
                 self.conn = apsw.Connection(str(self.path), flags=flags)
                 self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-                self.conn.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
                 self.vec_error = _load_vec(self.conn) if use_vec else "disabled"
                 if not readonly:
                     self.conn.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core import StoreError
-from core.store import MMAP_BYTES, SCHEMA_VERSION, Store
+from core.store import SCHEMA_VERSION, Store
 
 NOTES = {
     "MEMORY.md": "Dana is the team lead and drinks a flat white every morning.\n",
@@ -27,13 +27,6 @@ def test_new_file_gets_the_current_schema_and_reopens(tmp_path):
         store.set_meta("custom", "kept")
     with Store(path) as store:
         assert store.get_meta("custom") == "kept"
-
-
-@pytest.mark.parametrize("readonly", [False, True])
-def test_connections_read_the_file_through_a_memory_map(tmp_path, readonly):
-    Store(tmp_path / "idx.sqlite").close()
-    with Store(tmp_path / "idx.sqlite", readonly=readonly) as store:
-        assert count(store, "PRAGMA mmap_size") == MMAP_BYTES > 0
 
 
 @pytest.mark.parametrize("readonly", [False, True])
