@@ -33,6 +33,18 @@ class _Entry:
     chunks: int
     ids: np.ndarray | None = None
     matrix: np.ndarray | None = None
+    order: np.ndarray | None = None  # positions of `ids` in ascending order, for `vectors_of`
+
+    def vectors_of(self, wanted: list[int]) -> dict[int, np.ndarray]:
+        """Rows of some chunk ids (those with a vector), by binary search over the sorted ids."""
+        assert self.ids is not None and self.matrix is not None and self.order is not None
+        sorted_ids = self.ids[self.order]
+        at = np.searchsorted(sorted_ids, wanted).clip(0, max(len(sorted_ids) - 1, 0))
+        return {
+            cid: self.matrix[self.order[i]]
+            for cid, i in zip(wanted, at.tolist())
+            if len(sorted_ids) and sorted_ids[i] == cid
+        }
 
 
 class VectorMatrices:
@@ -61,7 +73,15 @@ class VectorMatrices:
                 return None
             if entry.matrix is None:
                 entry.ids, entry.matrix = load_matrix(rows(), entry.chunks, dims)
+                entry.order = np.argsort(entry.ids, kind="stable")
             return entry.ids, entry.matrix
+
+    def loaded(self, path: str, tag: Hashable) -> _Entry | None:
+        """The matrix of `path` if one is loaded for `tag` (a search's vector leg loaded it), else None: the
+        keyword hits' vectors are then read from it rather than from SQLite (1.3 ms of CPU a search)."""
+        with self._lock:
+            entry = self._entries.get(path)
+            return entry if entry is not None and entry.tag == tag and entry.matrix is not None else None
 
 
 def load_matrix(rows: Iterable[tuple[int, bytes]], chunks: int, dims: int) -> tuple[np.ndarray, np.ndarray]:
