@@ -306,9 +306,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from api.up import agent_configs, run_up
+    from api.up import AlreadyRunning, agent_configs, run_up
 
-    return run_up(agent_configs(args.config, args.workspace), args.port)
+    try:
+        return run_up(agent_configs(args.config, args.workspace), args.port)
+    except AlreadyRunning as exc:
+        return _fail(args, str(exc))
 
 
 def cmd_ratelimit(args: argparse.Namespace) -> int:

@@ -1,0 +1,131 @@
+"""Wall time of `memsift index` as a user runs it: a no-op and a first index of examples/workspace, each
+without and with a running `memsift up`, as real subprocesses.
+
+Everything lives in a temporary folder: MEMSIFT_HOME, a copy of the workspace, and HOME itself, so that
+files a run writes outside MEMSIFT_HOME and the workspace (Prefect's `~/.prefect`) are found and counted.
+The local model's optimised graph is built once before timing (MEMSIFT_MODEL_CACHE), as on a machine where
+memsift has run before. A "first index" is timed after removing every file under `<home>/memory` (index
+and embedding cache): the model reads every chunk. Medians of `--runs` runs.
+
+    .venv/bin/python bench/index_wall.py [--runs 5] [--no-up] [--memsift PATH]
+
+`--memsift` runs another program (e.g. `PYTHONPATH=<old checkout> .venv/bin/memsift`, for before/after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "workspace"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def files_under(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")} if folder.exists() else set()
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
+    return seconds, done
+
+
+def measure(memsift: list[str], ws: Path, home: Path, env: dict[str, str], runs: int) -> dict[str, object]:
+    index = [*memsift, "--workspace", str(ws), "index"]
+    first, noop = [], []
+    for _ in range(runs):
+        shutil.rmtree(home / "memory", ignore_errors=True)
+        first.append(timed(index, env)[0])
+    for _ in range(runs):
+        seconds, done = timed(index, env)
+        assert "0 added, 0 changed, 0 removed" in done.stdout, done.stdout
+        noop.append(seconds)
+    return {
+        "first_median_s": round(statistics.median(first), 2),
+        "first_s": [round(s, 2) for s in first],
+        "noop_median_s": round(statistics.median(noop), 2),
+        "noop_s": [round(s, 2) for s in noop],
+        "stderr_of_last": done.stderr.strip().splitlines(),
+    }
+
+
+def start_up(memsift: list[str], ws: Path, home: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`memsift up` on its own server; returns once its server is advertised and its initial sync is done."""
+    up_env = {**env, "PREFECT_UI_ENABLED": "false", "MEMSIFT_API_PORT": str(free_port()), "MEMSIFT_SYNC_WATCH": "0"}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [*memsift, "--workspace", str(ws), "up", "--port", str(free_port())],
+            env=up_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 300
+    while not ((home / "prefect-api-url").exists() and "initial sync: sync of main started" in log.read_text()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"memsift up did not start:\n{log.read_text()}")
+        time.sleep(0.5)
+    status = [*memsift, "--workspace", str(ws), "status", "--json"]
+    while not json.loads(subprocess.run(status, env=env, capture_output=True, text=True).stdout or "{}").get("lastSync"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"memsift up's initial sync did not end:\n{log.read_text()}")
+        time.sleep(0.5)
+    return process
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--no-up", action="store_true", help="skip the runs with a `memsift up` running")
+    p.add_argument("--memsift", default=str(Path(sys.executable).parent / "memsift"), help="the program to time")
+    p.add_argument("--keep", action="store_true")
+    args = p.parse_args(argv)
+    memsift = args.memsift.split()
+
+    tmp = Path(tempfile.mkdtemp(prefix="memsift-index-wall-"))
+    try:
+        user_home, home, ws = tmp / "user", tmp / "memsift-home", tmp / "workspace"
+        user_home.mkdir()
+        shutil.copytree(EXAMPLE, ws)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MEMSIFT_"))}
+        env.update(HOME=str(user_home), MEMSIFT_HOME=str(home), MEMSIFT_MODEL_CACHE=str(tmp / "models"))
+        subprocess.run([*memsift, "model", "build"], env=env, capture_output=True, check=True, timeout=900)
+
+        result: dict[str, object] = {"runs": args.runs, "memsift": args.memsift}
+        result["no_server"] = measure(memsift, ws, home, env, args.runs)
+        if not args.no_up:
+            up = start_up(memsift, ws, home, env, tmp / "up.log")
+            try:
+                result["with_up"] = measure(memsift, ws, home, env, args.runs)
+            finally:
+                up.send_signal(signal.SIGINT)
+                up.wait(timeout=120)
+        result["written_outside_home_and_workspace"] = sorted(files_under(user_home))[:20]
+        print(json.dumps(result, indent=2))
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
