@@ -4,12 +4,17 @@ without and with a running `memsift up`, as real subprocesses.
 Everything lives in a temporary folder: MEMSIFT_HOME, a copy of the workspace, and HOME itself, so that
 files a run writes outside MEMSIFT_HOME and the workspace (Prefect's `~/.prefect`) are found and counted.
 The local model's optimised graph is built once before timing (MEMSIFT_MODEL_CACHE), as on a machine where
-memsift has run before. A "first index" is timed after removing every file under `<home>/memory` (index
-and embedding cache): the model reads every chunk. Medians of `--runs` runs.
+memsift has run before. A "first index" is timed after removing every file under `<home>/memory` (index and
+embedding cache): the model reads every chunk. Medians of `--runs` runs. CPU seconds (user + system, the
+program and its children) are reported beside wall times: on a machine shared with other work they say
+what the program itself costs.
 
     .venv/bin/python bench/index_wall.py [--runs 5] [--no-up] [--memsift PATH]
 
-`--memsift` runs another program (e.g. `PYTHONPATH=<old checkout> .venv/bin/memsift`, for before/after).
+`--memsift` runs another program; with PYTHONPATH=<an older checkout> in the environment the same program
+runs that code (before/after). `--env KEY=VALUE` sets a variable for every run (e.g. Prefect's
+`PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120` for code that starts a temporary server on a busy
+machine).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -41,13 +47,16 @@ def files_under(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")} if folder.exists() else set()
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """(wall seconds, CPU seconds (user + system) of the process and its children, the finished process)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
-    return seconds, done
+    return seconds, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done
 
 
 def measure(memsift: list[str], ws: Path, home: Path, env: dict[str, str], runs: int) -> dict[str, object]:
@@ -55,16 +64,19 @@ def measure(memsift: list[str], ws: Path, home: Path, env: dict[str, str], runs:
     first, noop = [], []
     for _ in range(runs):
         shutil.rmtree(home / "memory", ignore_errors=True)
-        first.append(timed(index, env)[0])
+        first.append(timed(index, env)[:2])
     for _ in range(runs):
-        seconds, done = timed(index, env)
+        seconds, cpu, done = timed(index, env)
         assert "0 added, 0 changed, 0 removed" in done.stdout, done.stdout
-        noop.append(seconds)
+        noop.append((seconds, cpu))
     return {
-        "first_median_s": round(statistics.median(first), 2),
-        "first_s": [round(s, 2) for s in first],
-        "noop_median_s": round(statistics.median(noop), 2),
-        "noop_s": [round(s, 2) for s in noop],
+        "first_median_wall_s": round(statistics.median(s for s, _ in first), 2),
+        "first_median_cpu_s": round(statistics.median(c for _, c in first), 2),
+        "first_wall_s": [round(s, 2) for s, _ in first],
+        "noop_median_wall_s": round(statistics.median(s for s, _ in noop), 2),
+        "noop_median_cpu_s": round(statistics.median(c for _, c in noop), 2),
+        "noop_wall_s": [round(s, 2) for s, _ in noop],
+        "load_average": os.getloadavg(),
         "stderr_of_last": done.stderr.strip().splitlines(),
     }
 
@@ -85,7 +97,7 @@ def start_up(memsift: list[str], ws: Path, home: Path, env: dict[str, str], log:
             raise SystemExit(f"memsift up did not start:\n{log.read_text()}")
         time.sleep(0.5)
     status = [*memsift, "--workspace", str(ws), "status", "--json"]
-    while not json.loads(subprocess.run(status, env=env, capture_output=True, text=True).stdout or "{}").get("lastSync"):
+    while not json.loads(subprocess.run(status, env=env, capture_output=True, text=True).stdout or "{}")["lastSync"]:
         if process.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"memsift up's initial sync did not end:\n{log.read_text()}")
         time.sleep(0.5)
@@ -98,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-up", action="store_true", help="skip the runs with a `memsift up` running")
     p.add_argument("--memsift", default=str(Path(sys.executable).parent / "memsift"), help="the program to time")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="set for every run")
     args = p.parse_args(argv)
     memsift = args.memsift.split()
 
@@ -108,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(EXAMPLE, ws)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MEMSIFT_"))}
         env.update(HOME=str(user_home), MEMSIFT_HOME=str(home), MEMSIFT_MODEL_CACHE=str(tmp / "models"))
+        env.update(item.split("=", 1) for item in args.env)
         subprocess.run([*memsift, "model", "build"], env=env, capture_output=True, check=True, timeout=900)
 
         result: dict[str, object] = {"runs": args.runs, "memsift": args.memsift}

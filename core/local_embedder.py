@@ -14,6 +14,7 @@ the graph and a change rebuilds the index.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -21,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -98,11 +100,23 @@ class LocalEmbedder:
         self._tokenizer.no_padding()
         self._cls = self._tokenizer.token_to_id("[CLS]")
         self._sep = self._tokenizer.token_to_id("[SEP]")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self._session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+        self._threads = threads or os.cpu_count() or 1
+        self._session_lock = threading.Lock()
+
+    @functools.cached_property
+    def _session(self) -> Any:
+        """The ONNX session, made on the first embedding (~0.4-0.8 s): a sync with nothing to embed, or a status,
+        needs only the model's identity."""
+        import onnxruntime as ort
+
+        with self._session_lock:
+            if "_session" in self.__dict__:  # made by another thread while this one waited
+                return self.__dict__["_session"]
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self._threads
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            return ort.InferenceSession(str(self.model_file), options, providers=["CPUExecutionProvider"])
 
     @staticmethod
     def _optimized_graph(shipped: Path) -> Path:
