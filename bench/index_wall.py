@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -104,6 +105,20 @@ def start_up(memsift: list[str], ws: Path, home: Path, env: dict[str, str], log:
     return process
 
 
+def stop_up(up: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGINT; if `up` has not stopped after 120 s, SIGKILL it and its Prefect server's process group."""
+    up.send_signal(signal.SIGINT)
+    try:
+        up.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        print(json.dumps({"up_did_not_stop_on_SIGINT_within_s": 120}), flush=True)
+        up.kill()
+        up.wait()
+        found = re.search(r"Prefect server on \S+ \(pid (\d+)", log.read_text())
+        if found:
+            os.killpg(int(found.group(1)), signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=5)
@@ -124,17 +139,15 @@ def main(argv: list[str] | None = None) -> int:
         env.update(item.split("=", 1) for item in args.env)
         subprocess.run([*memsift, "model", "build"], env=env, capture_output=True, check=True, timeout=900)
 
-        result: dict[str, object] = {"runs": args.runs, "memsift": args.memsift}
-        result["no_server"] = measure(memsift, ws, home, env, args.runs)
+        print(json.dumps({"runs": args.runs, "memsift": args.memsift, "python_path": env.get("PYTHONPATH")}))
+        print(json.dumps({"no_server": measure(memsift, ws, home, env, args.runs)}, indent=2), flush=True)
+        print(json.dumps({"written_outside_home_and_workspace": sorted(files_under(user_home))[:20]}), flush=True)
         if not args.no_up:
             up = start_up(memsift, ws, home, env, tmp / "up.log")
             try:
-                result["with_up"] = measure(memsift, ws, home, env, args.runs)
+                print(json.dumps({"with_up": measure(memsift, ws, home, env, args.runs)}, indent=2), flush=True)
             finally:
-                up.send_signal(signal.SIGINT)
-                up.wait(timeout=120)
-        result["written_outside_home_and_workspace"] = sorted(files_under(user_home))[:20]
-        print(json.dumps(result, indent=2))
+                stop_up(up, tmp / "up.log")
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
