@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -134,7 +133,10 @@ def advertisement(home: Path) -> Path:
 
 def answers(api_url: str, timeout: float = 0.5) -> bool:
     """True when the Prefect API at `api_url` answers `/health` within `timeout` seconds. With the standard
-    library: `memsift index` asks this on every run, and importing httpx would cost it ~0.2 s."""
+    library, imported here: `memsift index` may ask this on every run (httpx would cost it ~0.2 s, urllib
+    ~0.05 s, and nothing when no server was ever advertised)."""
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as answer:
             return answer.status == 200
