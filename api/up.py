@@ -33,7 +33,7 @@ from api.prefect_server import (
     port_is_free,
     wait_healthy,
 )
-from core import Config, ConfigError, load_config
+from core import Config, ConfigError, MemsiftError, load_config
 
 SERVER_START_TIMEOUT = 120.0  # a first start migrates a fresh database: ~10 s on 2 cores, more when busy
 EXTERNAL_SERVER_TIMEOUT = 30.0
@@ -74,7 +74,7 @@ def run_up(configs: Mapping[str, Config], port: int | None) -> int:
     return 0
 
 
-class AlreadyRunning(RuntimeError):
+class AlreadyRunning(MemsiftError, RuntimeError):
     """Another `memsift up` runs on this MEMSIFT_HOME; the message names its pid."""
 
 

@@ -7,7 +7,7 @@ model uses, extended across windows), so no tail of a chunk is invisible to the 
 short and read in one window.
 
 Two graphs of the same model: `shipped` (the packaged file, int8 weights computed in fp32) and `optimized`
-(rebuilt once from it by `core.model_graph`: fused kernels, int8 matmuls; 1.7-2.4 times the throughput, about
+(rebuilt once from it by `core.embedders.model_graph`: fused kernels, int8 matmuls; 1.7-2.4 times the throughput, about
 0.7 times the memory). `embedding.localGraph` picks one; vectors differ slightly, so the fingerprint names
 the graph and a change rebuilds the index.
 """
@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from .embedders import EmbedderUnavailable
+from ..config import LOCAL_GRAPHS as GRAPHS
+from ..config import EmbeddingConfig
+from ..errors import EmbedderUnavailable
 from .model_graph import ort_version
 
 log = logging.getLogger("memsift")
@@ -38,7 +40,6 @@ BATCH_WINDOWS = 32
 #: Padded tokens per model call. Attention memory grows with windows x width^2: 8 full windows instead of 32
 #: cut the resident peak of a sync from ~970 to ~370 MB at the same throughput (bench/README.md "Embedder").
 BATCH_TOKENS = 2048
-GRAPHS = ("optimized", "shipped")
 
 #: Fixed texts on which an optimised graph must agree with the shipped one: short and long, prose, code, dates.
 VERIFY_TEXTS = (
@@ -59,7 +60,8 @@ RECENT_QUERIES = 16
 WindowSink = Callable[[int, list[int], np.ndarray], None]
 
 
-def _tokenizer_path() -> Path:
+def tokenizer_path() -> Path:
+    """The vendored tokenizer of the packaged model (`core/model/`)."""
     return Path(str(resources.files("core") / "model" / "tokenizer.json"))
 
 
@@ -107,7 +109,7 @@ class LocalEmbedder:
     def _tokenizer(self) -> Any:
         from tokenizers import Tokenizer
 
-        tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
+        tokenizer = Tokenizer.from_file(str(tokenizer_path()))
         tokenizer.no_truncation()
         tokenizer.no_padding()
         return tokenizer
@@ -210,6 +212,11 @@ class LocalEmbedder:
             for ids, states in known[1]:
                 sink(0, ids, states)
         return known[0].copy()
+
+
+def from_config(config: EmbeddingConfig) -> LocalEmbedder:
+    """`embedding.provider = "local"`: the process's one instance of the configured graph."""
+    return LocalEmbedder.shared(config.model, config.localGraph)
 
 
 def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:
