@@ -143,6 +143,24 @@ def test_an_index_of_the_old_name_is_adopted_by_its_own_workspace_only(
     assert search_paths(env, a, "ERR_SSL_PROTOCOL") == ["memory/2026-11-24.md"]
 
 
+def test_an_index_recorded_for_another_folder_is_refused_in_one_line_naming_both(
+    workspace, env: dict[str, str], memsift_home: Path
+) -> None:
+    """Were two folders ever to meet at one file name (a copied MEMSIFT_HOME, a hash collision), memsift
+    neither answers from nor syncs into the other folder's index."""
+    a, b = workspace(A_NOTES, name="a"), workspace(B_NOTES, name="b")
+    index_json(env, a)
+    a_db, b_db = (db_path(memsift_home, "main", ws.resolve()) for ws in (a, b))
+    a_db.rename(b_db)
+    for command in (["search", "deploy"], ["index"]):
+        done = memsift(env, "--workspace", b, *command)
+        assert done.returncode == 1
+        one_line_error(done, f"belongs to the workspace {a.resolve()}, not to {b.resolve()}")
+    conn = apsw.Connection(str(b_db))
+    assert conn.execute("SELECT count(*) FROM files").fetchone() == (2,), "the other folder's rows were touched"
+    conn.close()
+
+
 # ---------------------------------------------------------------- 2. no server: no Prefect
 
 
