@@ -149,6 +149,10 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "rerank.candidates": (30, _number(int, 1, 200)),
     # The reranker's share of the blended score; 1.0 replaces the retrieval order (measured: README).
     "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
+    # How a MaxSim rerank orders hits: the learned ranker over all candidates (default), or the blend above.
+    "rerank.method": ("learned", _choice("learned", "blend")),
+    # The learned ranker's model file (`memsift train-ranker --out`); unset: the one shipped in the package.
+    "rerank.rankerModel": (None, _optional(_str)),
     # The hosted reranker (README: "Rerankers"): a search waits for it, so a shorter timeout than embeddings'.
     "rerank.dialect": ("cohere", _choice("cohere", "jina", "voyage", "tei")),
     "rerank.headers": ({}, _str_map),
@@ -241,6 +245,8 @@ class RerankConfig:
     weight: float
     dialect: str = "cohere"
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold keys
+    method: str = "learned"
+    rankerModel: str | None = None
     timeoutSeconds: float = 10.0
     retries: int = 1
 
