@@ -12,6 +12,7 @@ same pools as the MaxSim blend did before the learned ranker (top 30 by fused sc
 from __future__ import annotations
 
 import argparse
+import json
 import pickle
 import statistics
 import sys
@@ -26,8 +27,7 @@ from core import learned, ranker_training  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.evaluate import METRICS, score_query  # noqa: E402
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "bench"
-LOCOMO = SHARED / "locomo-dev" / "queries.jsonl"
+LOCOMO = Path("../shared/bench/locomo-dev/queries.jsonl")  # from the checkout, as README's commands
 COL = {name: i for i, name in enumerate(learned.FEATURES)}
 
 
@@ -37,6 +37,20 @@ def load(path: Path, cache: Path) -> ranker_training.Dataset:
     data = ranker_training.collect(load_config(None), [path])
     cache.write_bytes(pickle.dumps(data))
     return data
+
+
+def shifted(path: Path, out: Path) -> Path:
+    """Every question asked of the next conversation's workspace, with nothing relevant: the negatives that
+    teach the model what a question about something absent looks like, so that its probability means the
+    same across questions (trained on answerable questions only, the top of any pool looks relevant)."""
+    queries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    spaces = sorted({q["workspace"] for q in queries})
+    with out.open("w") as f:
+        for q in queries:
+            target = spaces[(spaces.index(q["workspace"]) + 1) % len(spaces)]
+            moved = q | {"workspace": str((path.parent / target).resolve()), "relevant": [], "askedOf": q["workspace"]}
+            f.write(json.dumps(moved) + "\n")
+    return out
 
 
 def blend_order(x: np.ndarray, shortlist: int = 30, weight: float = 0.4) -> np.ndarray:
@@ -52,12 +66,17 @@ def blend_order(x: np.ndarray, shortlist: int = 30, weight: float = 0.4) -> np.n
     return np.concatenate([head[np.argsort(-mixed, kind="stable")], tail])
 
 
-def table(data: ranker_training.Dataset, scores: list[np.ndarray], floor: float = 0.0, k: int = 10) -> dict:
+def table(
+    data: ranker_training.Dataset, scores: list[np.ndarray], floor: float = 0.0, k: int = 10, on_top: bool = False
+) -> dict:
+    """Metrics of each question's pool ordered by `scores`, top k, hits below `floor` dropped (`on_top`: all
+    of a question's hits dropped when its best is below the floor, none otherwise)."""
     rows: dict[str, list[dict[str, float]]] = defaultdict(list)
     spans: list[int] = []
     for i, q in enumerate(data.queries):
         order = np.argsort(-scores[i], kind="stable")
-        hits = [data.spans[i][j] for j in order[:k] if scores[i][j] >= floor]
+        least = scores[i][order[0]] if on_top else None
+        hits = [data.spans[i][j] for j in order[:k] if (least if on_top else scores[i][j]) >= floor]
         spans.extend(h.endLine - h.startLine + 1 for h in hits)
         rows[str(q.get("category_name") or "all")].append(score_query(hits, q["relevant"], k))
     rows["overall"] = [r for name in list(rows) for r in rows[name]]
@@ -73,18 +92,27 @@ def show(label: str, t: dict) -> None:
         print(f"{name:<14}{t[name]['n']:>5}" + "".join(f"{t[name][m]:>9.3f}" for m in METRICS))
 
 
-def loco(data: ranker_training.Dataset, l2: float) -> list[np.ndarray]:
-    """Leave one conversation (workspace) out: each conversation is scored by a model fitted on the others."""
-    groups = [q.get("workspace", "") for q in data.queries]
+def loco(data: ranker_training.Dataset, negatives: ranker_training.Dataset | None, l2: float) -> tuple[list, list]:
+    """Leave one conversation (workspace) out: each conversation's questions, and the other conversations'
+    questions asked of it, are scored by a model fitted on everything that touches neither."""
+    groups = [q["workspace"] for q in data.queries]
+    touches = [{q["askedOf"], Path(q["workspace"]).name} for q in (negatives.queries if negatives else [])]
     out: list[np.ndarray] = [np.zeros(0)] * len(groups)
+    neg_out: list[np.ndarray] = [np.zeros(0)] * len(touches)
     for g in sorted(set(groups)):
-        train = [i for i, h in enumerate(groups) if h != g]
-        x, y = data.stacked(train)
+        x, y = data.stacked([i for i, h in enumerate(groups) if h != g])
+        if negatives:
+            keep = [i for i, t in enumerate(touches) if g not in t and Path(g).name not in t]
+            nx, ny = negatives.stacked(keep)
+            x, y = np.vstack([x, nx]), np.concatenate([y, ny])
         model = learned.fit(x, y, l2=l2)
         for i, h in enumerate(groups):
             if h == g:
                 out[i] = model.predict(data.x[i])
-    return out
+        for i, q in enumerate(negatives.queries if negatives else []):
+            if Path(q["workspace"]).name == Path(g).name:
+                neg_out[i] = model.predict(negatives.x[i])
+    return out, neg_out
 
 
 def main() -> None:
@@ -93,22 +121,44 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/memsift-ranker-locomo.pkl"))
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument("--cv-only", action="store_true")
+    ap.add_argument(
+        "--negatives", action="store_true", help="also train on every question asked of the next conversation"
+    )
     ap.add_argument("--out", type=Path, default=learned.DEFAULT_MODEL)
     args = ap.parse_args()
 
     data = load(args.queries, args.cache)
+    negatives = None
+    if args.negatives:
+        shifted_path = shifted(args.queries, args.cache.with_suffix(".shifted.jsonl"))
+        negatives = load(shifted_path, args.cache.with_suffix(".shifted.pkl"))
     print(f"{len(data.queries)} questions, {sum(len(y) for y in data.y)} candidates")
     show(
         "today: MaxSim blend of the fused top 30 (offline)",
-        table(data, [-np.argsort(blend_order(x)).astype(float) for x in data.x]),
+        table(data, [-np.argsort(blend_order(x)).astype(float) for x in data.x], floor=-np.inf),  # minus the rank
     )
-    cv = loco(data, args.l2)
+    cv, neg_cv = loco(data, negatives, args.l2)
     show(f"learned, leave-one-conversation-out CV (l2 {args.l2})", table(data, cv))
-    for floor in (0.02, 0.05, 0.1, 0.15, 0.2, 0.3):
-        t = table(data, cv, floor)
-        print(f"floor {floor}: R@10 {t['overall']['R@10']:.3f} nDCG@10 {t['overall']['nDCG@10']:.3f}")
+    tops = np.array([p.max() for p in cv])
+    neg_tops = np.array([p.max() if len(p) else 0.0 for p in neg_cv])
+    for floor in (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5):
+        t, top = table(data, cv, floor), table(data, cv, floor, on_top=True)
+        print(
+            f"floor {floor}: R@10 {t['overall']['R@10']:.3f} nDCG@10 {t['overall']['nDCG@10']:.3f} "
+            f"(on the best hit only: {top['overall']['R@10']:.3f} / {top['overall']['nDCG@10']:.3f}), "
+            f"questions left with no hit {np.mean(tops < floor):.3f}"
+            + (
+                f", questions of another conversation left with no hit {np.mean(neg_tops < floor):.3f}"
+                if neg_cv
+                else ""
+            )
+        )
     if args.cv_only:
         return
+    if negatives:
+        data.x += negatives.x
+        data.y += negatives.y
+        data.queries += negatives.queries
     model = ranker_training.train(data, l2=args.l2, meta={"trainedOn": str(args.queries.name), "l2": args.l2})
     args.out.write_text(model.to_json() + "\n", encoding="utf-8")
     print(f"wrote {args.out} (fingerprint {model.fingerprint})")

@@ -27,11 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from . import dates, ranking
+from .config import ConfigError
 from .query import STOP_WORDS
 from .store import ChunkRow
 
 #: The model that ships: trained on ../shared/bench/locomo-dev by bench/train_ranker.py.
 DEFAULT_MODEL = Path(__file__).with_name("ranker.json")
+
+#: Signals whose best value over the pool is a feature too.
+_POOLED = ("vector", "text", "maxsim", "line_best", "window_best", "coverage", "attr_best", "date_affinity")
 
 FEATURES = (
     # what the pipeline already computes
@@ -67,6 +71,9 @@ FEATURES = (
     "file_best_maxsim",
     "file_rr",
     "file_count",
+    # the best of some signals over the whole pool, the same for every candidate of a question: whether the
+    # memory holds an answer at all, so that probabilities compare across questions
+    *(f"pool_{name}" for name in _POOLED),
 )
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -76,7 +83,7 @@ _FIRST_PERSON = {"i", "me", "my", "mine", "we", "our", "us"}
 _SECOND_PERSON = {"you", "your", "yours", "assistant"}
 
 
-class RankerModelError(ValueError):
+class RankerModelError(ConfigError):
     """The ranker model file is missing, unreadable or not a model; the message names the file."""
 
 
@@ -239,12 +246,22 @@ def features(query: str, cands: list[ranking.Candidate], rows: dict[int, ChunkRo
             x[i, col["file_best_maxsim"]] = max((maxsim[j] for j in others), default=0.0)
             x[i, col["file_rr"]] = 1.0 / rank
             x[i, col["file_count"]] = len(members) / 10.0
+    return pool_context(x)
+
+
+def pool_context(x: np.ndarray) -> np.ndarray:
+    """Fill the `pool_*` columns: each pooled signal's best over the candidates."""
+    col = {name: i for i, name in enumerate(FEATURES)}
+    for name in _POOLED:
+        x[:, col[f"pool_{name}"]] = x[:, col[name]].max() if len(x) else 0.0
     return x
 
 
 def _minmax(values: np.ndarray) -> np.ndarray:
+    if np.isnan(values).all():
+        return values
     lo, hi = np.nanmin(values), np.nanmax(values)
-    if not np.isfinite(lo) or hi - lo < 1e-12:
+    if hi - lo < 1e-12:
         return np.where(np.isnan(values), np.nan, 1.0)
     return (values - lo) / (hi - lo)
 
