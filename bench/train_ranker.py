@@ -92,7 +92,9 @@ def show(label: str, t: dict) -> None:
         print(f"{name:<14}{t[name]['n']:>5}" + "".join(f"{t[name][m]:>9.3f}" for m in METRICS))
 
 
-def loco(data: ranker_training.Dataset, negatives: ranker_training.Dataset | None, l2: float) -> tuple[list, list]:
+def loco(
+    data: ranker_training.Dataset, negatives: ranker_training.Dataset | None, l2: float, also: list | None = None
+) -> tuple[list, list]:
     """Leave one conversation (workspace) out: each conversation's questions, and the other conversations'
     questions asked of it, are scored by a model fitted on everything that touches neither."""
     groups = [q["workspace"] for q in data.queries]
@@ -105,6 +107,9 @@ def loco(data: ranker_training.Dataset, negatives: ranker_training.Dataset | Non
             keep = [i for i, t in enumerate(touches) if g not in t and Path(g).name not in t]
             nx, ny = negatives.stacked(keep)
             x, y = np.vstack([x, nx]), np.concatenate([y, ny])
+        for extra in also or []:
+            ex, ey = extra.stacked()
+            x, y = np.vstack([x, ex]), np.concatenate([y, ey])
         model = learned.fit(x, y, l2=l2)
         for i, h in enumerate(groups):
             if h == g:
@@ -121,6 +126,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/memsift-ranker-locomo.pkl"))
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument("--cv-only", action="store_true")
+    ap.add_argument("--also", type=Path, action="append", default=[], help="another query file for every training fold")
     ap.add_argument(
         "--negatives", action="store_true", help="also train on every question asked of the next conversation"
     )
@@ -137,7 +143,8 @@ def main() -> None:
         "today: MaxSim blend of the fused top 30 (offline)",
         table(data, [-np.argsort(blend_order(x)).astype(float) for x in data.x], floor=-np.inf),  # minus the rank
     )
-    cv, neg_cv = loco(data, negatives, args.l2)
+    also = [load(path, args.cache.with_suffix(f".{path.stem}.pkl")) for path in args.also]
+    cv, neg_cv = loco(data, negatives, args.l2, also)
     show(f"learned, leave-one-conversation-out CV (l2 {args.l2})", table(data, cv))
     tops = np.array([p.max() for p in cv])
     neg_tops = np.array([p.max() if len(p) else 0.0 for p in neg_cv])
@@ -155,11 +162,17 @@ def main() -> None:
         )
     if args.cv_only:
         return
+    for extra in also:
+        data.x += extra.x
+        data.y += extra.y
+        data.queries += extra.queries
     if negatives:
         data.x += negatives.x
         data.y += negatives.y
         data.queries += negatives.queries
-    model = ranker_training.train(data, l2=args.l2, meta={"trainedOn": str(args.queries.name), "l2": args.l2})
+    trained_on = [args.queries.parent.name] + [f"{p.parent.name}/{p.name}" for p in args.also]
+    meta = {"trainedOn": trained_on, "negatives": args.negatives, "l2": args.l2}
+    model = ranker_training.train(data, l2=args.l2, meta=meta)
     args.out.write_text(model.to_json() + "\n", encoding="utf-8")
     print(f"wrote {args.out} (fingerprint {model.fingerprint})")
     for name, w in sorted(zip(learned.FEATURES, model.weights), key=lambda t: -abs(t[1])):

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from . import dates, ranking
-from .config import ConfigError
+from .errors import ConfigError
 from .query import STOP_WORDS
 from .store import ChunkRow
 

@@ -15,10 +15,13 @@ from typing import Any
 import numpy as np
 
 from . import learned, ranking, rerankers
-from .config import Config
+from .config import MODES, Config
 from .embedders import Embedder
+from .errors import SearchError
 from .indexer import cache_key
 from .query import fts_match
+from .rerankers import shortlist
+from .rerankers.local import is_maxsim
 from .store import ChunkRow, Store
 
 MAX_CANDIDATES = 200
@@ -28,10 +31,6 @@ LEARNED_FETCH = 40
 
 #: Receives every candidate the learned ranker scored, their chunks and feature rows (`memsift train-ranker`).
 Collector = Callable[[list[ranking.Candidate], dict[int, ChunkRow], np.ndarray], None]
-
-
-class SearchError(ValueError):
-    """The request itself is wrong (blank query, bad mode); the message says which part."""
 
 
 @dataclass
@@ -95,8 +94,8 @@ def search(
     s = config.search
     check_request(query, max_results, min_score)
     mode = mode or s.mode
-    if mode not in ("hybrid", "keyword", "vector"):
-        raise SearchError(f"mode: {mode!r} is not one of hybrid, keyword, vector")
+    if mode not in MODES:
+        raise SearchError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     limit = max_results or s.maxResults
     floor = s.minScore if min_score is None else min_score
     fetch = min(MAX_CANDIDATES, limit * s.candidateMultiplier)
@@ -162,8 +161,8 @@ def search(
     else:
         # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
         cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
-    if cands and not use_learned and rerankers.wanted(config, rerank, embedder):
-        head, problem = rerankers.rerank_shortlist(
+    if cands and not use_learned and shortlist.wanted(config, rerank, embedder):
+        head, problem = shortlist.rerank_shortlist(
             store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
         )
         cands = head + cands[config.rerank.candidates :]
@@ -189,9 +188,7 @@ def learned_wanted(config: Config, requested: bool | None, embedder: Embedder | 
     """Whether this search orders by the learned ranker: a rerank happens and it is local MaxSim (a feature of
     the model), with `rerank.method = "learned"`. Otherwise the fused order, or the MaxSim blend, as before."""
     return (
-        config.rerank.method == "learned"
-        and rerankers.is_maxsim(config.rerank)
-        and rerankers.wanted(config, requested, embedder)
+        config.rerank.method == "learned" and is_maxsim(config.rerank) and shortlist.wanted(config, requested, embedder)
     )
 
 
@@ -209,7 +206,7 @@ def _learned_order(
     """Every candidate scored by MaxSim and blended (both features), then ordered by the model's probability.
     Without MaxSim scores the model has no basis: the fused order stands and the reason is returned."""
     pool = sorted(cands, key=lambda c: (-c.score, c.id))
-    pool, problem = rerankers.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
+    pool, problem = shortlist.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
     if problem:
         return pool, problem
     x = learned.features(query, pool, rows, today)
@@ -231,12 +228,7 @@ def check_request(query: str, max_results: int | None, min_score: float | None) 
 
 def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
     s = config.search
-    if s.fusion == "weighted":
-        ranking.fuse_weighted(cands, s.vectorWeight, s.textWeight)
-    elif s.fusion == "rrf":
-        ranking.fuse_rrf(cands, s.rrfK, s.vectorWeight, s.textWeight)
-    else:
-        ranking.fuse_minmax(cands, s.vectorWeight, s.textWeight)
+    ranking.FUSIONS[s.fusion].fuse(cands, s.vectorWeight, s.textWeight, s.rrfK)
 
 
 def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: str | None) -> str | None:

@@ -47,7 +47,7 @@ def test_defaults_match_spec(ws: Path, memsift_home: Path) -> None:
     assert (c.chunking.tokens, c.chunking.overlap) == (400, 80)
 
     s = c.search
-    assert (s.maxResults, s.minScore) == (6, 0.01)
+    assert (s.maxResults, s.minScore) == (6, 0.35)
     assert s.mode == "hybrid"
     assert s.fusion == "minmax"  # documented extension, chosen on the benchmark
     assert s.rrfK == 60
