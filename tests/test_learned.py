@@ -104,3 +104,10 @@ def test_a_bad_model_file_is_a_clear_error(tmp_path) -> None:
         learned.Model.load(path)
     with pytest.raises(learned.RankerModelError, match="missing.json"):
         learned.Model.load(tmp_path / "missing.json")
+
+
+def test_status_names_the_learned_ranker_it_scores_with(workspace, make_config, open_index) -> None:
+    index = open_index(make_config(workspace({"MEMORY.md": "- a note\n"}), **{"rerank.method": "learned"}))
+    index.sync()
+    rerank = index.status()["rerank"]
+    assert rerank["method"] == "learned" and rerank["ranker"] == learned.model_for(None).fingerprint
