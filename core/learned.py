@@ -22,6 +22,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import date
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,8 @@ from .errors import ConfigError
 from .query import STOP_WORDS
 from .store import ChunkRow
 
-#: The model that ships: trained on ../shared/bench/locomo-dev by bench/train_ranker.py.
+#: The model that ships: trained by bench/train_ranker.py on locomo-dev (+ questions asked of the wrong
+#: conversation) and cosqa-dev identifiers.
 DEFAULT_MODEL = Path(__file__).with_name("ranker.json")
 
 #: Signals whose best value over the pool is a feature too.
@@ -212,8 +214,9 @@ def features(query: str, cands: list[ranking.Candidate], rows: dict[int, ChunkRo
     put("has_period", float(period is not None))
     put("date_affinity", [dates.affinity(ranking.note_date(rows[c.id].path), period) for c in cands])
 
-    lines = [[_terms(line) for line in rows[c.id].text.split("\n")] for c in cands]
-    speakers = [[_speaker(line) for line in rows[c.id].text.split("\n")] for c in cands]
+    parsed = [_lines(rows[c.id].text) for c in cands]
+    lines = [p[0] for p in parsed]
+    speakers = [p[1] for p in parsed]
     qterms = _terms(query)
     idf = _idf(qterms, lines)
     total = sum(idf.values()) or 1.0
@@ -276,6 +279,14 @@ def _reciprocal_ranks(values: np.ndarray) -> np.ndarray:
 def _stem(word: str) -> str:
     """A crude stem (the first five characters): 'painting', 'painted' and 'paints' meet, cheaply."""
     return word[:5]
+
+
+@lru_cache(maxsize=8192)
+def _lines(text: str) -> tuple[list[frozenset[str]], list[str | None]]:
+    """Each line's terms and speaker, kept per chunk text: the same chunks come back query after query, and
+    reading them is most of the cost of the features. Callers must not modify the result."""
+    split = text.split("\n")
+    return [frozenset(_terms(line)) for line in split], [_speaker(line) for line in split]
 
 
 def _terms(text: str) -> set[str]:
