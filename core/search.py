@@ -11,12 +11,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import ranking, rerankers
+from . import ranking, rerankers, timefilter
 from .config import Config
 from .embedders import Embedder
 from .indexer import cache_key
 from .query import fts_match
 from .store import ChunkRow, Store
+from .timefilter import TimeWindow
 
 MAX_CANDIDATES = 200
 
@@ -75,6 +76,9 @@ def search(
     min_score: float | None = None,
     mode: str | None = None,
     path_prefix: str | None = None,
+    after: str | None = None,
+    before: str | None = None,
+    evergreen: bool = True,
     explain: bool = False,
     rerank: bool | None = None,
     make_reranker: Callable[[], rerankers.Reranker] | None = None,
@@ -83,7 +87,8 @@ def search(
 ) -> SearchResponse:
     started = time.perf_counter()
     s = config.search
-    check_request(query, max_results, min_score)
+    check_request(query, max_results, min_score, after, before)
+    now = time.time() if now is None else now
     mode = mode or s.mode
     if mode not in ("hybrid", "keyword", "vector"):
         raise SearchError(f"mode: {mode!r} is not one of hybrid, keyword, vector")
@@ -99,11 +104,12 @@ def search(
             mode = "keyword"
 
     match = fts_match(query)
+    scope = _scope(store, path_prefix, time_window(after, before, evergreen, now))
 
     def keyword_leg() -> list[tuple[int, float]]:
         if match is None:
             return []
-        return store.fts_search(match, fetch, path_prefix)
+        return store.fts_search(match, fetch, scope)
 
     text_hits = keyword_leg() if mode != "vector" else []
 
@@ -117,11 +123,7 @@ def search(
             text_hits = keyword_leg() if mode == "vector" else text_hits
             mode = "keyword"
         else:
-            over = fetch * 4 if path_prefix else fetch
-            vector_hits = store.vec_search(qvec, min(over, MAX_CANDIDATES * 4), cache_key(embedder))
-            if path_prefix:
-                rows = store.chunks_by_ids(cid for cid, _ in vector_hits)
-                vector_hits = [(c, v) for c, v in vector_hits if rows[c].path.startswith(path_prefix)][:fetch]
+            vector_hits = store.vec_search(qvec, fetch, cache_key(embedder), scope)
 
     cands = ranking.merge_legs(text_hits, vector_hits)
     if mode == "hybrid":
@@ -136,7 +138,7 @@ def search(
 
     rows = store.chunks_by_ids(c.id for c in cands)
     if s.decayEnabled:
-        _apply_decay(store, cands, rows, s.halfLifeDays, now if now is not None else time.time())
+        _apply_decay(store, cands, rows, s.halfLifeDays, now)
     # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
     cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
     if cands and rerankers.wanted(config, rerank, embedder):
@@ -162,13 +164,40 @@ def search(
     )
 
 
-def check_request(query: str, max_results: int | None, min_score: float | None) -> None:
+def check_request(
+    query: str,
+    max_results: int | None,
+    min_score: float | None,
+    after: str | None = None,
+    before: str | None = None,
+) -> None:
     if not isinstance(query, str) or not query.strip():
         raise SearchError("query: must not be blank")
     if max_results is not None and not 1 <= max_results <= 100:
         raise SearchError(f"maxResults: {max_results} is out of range [1, 100]")
     if min_score is not None and not 0.0 <= min_score <= 1.0:
         raise SearchError(f"minScore: {min_score} is out of range [0, 1]")
+    time_window(after, before, True, time.time())
+
+
+def time_window(after: str | None, before: str | None, evergreen: bool, now: float) -> TimeWindow | None:
+    """The `after` / `before` / `evergreen` filters (core.timefilter), a bad value being a SearchError."""
+    try:
+        return timefilter.window(after, before, evergreen=evergreen, now=now)
+    except timefilter.TimeFilterError as exc:
+        raise SearchError(str(exc)) from None
+
+
+def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:
+    """The files a filtered search may answer from (None: every file). Both legs take it inside their
+    candidate selection, so filtering never leaves a search short of hits that exist."""
+    if not path_prefix and window is None:
+        return None
+    return [
+        path
+        for path, (_, mtime_ns, _) in store.file_rows().items()
+        if (not path_prefix or path.startswith(path_prefix)) and (window is None or window.keeps(path, mtime_ns))
+    ]
 
 
 def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
