@@ -83,6 +83,9 @@ class MemoryController(Controller):
                 min_score=data.min_score,
                 mode=data.mode,
                 path_prefix=data.path_prefix,
+                after=data.after,
+                before=data.before,
+                evergreen=data.evergreen,
                 explain=data.explain,
                 rerank=data.rerank,
             )
