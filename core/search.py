@@ -94,7 +94,9 @@ def search(
         raise SearchError(f"mode: {mode!r} is not one of hybrid, keyword, vector")
     limit = max_results or s.maxResults
     floor = s.minScore if min_score is None else min_score
-    fetch = min(MAX_CANDIDATES, limit * s.candidateMultiplier)
+    # A pool that does not depend on maxResults: top-k is monotonic (SPEC section 5), the first j hits of
+    # maxResults k are those of maxResults j, since every stage before the cut sees the same candidates.
+    fetch = min(MAX_CANDIDATES, s.candidatePool)
 
     identity = store.identity() or {}
     degraded = None
