@@ -89,7 +89,7 @@ class MemoryController(Controller):
                 explain=data.explain,
                 rerank=data.rerank,
             )
-        metrics.observe_search(index.config.agent, response.mode, response.tookMs)
+        metrics.observe_search(index.config.agent, response)
         return msgspec.convert(response.to_dict(), SearchAnswer)
 
     @post(

@@ -52,6 +52,9 @@ class SearchResponse:
     model: str | None
     tookMs: float
     degraded: str | None = None
+    # Why `results` is empty, for telemetry (not on the wire): "no_match" (neither leg found a candidate) or
+    # "below_floor" (candidates were found, the score floor removed every one).
+    empty: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -138,6 +141,7 @@ def search(
         for c in cands:
             c.score = (c.text if mode == "keyword" else c.vector) or 0.0
 
+    found = bool(cands)
     rows = store.chunks_by_ids(c.id for c in cands)
     if s.decayEnabled:
         _apply_decay(store, cands, rows, s.halfLifeDays, now)
@@ -163,6 +167,7 @@ def search(
         model=identity.get("model") or (embedder.model if embedder else None),
         tookMs=round((time.perf_counter() - started) * 1000, 2),
         degraded=degraded,
+        empty=None if hits else "below_floor" if found else "no_match",
     )
 
 
