@@ -130,7 +130,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "search.vectorWeight": (None, _optional(_number(float, 0.0, 1.0))),
     "search.textWeight": (None, _optional(_number(float, 0.0, 1.0))),
     "search.rrfK": (60, _number(int, 1, 10000)),
-    "search.candidatePool": (100, _number(int, 1, 200)),
+    "search.candidatePool": (40, _number(int, 1, 200)),
     "search.temporalDecay.enabled": (False, _bool),
     "search.temporalDecay.halfLifeDays": (30.0, _number(float, 0.001)),
     "search.mmr.enabled": (False, _bool),

@@ -51,7 +51,7 @@ def test_defaults_match_spec(ws: Path, memsift_home: Path) -> None:
     assert s.mode == "hybrid"
     assert s.fusion == "minmax"  # documented extension, chosen on the benchmark
     assert s.rrfK == 60
-    assert s.candidatePool == 100
+    assert s.candidatePool == 40
     assert (s.decayEnabled, s.halfLifeDays) == (False, 30)
     assert (s.mmrEnabled, s.mmrLambda) == (False, 0.7)
     assert s.snippetChars == 700
