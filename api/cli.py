@@ -66,7 +66,7 @@ def _parser() -> _Parser:
     search.add_argument("--min-score", type=_bounded(float, 0.0, 1.0), metavar="X")
     search.add_argument("--mode", choices=MODES)
     search.add_argument("--path-prefix", metavar="P", help="only files under this workspace-relative prefix")
-    when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m)"
+    when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m: months)"
     search.add_argument("--after", metavar="WHEN", help=f"only notes dated at or after {when}")
     search.add_argument("--before", metavar="WHEN", help="only notes dated at or before WHEN (same forms)")
     search.add_argument(
