@@ -202,7 +202,7 @@ def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> 
         return None
     return [
         path
-        for path, (_, mtime_ns, _) in store.file_rows().items()
+        for path, mtime_ns in store.file_mtimes().items()
         if (not path_prefix or path.startswith(path_prefix)) and (window is None or window.keeps(path, mtime_ns))
     ]
 

@@ -329,7 +329,10 @@ class Store:
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
-    def file_mtimes(self, paths: Iterable[str]) -> dict[str, int]:
+    def file_mtimes(self, paths: Iterable[str] | None = None) -> dict[str, int]:
+        """mtime_ns by path of some files, or of every file (None)."""
+        if paths is None:
+            return dict(self.conn.execute("SELECT path, mtime_ns FROM files"))
         paths = list(paths)
         marks = ",".join("?" * len(paths))
         return dict(self.conn.execute(f"SELECT path, mtime_ns FROM files WHERE path IN ({marks})", paths))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
 from .ranking import is_evergreen, note_date
@@ -38,13 +38,23 @@ class TimeWindow:
     start_ns: int | None = None
     end_ns: int | None = None
     evergreen: bool = True
+    # The same bounds as local days: a daily note's day overlaps the window exactly when it lies between them.
+    # Computed once, since a filtered search asks about every file of the index.
+    first_day: date | None = field(init=False, default=None, compare=False)
+    last_day: date | None = field(init=False, default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, ns in (("first_day", self.start_ns), ("last_day", self.end_ns)):
+            if ns is not None:
+                object.__setattr__(self, name, datetime.fromtimestamp(ns // NS).date())
 
     def keeps(self, path: str, mtime_ns: int) -> bool:
+        day = note_date(path)
+        if day is not None:
+            return (self.first_day is None or day >= self.first_day) and (self.last_day is None or day <= self.last_day)
         if is_evergreen(path):
             return self.evergreen
-        day = note_date(path)
-        first, last = day_span(day) if day is not None else (mtime_ns, mtime_ns)
-        return (self.start_ns is None or last >= self.start_ns) and (self.end_ns is None or first <= self.end_ns)
+        return (self.start_ns is None or mtime_ns >= self.start_ns) and (self.end_ns is None or mtime_ns <= self.end_ns)
 
 
 def day_span(day: date) -> tuple[int, int]:
