@@ -32,7 +32,8 @@ SEARCH_DESCRIPTION = (
     "Search the agent's long-term memory (MEMORY.md, memory/*.md notes and, when enabled, past session "
     "transcripts). Call this BEFORE answering anything about prior work, decisions, dates, people, "
     "preferences or to-dos, even when you think you remember. Returns the best matching snippets, each with "
-    "path, startLine, endLine, score and a citation; read more around a hit with memory_get. An empty list "
+    "path, startLine, endLine, score and a citation; read more around a hit with memory_get. For a period, pass "
+    "after/before (a date, or a duration back from now such as 7d). An empty list "
     "means nothing relevant is stored. If the result has unavailable=true, memory could not be searched: say "
     "so rather than guessing."
 )
