@@ -367,3 +367,14 @@ def test_bad_headers_error_does_not_print_the_secret(ws: Path) -> None:
         load_config(workspace=ws, env={})
     assert str(err.value).startswith("embedding.headers")
     assert "sk-secret-123" not in str(err.value)
+
+
+def test_candidate_multiplier_names_its_replacement(ws: Path) -> None:
+    """SPEC's over-fetch by maxResults made top-k depend on k; the pool that replaced it is named."""
+    write(ws / "memsift.toml", "[search]\ncandidateMultiplier = 4\n")
+    with pytest.raises(ConfigError, match=r"^search\.candidateMultiplier: replaced by search\.candidatePool"):
+        load_config(workspace=ws, env={})
+    write(ws / "memsift.toml", "[search]\ncandidatePool = 120\n")
+    assert load_config(workspace=ws, env={}).search.candidatePool == 120
+    with pytest.raises(ConfigError, match=r"^search\.candidatePool:"):
+        load_config(workspace=ws, env={"MEMSIFT_SEARCH_CANDIDATE_POOL": "201"})
