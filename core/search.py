@@ -12,18 +12,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import ranking, rerankers, timefilter
-from .config import Config
+from .config import MODES, Config
 from .embedders import Embedder
+from .errors import SearchError
 from .indexer import cache_key
 from .query import fts_match
+from .rerankers import shortlist
 from .store import ChunkRow, Store
 from .timefilter import TimeWindow
 
 MAX_CANDIDATES = 200
-
-
-class SearchError(ValueError):
-    """The request itself is wrong (blank query, bad mode); the message says which part."""
 
 
 @dataclass
@@ -93,8 +91,8 @@ def search(
     check_request(query, max_results, min_score, after, before)
     now = time.time() if now is None else now
     mode = mode or s.mode
-    if mode not in ("hybrid", "keyword", "vector"):
-        raise SearchError(f"mode: {mode!r} is not one of hybrid, keyword, vector")
+    if mode not in MODES:
+        raise SearchError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     limit = max_results or s.maxResults
     floor = s.minScore if min_score is None else min_score
     # A pool that does not depend on maxResults: top-k is monotonic (SPEC section 5), the first j hits of
@@ -109,7 +107,7 @@ def search(
             mode = "keyword"
 
     match = fts_match(query)
-    scope = _scope(store, path_prefix, time_window(after, before, evergreen, now))
+    scope = _scope(store, path_prefix, timefilter.window(after, before, evergreen=evergreen, now=now))
 
     def keyword_leg() -> list[tuple[int, float]]:
         if match is None:
@@ -147,8 +145,8 @@ def search(
         _apply_decay(store, cands, rows, s.halfLifeDays, now)
     # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
     cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
-    if cands and rerankers.wanted(config, rerank, embedder):
-        head, problem = rerankers.rerank_shortlist(
+    if cands and shortlist.wanted(config, rerank, embedder):
+        head, problem = shortlist.rerank_shortlist(
             store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
         )
         cands = head + cands[config.rerank.candidates :]
@@ -184,15 +182,7 @@ def check_request(
         raise SearchError(f"maxResults: {max_results} is out of range [1, 100]")
     if min_score is not None and not 0.0 <= min_score <= 1.0:
         raise SearchError(f"minScore: {min_score} is out of range [0, 1]")
-    time_window(after, before, True, time.time())
-
-
-def time_window(after: str | None, before: str | None, evergreen: bool, now: float) -> TimeWindow | None:
-    """The `after` / `before` / `evergreen` filters (core.timefilter), a bad value being a SearchError."""
-    try:
-        return timefilter.window(after, before, evergreen=evergreen, now=now)
-    except timefilter.TimeFilterError as exc:
-        raise SearchError(str(exc)) from None
+    timefilter.window(after, before, now=time.time())
 
 
 def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:
@@ -209,12 +199,7 @@ def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> 
 
 def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
     s = config.search
-    if s.fusion == "weighted":
-        ranking.fuse_weighted(cands, s.vectorWeight, s.textWeight)
-    elif s.fusion == "rrf":
-        ranking.fuse_rrf(cands, s.rrfK, s.vectorWeight, s.textWeight)
-    else:
-        ranking.fuse_minmax(cands, s.vectorWeight, s.textWeight)
+    ranking.FUSIONS[s.fusion].fuse(cands, s.vectorWeight, s.textWeight, s.rrfK)
 
 
 def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: str | None) -> str | None:

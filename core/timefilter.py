@@ -19,16 +19,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
+from .errors import SearchError
 from .ranking import is_evergreen, note_date
 
 NS = 1_000_000_000
 _DURATION = re.compile(r"(\d{1,6})\s*(h|hours?|d|days?|w|weeks?|m|mo|months?|y|years?)(?:\s+ago)?", re.IGNORECASE)
 _UNIT_DAYS = {"d": 1, "w": 7}
 _FORMS = "a date (YYYY-MM-DD), a date-time (YYYY-MM-DDTHH:MM), today, yesterday, or a duration such as 12h, 7d, 2w, 3m"
-
-
-class TimeFilterError(ValueError):
-    """A bound cannot be read, or `after` is later than `before`; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +103,7 @@ def window(
     start = _bound("after", after, now, 0)
     end = _bound("before", before, now, 1)
     if start is not None and end is not None and start > end:
-        raise TimeFilterError(f"after: {after!r} is later than before: {before!r}")
+        raise SearchError(f"after: {after!r} is later than before: {before!r}")
     return TimeWindow(start, end, evergreen)
 
 
@@ -114,8 +111,8 @@ def _bound(field: str, text: str | None, now: float, side: int) -> int | None:
     if text is None:
         return None
     if not isinstance(text, str) or not text.strip():
-        raise TimeFilterError(f"{field}: must be {_FORMS}")
+        raise SearchError(f"{field}: must be {_FORMS}")
     try:
         return parse_bound(text, now)[side]
     except (ValueError, OverflowError, OSError):
-        raise TimeFilterError(f"{field}: {text!r} is not {_FORMS}") from None
+        raise SearchError(f"{field}: {text!r} is not {_FORMS}") from None

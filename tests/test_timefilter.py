@@ -10,7 +10,8 @@ from datetime import datetime
 
 import pytest
 
-from core.timefilter import NS, TimeFilterError, TimeWindow, parse_bound, window
+from core.errors import SearchError
+from core.timefilter import NS, TimeWindow, parse_bound, window
 
 NOW = datetime(2026, 5, 31, 15, 30)  # local time; the 31st shows how months clamp
 
@@ -63,17 +64,17 @@ def test_a_phrase_names_a_span(phrase, span):
     "phrase", ["", "  ", "last week", "7", "7x", "-7d", "d7", "2026-13-01", "2026-02-30", "tomorrow", "7d later"]
 )
 def test_a_bad_phrase_is_a_clear_error_naming_the_field(phrase):
-    with pytest.raises(TimeFilterError, match=r"^before: .*(YYYY-MM-DD).*7d"):
+    with pytest.raises(SearchError, match=r"^before: .*(YYYY-MM-DD).*7d"):
         window(before=phrase, now=NOW.timestamp())
 
 
 def test_a_huge_duration_is_an_error_not_a_crash():
-    with pytest.raises(TimeFilterError, match="^after: '999999y' is not"):
+    with pytest.raises(SearchError, match="^after: '999999y' is not"):
         window(after="999999y", now=NOW.timestamp())
 
 
 def test_after_later_than_before_is_an_error():
-    with pytest.raises(TimeFilterError, match="^after: '2026-11-21' is later than before: '2026-11-20'"):
+    with pytest.raises(SearchError, match="^after: '2026-11-21' is later than before: '2026-11-20'"):
         window(after="2026-11-21", before="2026-11-20")
 
 
