@@ -66,6 +66,15 @@ def _parser() -> _Parser:
     search.add_argument("--min-score", type=_bounded(float, 0.0, 1.0), metavar="X")
     search.add_argument("--mode", choices=MODES)
     search.add_argument("--path-prefix", metavar="P", help="only files under this workspace-relative prefix")
+    when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m: months)"
+    search.add_argument("--after", metavar="WHEN", help=f"only notes dated at or after {when}")
+    search.add_argument("--before", metavar="WHEN", help="only notes dated at or before WHEN (same forms)")
+    search.add_argument(
+        "--no-evergreen",
+        dest="evergreen",
+        action="store_false",
+        help="drop undated files (MEMORY.md, memory.md, undated memory/ notes), which filters otherwise keep",
+    )
     search.add_argument("--explain", action="store_true", help="show every stage's score")
     search.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="rerank the shortlist")
 
@@ -265,6 +274,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             min_score=args.min_score,
             mode=args.mode,
             path_prefix=args.path_prefix,
+            after=args.after,
+            before=args.before,
+            evergreen=args.evergreen,
             explain=args.explain,
             rerank=args.rerank,
         )

@@ -31,7 +31,8 @@ SEARCH_DESCRIPTION = (
     "Search the agent's long-term memory (MEMORY.md, memory/*.md notes and, when enabled, past session "
     "transcripts). Call this BEFORE answering anything about prior work, decisions, dates, people, "
     "preferences or to-dos, even when you think you remember. Returns the best matching snippets, each with "
-    "path, startLine, endLine, score and a citation; read more around a hit with memory_get. An empty list "
+    "path, startLine, endLine, score and a citation; read more around a hit with memory_get. For a period, pass "
+    "after/before (a date, or a duration back from now such as 7d). An empty list "
     "means nothing relevant is stored. If the result has unavailable=true, memory could not be searched: say "
     "so rather than guessing."
 )
@@ -48,6 +49,16 @@ SEARCH_SCHEMA: dict[str, Any] = {
         "query": {"type": "string", "description": "what to look for, in the user's words"},
         "maxResults": {"type": "integer", "minimum": 1, "maximum": 100, "description": "default: search.maxResults"},
         "minScore": {"type": "number", "minimum": 0, "maximum": 1, "description": "default: search.minScore"},
+        "after": {
+            "type": "string",
+            "description": "only notes dated at or after this: YYYY-MM-DD, an ISO date-time, today, yesterday, "
+            "or a duration back from now such as 12h, 7d, 2w, 3m (months)",
+        },
+        "before": {"type": "string", "description": "only notes dated at or before this (same forms as after)"},
+        "evergreen": {
+            "type": "boolean",
+            "description": "keep undated files (MEMORY.md, undated notes) when filtering by date (default true)",
+        },
     },
     "required": ["query"],
     "additionalProperties": False,
@@ -82,7 +93,7 @@ class ToolArgumentError(MemsiftError, ValueError):
     """An argument is missing, unknown or of the wrong type; the message names it."""
 
 
-_KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float)}
+_KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
 
 
 def _argument(args: dict[str, Any], schema: dict[str, Any], name: str) -> Any:
@@ -93,7 +104,7 @@ def _argument(args: dict[str, Any], schema: dict[str, Any], name: str) -> Any:
             raise ToolArgumentError(f"{name}: required")
         return None
     kind = schema["properties"][name]["type"]
-    if isinstance(value, bool) or not isinstance(value, _KINDS[kind]):
+    if isinstance(value, bool) != (kind == "boolean") or not isinstance(value, _KINDS[kind]):
         raise ToolArgumentError(f"{name}: expected {kind}, got {value!r}")
     return value
 
@@ -128,8 +139,14 @@ class MemoryTools:
         query = _argument(args, SEARCH_SCHEMA, "query")
         max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
         min_score = _argument(args, SEARCH_SCHEMA, "minScore")
+        evergreen = _argument(args, SEARCH_SCHEMA, "evergreen")
         response = self.index.search(
-            query, max_results=max_results, min_score=None if min_score is None else float(min_score)
+            query,
+            max_results=max_results,
+            min_score=None if min_score is None else float(min_score),
+            after=_argument(args, SEARCH_SCHEMA, "after"),
+            before=_argument(args, SEARCH_SCHEMA, "before"),
+            evergreen=evergreen is not False,
         )
         return response.to_dict()
 

@@ -3,7 +3,9 @@
 Requests per route (count and latency) come from Litestar's Prometheus middleware, labelled by the route
 template so `/v1/index/{runId}` is one series; it records into prometheus_client's process-wide registry,
 which also holds the process collectors (RSS, CPU, open files). What is memsift's own lives in a registry per
-app: the time core spends in a search and in each of its stages (`core.timings`), and per agent the index
+app: the time core spends in a search and in each of its stages (`core.timings`), per agent the searches
+answered with no hit (and why) and the score of the first hit of the others (retrieval quality drifting),
+and per agent the index
 size, chunk count and age of the last sync, read when scraped.
 """
 
@@ -16,16 +18,18 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from litestar.plugins.prometheus import PrometheusConfig
-from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from core import MemoryIndex, StoreError
+from core import MemoryIndex, SearchResponse, StoreError
 
 # Searches take milliseconds; the defaults of prometheus_client start at 5 ms.
 SEARCH_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 10.0)
 # A stage can take a fraction of a millisecond.
 STAGE_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, *SEARCH_BUCKETS[1:])
+# Scores live in [0, 1]; 0.35 is the default floor.
+SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 Lease = Callable[[str], AbstractContextManager[MemoryIndex]]
 
@@ -55,15 +59,34 @@ class Metrics:
             buckets=STAGE_BUCKETS,
             registry=self.registry,
         )
+        # Retrieval drifting shows here before anyone complains: more empty answers, lower top scores.
+        self.search_empty = Counter(
+            "memsift_search_empty",
+            "Searches answered with no hit, by agent and why: no_match (no candidate at all) or below_floor "
+            "(candidates found, none passed the score floor)",
+            ["agent", "reason"],
+            registry=self.registry,
+        )
+        self.top_score = Histogram(
+            "memsift_search_top_score",
+            "Score of the first hit of each search that returned one, by agent",
+            ["agent"],
+            buckets=SCORE_BUCKETS,
+            registry=self.registry,
+        )
 
     def track_indexes(self, agents: list[str], lease: Lease) -> None:
         self.registry.register(IndexCollector(agents, lease))
 
-    def observe_search(self, agent: str, mode: str, took_ms: float, timings: dict[str, float] | None) -> None:
-        self.search_seconds.labels(agent, mode).observe(took_ms / 1000)
-        for stage, ms in (timings or {}).items():
+    def observe_search(self, agent: str, response: SearchResponse) -> None:
+        self.search_seconds.labels(agent, response.mode).observe(response.tookMs / 1000)
+        for stage, ms in (response.timings or {}).items():
             if ms:
                 self.stage_seconds.labels(stage).observe(ms / 1000)
+        if response.results:
+            self.top_score.labels(agent).observe(response.results[0].score)
+        else:
+            self.search_empty.labels(agent, response.empty or "no_match").inc()
 
     def exposition(self) -> bytes:
         """Prometheus text: the process-wide registry (requests, process), then this app's."""

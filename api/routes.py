@@ -83,10 +83,13 @@ class MemoryController(Controller):
                 min_score=data.min_score,
                 mode=data.mode,
                 path_prefix=data.path_prefix,
+                after=data.after,
+                before=data.before,
+                evergreen=data.evergreen,
                 explain=data.explain,
                 rerank=data.rerank,
             )
-        metrics.observe_search(index.config.agent, response.mode, response.tookMs, response.timings)
+        metrics.observe_search(index.config.agent, response)
         return msgspec.convert(response.to_dict(), SearchAnswer)
 
     @post(

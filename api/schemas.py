@@ -17,6 +17,10 @@ MAX_QUERY_BYTES = 4096
 MAX_RESULTS = 100
 MAX_LINES = 5000
 
+WHEN = (
+    "a date (YYYY-MM-DD, the whole local day), a date-time (ISO 8601), `today`, `yesterday`, or a duration back "
+    "from now (`12h`, `7d`, `2w`, `3m` months, `1y`); daily notes are dated by file name, other files by mtime"
+)
 AgentId = Annotated[str, Meta(max_length=64, description="an agent of the configuration; default `main`")]
 
 
@@ -28,6 +32,11 @@ class SearchRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     mode: Literal["hybrid", "keyword", "vector"] | None = None
     rerank: bool | None = None
     path_prefix: Annotated[str, Meta(max_length=1024, description="only files under this path")] | None = None
+    after: Annotated[str, Meta(max_length=64, description=f"only notes dated at or after this: {WHEN}")] | None = None
+    before: Annotated[str, Meta(max_length=64, description=f"only notes dated at or before this: {WHEN}")] | None = None
+    evergreen: Annotated[
+        bool, Meta(description="keep undated files (MEMORY.md, undated memory/ notes) when filtering by date")
+    ] = True
     explain: bool = False
 
 

@@ -133,7 +133,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "search.vectorWeight": (None, _optional(_number(float, 0.0, 1.0))),
     "search.textWeight": (None, _optional(_number(float, 0.0, 1.0))),
     "search.rrfK": (60, _number(int, 1, 10000)),
-    "search.candidateMultiplier": (4, _number(int, 1, 50)),
+    "search.candidatePool": (40, _number(int, 1, 200)),
     "search.temporalDecay.enabled": (False, _bool),
     "search.temporalDecay.halfLifeDays": (30.0, _number(float, 0.001)),
     "search.mmr.enabled": (False, _bool),
@@ -216,7 +216,7 @@ class SearchConfig:
     vectorWeight: float
     textWeight: float
     rrfK: int
-    candidateMultiplier: int
+    candidatePool: int
     decayEnabled: bool
     halfLifeDays: float
     mmrEnabled: bool
@@ -342,6 +342,11 @@ def _env_key(name: str) -> str:
     return name.replace("_", "").replace(".", "").lower()
 
 
+# Keys of SPEC that memsift replaced, with what to set instead.
+_REPLACED = {
+    "search.candidateMultiplier": "search.candidatePool: each leg fetches that many candidates whatever "
+    "maxResults is, so the first hits of maxResults 1 are those of maxResults 10 (docs/search-and-ranking.md)",
+}
 _ENV_KEYS = {_env_key(k): k for k in _SCHEMA}
 _SECTIONS = {k.split(".")[0].lower() for k in _SCHEMA if "." in k}
 _NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_RERANK_API_KEY"}  # the last: a secret, not a key
@@ -415,6 +420,8 @@ def load_config(
                 raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
             agents[parts[1]] = _resolve(source, _str(key, value))
             continue
+        if key in _REPLACED:
+            raise ConfigError(f"{key}: replaced by {_REPLACED[key]}")
         if key not in _SCHEMA:
             raise ConfigError(f"{key}: no such configuration key")
         values[key] = _SCHEMA[key][1](key, value)
@@ -461,7 +468,7 @@ def load_config(
             vectorWeight=vw,
             textWeight=tw,
             rrfK=values["search.rrfK"],
-            candidateMultiplier=values["search.candidateMultiplier"],
+            candidatePool=values["search.candidatePool"],
             decayEnabled=values["search.temporalDecay.enabled"],
             halfLifeDays=values["search.temporalDecay.halfLifeDays"],
             mmrEnabled=values["search.mmr.enabled"],

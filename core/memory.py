@@ -235,7 +235,7 @@ class MemoryIndex:
     def search(self, query: str, **options: Any) -> SearchResponse:
         """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
         embedder works: a provider that cannot start gives a keyword index and a degraded answer."""
-        check_request(query, options.get("max_results"), options.get("min_score"))
+        check_request(query, *(options.get(k) for k in ("max_results", "min_score", "after", "before")))
         if self.store.identity() is None:
             with self._writing():
                 if self.store.identity() is None:  # nobody indexed it while we waited

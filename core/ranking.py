@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
+from functools import lru_cache
 
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})[^/]*\.md$", re.IGNORECASE)
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -143,6 +144,7 @@ def passes_floor(c: Candidate, min_score: float) -> bool:
     return c.bm25 is not None or (c.vector or 0.0) >= min_score
 
 
+@lru_cache(maxsize=65536)  # a filtered search dates every file of the index: the regex once per path
 def note_date(path: str) -> date | None:
     """The date in a daily note's file name (`memory/**/YYYY-MM-DD*.md`), if any."""
     m = _DATED.search(path)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import learned, ranking, rerankers, threads
+from . import learned, ranking, rerankers, threads, timefilter
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
@@ -23,6 +23,7 @@ from .query import fts_match
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim
 from .store import ChunkRow, Store
+from .timefilter import TimeWindow
 from .timings import StageClock
 
 MAX_CANDIDATES = 200
@@ -63,6 +64,9 @@ class SearchResponse:
     #: Milliseconds per stage (`core.timings.STAGES`); always measured, shown with `explain`.
     timings: dict[str, float] | None = None
     explain: bool = False
+    # Why `results` is empty, for telemetry (not on the wire): "no_match" (neither leg found a candidate) or
+    # "below_floor" (candidates were found, the score floor removed every one).
+    empty: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -89,6 +93,9 @@ def search(
     min_score: float | None = None,
     mode: str | None = None,
     path_prefix: str | None = None,
+    after: str | None = None,
+    before: str | None = None,
+    evergreen: bool = True,
     explain: bool = False,
     rerank: bool | None = None,
     make_reranker: Callable[[], rerankers.Reranker] | None = None,
@@ -100,13 +107,16 @@ def search(
     clock = StageClock()
     threads.limit_blas()  # once per process; a pool of BLAS threads is what gave searches their tail
     s = config.search
-    check_request(query, max_results, min_score)
+    check_request(query, max_results, min_score, after, before)
+    now = time.time() if now is None else now
     mode = mode or s.mode
     if mode not in MODES:
         raise SearchError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     limit = max_results or s.maxResults
     floor = s.minScore if min_score is None else min_score
-    fetch = min(MAX_CANDIDATES, limit * s.candidateMultiplier)
+    # A pool that does not depend on maxResults: top-k is monotonic (SPEC section 5), the first j hits of
+    # maxResults k are those of maxResults j, since every stage before the cut sees the same candidates.
+    fetch = min(MAX_CANDIDATES, s.candidatePool)
     use_learned = learned_wanted(config, rerank, embedder)
     if use_learned:
         fetch = max(fetch, LEARNED_FETCH)
@@ -119,12 +129,13 @@ def search(
             mode = "keyword"
 
     match = fts_match(query)
+    scope = _scope(store, path_prefix, timefilter.window(after, before, evergreen=evergreen, now=now))
 
     def keyword_leg() -> list[tuple[int, float]]:
         if match is None:
             return []
         with clock.stage("keyword"):
-            return store.fts_search(match, fetch, path_prefix)
+            return store.fts_search(match, fetch, scope)
 
     text_hits = keyword_leg() if mode != "vector" else []
 
@@ -143,11 +154,7 @@ def search(
             mode = "keyword"
         if mode != "keyword":
             with clock.stage("vector"):
-                over = fetch * 4 if path_prefix else fetch
-                vector_hits = store.vec_search(qvec, min(over, MAX_CANDIDATES * 4), cache_key(embedder))
-                if path_prefix:
-                    rows = store.chunks_by_ids(cid for cid, _ in vector_hits)
-                    vector_hits = [(c, v) for c, v in vector_hits if rows[c].path.startswith(path_prefix)][:fetch]
+                vector_hits = store.vec_search(qvec, fetch, cache_key(embedder), scope)
 
     with clock.stage("fusion"):
         cands = ranking.merge_legs(text_hits, vector_hits)
@@ -161,8 +168,8 @@ def search(
             for c in cands:
                 c.score = (c.text if mode == "keyword" else c.vector) or 0.0
 
+        found = bool(cands)
         rows = store.chunks_by_ids(c.id for c in cands)
-        now = now if now is not None else time.time()
         if s.decayEnabled:
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
     if use_learned and mode == "hybrid" and cands:
@@ -201,6 +208,7 @@ def search(
         degraded=degraded,
         timings=clock.ms(),
         explain=explain,
+        empty=None if hits else "below_floor" if found else "no_match",
     )
 
 
@@ -242,13 +250,32 @@ def _usable(vector: np.ndarray) -> bool:
     return bool(np.isfinite(vector).all() and np.any(vector))
 
 
-def check_request(query: str, max_results: int | None, min_score: float | None) -> None:
+def check_request(
+    query: str,
+    max_results: int | None,
+    min_score: float | None,
+    after: str | None = None,
+    before: str | None = None,
+) -> None:
     if not isinstance(query, str) or not query.strip():
         raise SearchError("query: must not be blank")
     if max_results is not None and not 1 <= max_results <= 100:
         raise SearchError(f"maxResults: {max_results} is out of range [1, 100]")
     if min_score is not None and not 0.0 <= min_score <= 1.0:
         raise SearchError(f"minScore: {min_score} is out of range [0, 1]")
+    timefilter.window(after, before, now=time.time())
+
+
+def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:
+    """The files a filtered search may answer from (None: every file). Both legs take it inside their
+    candidate selection, so filtering never leaves a search short of hits that exist."""
+    if not path_prefix and window is None:
+        return None
+    return [
+        path
+        for path, mtime_ns in store.file_mtimes().items()
+        if (not path_prefix or path.startswith(path_prefix)) and (window is None or window.keeps(path, mtime_ns))
+    ]
 
 
 def _fuse(cands: list[ranking.Candidate], config: Config) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,10 @@ _CHUNK_VECTORS = (
     "SELECT c.id, e.embedding FROM chunks c CROSS JOIN embedding_cache e ON e.hash = c.hash "
     "AND e.provider = ? AND e.model = ? AND e.fingerprint = ?"
 )
+
+
+# A JSON array of strings bound as one parameter: no cap on the number of paths (SQLite caps bound parameters).
+_JSON_LIST = "(SELECT value FROM json_each(?))"
 
 
 @dataclass(frozen=True)
@@ -322,7 +326,10 @@ class Store:
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
-    def file_mtimes(self, paths: Iterable[str]) -> dict[str, int]:
+    def file_mtimes(self, paths: Iterable[str] | None = None) -> dict[str, int]:
+        """mtime_ns by path of some files, or of every file (None)."""
+        if paths is None:
+            return dict(self.conn.execute("SELECT path, mtime_ns FROM files"))
         paths = list(paths)
         marks = ",".join("?" * len(paths))
         return dict(self.conn.execute(f"SELECT path, mtime_ns FROM files WHERE path IN ({marks})", paths))
@@ -450,18 +457,18 @@ class Store:
 
     # -- search legs ---------------------------------------------------------------------------------
 
-    def fts_search(self, match: str, limit: int, path_prefix: str | None = None) -> list[tuple[int, float]]:
-        """(chunk id, bm25) best first; bm25 is negative, lower is better."""
-        if path_prefix:
+    def fts_search(self, match: str, limit: int, paths: Collection[str] | None = None) -> list[tuple[int, float]]:
+        """(chunk id, bm25) best first; bm25 is negative, lower is better. `paths`: only chunks of these files
+        (a search's filters), applied before the LIMIT so a filtered search still gets `limit` candidates."""
+        if paths is not None:
             # FTS5 runs first, whatever the planner thinks of the chunks table: the MATCH as a materialised CTE.
             sql = (
                 "WITH hits AS MATERIALIZED (SELECT rowid AS id, bm25(chunks_fts) AS s FROM chunks_fts "
                 "WHERE chunks_fts MATCH ?) "
-                "SELECT h.id, h.s FROM hits h JOIN chunks c ON c.id = h.id "
-                "WHERE substr(c.path, 1, ?) = ? ORDER BY h.s LIMIT ?"
+                f"SELECT h.id, h.s FROM hits h JOIN chunks c ON c.id = h.id WHERE c.path IN {_JSON_LIST} "
+                "ORDER BY h.s LIMIT ?"
             )
-            # A case-sensitive prefix, as the vector leg's str.startswith (LIKE ignores ASCII case).
-            args: tuple[Any, ...] = (match, len(path_prefix), path_prefix, limit)
+            args: tuple[Any, ...] = (match, json.dumps(list(paths)), limit)
         else:
             sql = "SELECT rowid, bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY s LIMIT ?"
             args = (match, limit)
@@ -474,9 +481,12 @@ class Store:
             "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
         )
 
-    def vec_search(self, query: np.ndarray, limit: int, key: tuple[str, str, str]) -> list[tuple[int, float]]:
+    def vec_search(
+        self, query: np.ndarray, limit: int, key: tuple[str, str, str], paths: Collection[str] | None = None
+    ) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first: vec0 KNN for small indexes, else the in-memory matrix
-        of every cached vector (core.vector_matrix), which is also the way without sqlite-vec."""
+        of every cached vector (core.vector_matrix), which is also the way without sqlite-vec. `paths`: only
+        chunks of these files, inside the KNN (not after it), so a filtered search still gets `limit`."""
         query = np.asarray(query, dtype=np.float32)
         vec0 = self.vec_available and self.has_vec_table() and self.get_meta("vec_stale") != "1"
         found = MATRICES.get(
@@ -487,12 +497,19 @@ class Store:
             dims=len(query),
             min_chunks=MATRIX_MIN_CHUNKS if vec0 else 0,
         )
+        listed = None if paths is None else json.dumps(list(paths))
         if found is not None:
-            return top_k(*found, query, limit)
-        rows = self.conn.execute(
-            "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?", (query.tobytes(), limit)
-        )
-        return [(int(r), 1.0 - float(d)) for r, d in rows]
+            allowed = None
+            if listed is not None:
+                ids = [r[0] for r in self.conn.execute(f"SELECT id FROM chunks WHERE path IN {_JSON_LIST}", (listed,))]
+                allowed = np.isin(found[0], ids)
+            return top_k(*found, query, limit, allowed)
+        sql = "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?"
+        args: tuple[Any, ...] = (query.tobytes(), limit)
+        if listed is not None:
+            sql += f" AND rowid IN (SELECT id FROM chunks WHERE path IN {_JSON_LIST})"
+            args += (listed,)
+        return [(int(r), 1.0 - float(d)) for r, d in self.conn.execute(sql, args)]
 
     def _matrix_tag(self, key: tuple[str, str, str]) -> tuple[Any, ...]:
         """What an in-memory matrix of this index must match to be current (core.vector_matrix)."""

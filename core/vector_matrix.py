@@ -105,16 +105,18 @@ def load_matrix(rows: Iterable[tuple[int, bytes]], chunks: int, dims: int) -> tu
     return ids, matrix
 
 
-def top_k(ids: np.ndarray, matrix: np.ndarray, query: np.ndarray, limit: int) -> list[tuple[int, float]]:
-    """(chunk id, cosine) best first; the vectors are L2-normalised, so the dot product is the cosine."""
+def top_k(
+    ids: np.ndarray, matrix: np.ndarray, query: np.ndarray, limit: int, allowed: np.ndarray | None = None
+) -> list[tuple[int, float]]:
+    """(chunk id, cosine) best first; the vectors are L2-normalised, so the dot product is the cosine.
+    `allowed`: a boolean mask over the rows; only those rows compete (a search's filters)."""
     if not len(ids) or limit <= 0:
         return []
     sims = matrix @ query
-    if limit < len(sims):
-        part = np.argpartition(-sims, limit - 1)[:limit]
-    else:
-        part = np.arange(len(sims))
-    best = part[np.argsort(-sims[part], kind="stable")]
+    rows = np.arange(len(sims)) if allowed is None else np.flatnonzero(allowed)
+    if limit < len(rows):
+        rows = rows[np.argpartition(-sims[rows], limit - 1)[:limit]]
+    best = rows[np.argsort(-sims[rows], kind="stable")]
     return [(int(ids[i]), float(sims[i])) for i in best]
 
 

@@ -133,6 +133,11 @@ def test_blank_query_is_400(client, query: str) -> None:
         ({"query": "x", "mode": "fuzzy"}, "mode"),
         ({"query": 42}, "query"),
         ({"query": "x", "explain": "yes"}, "explain"),
+        ({"query": "x", "after": "soon"}, "after: 'soon' is not a date"),
+        ({"query": "x", "before": "2026-02-30"}, "before: '2026-02-30'"),
+        ({"query": "x", "after": "2026-05-15", "before": "2026-05-14"}, "after: '2026-05-15' is later than before"),
+        ({"query": "x", "after": 7}, "after"),
+        ({"query": "x", "evergreen": "no"}, "evergreen"),
         ({"query": "x", "max_results": 3}, "max_results"),  # unknown fields are refused, not ignored
         ({}, "query"),
     ],
@@ -341,7 +346,11 @@ def test_openapi_schema_and_offline_docs_page(client) -> None:
         schema["paths"]
     )
     props = schema["components"]["schemas"]["SearchRequest"]["properties"]
-    assert {"query", "agent", "maxResults", "minScore", "mode", "rerank", "pathPrefix", "explain"} == set(props)
+    assert {"query", "agent", "maxResults", "minScore", "mode", "rerank", "pathPrefix", "explain"} | {
+        "after",
+        "before",
+        "evergreen",
+    } == set(props)
     assert "from" in schema["components"]["schemas"]["GetRequest"]["properties"]
 
     page = client.get("/schema")

@@ -504,3 +504,43 @@ def test_progress_bar_goes_to_the_terminal_not_stdout(ws: Path, memsift_home: Pa
     assert proc.stdout.decode().startswith(f"rebuilt agent main ({ws.resolve()})\n")
     assert b"\x1b" not in proc.stdout
     assert b"indexing" in b"".join(chunks)
+
+
+def test_search_time_filters(capsys, ws: Path) -> None:
+    """--after/--before keep daily notes by the date in their name; MEMORY.md stays unless --no-evergreen."""
+
+    def found(*options: str) -> set[str]:
+        code, out, err = run(capsys, "--workspace", ws, "search", "deploy Priya flat white", "--json", *options)
+        assert code == 0, err
+        return {h["path"] for h in json.loads(out)["results"]}
+
+    assert found("--min-score", "0", "--after", "2026-05-15") == {"MEMORY.md", "memory/2026-05-15.md"}
+    assert found("--min-score", "0", "--before", "2026-05-14", "--no-evergreen") == {"memory/2026-05-14.md"}
+    assert found("--min-score", "0", "--after", "2026-05-14T00:00", "--before", "2026-05-14", "--no-evergreen") == {
+        "memory/2026-05-14.md"
+    }
+    assert found("--after", "1d", "--no-evergreen") == set()  # notes of May 2026 are older than a day
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        (("--after", "next week"), "after: 'next week' is not a date (YYYY-MM-DD)"),
+        (("--before", "2026-02-30"), "before: '2026-02-30' is not a date"),
+        (("--after", "2026-05-15", "--before", "2026-05-14"), "after: '2026-05-15' is later than before: '2026-05-14'"),
+    ],
+)
+def test_bad_time_filter_is_a_one_line_error(capsys, ws: Path, options: tuple[str, ...], needle: str) -> None:
+    code, out, err = run(capsys, "--workspace", ws, "search", "deploy", *options)
+    assert_one_line_error(code, out, err, needle)
+    assert needle in err
+
+
+def test_real_process_time_filter(ws: Path, memsift_home: Path) -> None:
+    argv = [MEMSIFT, "--workspace", ws, "search", "deploy", "--json", "--before", "2026-05-14", "--no-evergreen"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(memsift_home), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {h["path"] for h in json.loads(proc.stdout)["results"]} == {"memory/2026-05-14.md"}
+    proc = subprocess.run(argv[:5] + ["--after", "soon"], capture_output=True, text=True, env=_env(memsift_home))
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr)
+    assert "after: 'soon' is not a date" in proc.stderr

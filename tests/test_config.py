@@ -57,7 +57,7 @@ def test_defaults_match_spec(ws: Path, memsift_home: Path) -> None:
     assert s.mode == "hybrid"
     assert s.fusion == "minmax"  # documented extension, chosen on the benchmark
     assert s.rrfK == 60
-    assert s.candidateMultiplier == 4
+    assert s.candidatePool == 40
     assert (s.decayEnabled, s.halfLifeDays) == (False, 30)
     assert (s.mmrEnabled, s.mmrLambda) == (False, 0.7)
     assert s.snippetChars == 700
@@ -373,3 +373,14 @@ def test_bad_headers_error_does_not_print_the_secret(ws: Path) -> None:
         load_config(workspace=ws, env={})
     assert str(err.value).startswith("embedding.headers")
     assert "sk-secret-123" not in str(err.value)
+
+
+def test_candidate_multiplier_names_its_replacement(ws: Path) -> None:
+    """SPEC's over-fetch by maxResults made top-k depend on k; the pool that replaced it is named."""
+    write(ws / "memsift.toml", "[search]\ncandidateMultiplier = 4\n")
+    with pytest.raises(ConfigError, match=r"^search\.candidateMultiplier: replaced by search\.candidatePool"):
+        load_config(workspace=ws, env={})
+    write(ws / "memsift.toml", "[search]\ncandidatePool = 120\n")
+    assert load_config(workspace=ws, env={}).search.candidatePool == 120
+    with pytest.raises(ConfigError, match=r"^search\.candidatePool:"):
+        load_config(workspace=ws, env={"MEMSIFT_SEARCH_CANDIDATE_POOL": "201"})

@@ -88,7 +88,7 @@ def test_the_query_builder_never_raises_and_lets_no_operator_through(fts: Store,
     phrases = [p.replace('""', '"') for p in re.findall(r'"((?:[^"]|"")*)"', match)]
     assert all(re.fullmatch(r"[\w ]+", p) for p in phrases)  # word characters only: no operator survives
     fts.fts_search(match, 10)  # and FTS5 accepts it
-    fts.fts_search(match, 10, path_prefix="memory/")
+    fts.fts_search(match, 10, paths=["memory/a.md"])
 
 
 # -------------------------------------------------------------------------------- `get` path handling

@@ -55,6 +55,7 @@ async def _exercise(client: Client) -> None:
         assert word in search_text
     assert tools["memory_search"].input_schema["required"] == ["query"]
     assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
+    assert {"after", "before", "evergreen"} <= set(tools["memory_search"].input_schema["properties"])
 
     answer, failed = await _call(client, "memory_search", {"query": "flat white", "maxResults": 3, "minScore": 0})
     assert not failed
@@ -68,7 +69,20 @@ async def _exercise(client: Client) -> None:
     assert answer == {"path": "memory/2026-05-14.md", "from": 2, "lines": 2, "totalLines": 11,
                       "text": "line 2: deploy log entry number 2\nline 3: deploy log entry number 3"}  # fmt: skip
 
+    # Time filters: daily notes by the date in their name; MEMORY.md (evergreen) kept unless evergreen is false.
+    answer, failed = await _call(
+        client, "memory_search", {"query": "deploy Priya", "after": "2026-05-15", "minScore": 0}
+    )
+    assert not failed and {h["path"] for h in answer["results"]} == {"MEMORY.md", "memory/2026-05-15.md"}, answer
+    args = {"query": "deploy Priya", "before": "2026-05-14", "evergreen": False, "minScore": 0}
+    answer, failed = await _call(client, "memory_search", args)
+    assert not failed and {h["path"] for h in answer["results"]} == {"memory/2026-05-14.md"}, answer
+
     for name, args, reason in [
+        ("memory_search", {"query": "x", "after": "soon"}, "after: 'soon' is not a date"),
+        ("memory_search", {"query": "x", "after": "1d", "before": "2d"}, "after: '1d' is later than before: '2d'"),
+        ("memory_search", {"query": "x", "evergreen": "no"}, "evergreen: expected boolean"),
+        ("memory_search", {"query": "x", "before": 7}, "before: expected string"),
         ("memory_search", {"query": "   "}, "query: must not be blank"),
         ("memory_search", {"query": "x", "maxResults": "five"}, "maxResults: expected integer"),
         ("memory_search", {"query": "x", "maxResults": 500}, "maxResults: 500 is out of range"),

@@ -1,0 +1,132 @@
+"""`after` / `before` / `evergreen` and `pathPrefix` in core search, on real index files and the real model:
+daily notes by the date in their name, other files by mtime, evergreen files kept unless asked, and the
+filter applied inside both legs' candidate selection (a filtered search is never short of hits that exist)."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+import pytest
+
+from core import SearchError
+
+NOTES = {
+    "MEMORY.md": "# Memory\nDana is the team lead. She drinks a flat white every morning before work.\n",
+    "memory/2026-11-20.md": "Deploy failed with ERR_SSL_PROTOCOL after the proxy upgrade.\nRolled back at 14:05.\n",
+    "memory/2026-11-21.md": "Code review: the deploy of PR #17 merged, it fixes the flaky login test.\n",
+    "memory/2026-11-22.md": "SSL certificates renewed for the staging proxy; deploy protocol errors gone.\n",
+    "memory/2026-11-23.md": "PR #71 still waits for QA on the payment page before the deploy.\n",
+    "memory/people.md": "Dana adopted a golden retriever puppy named Biscuit last spring.\n",
+    "notes/deploys.md": "Deploy checklist: proxy, certificates, then the smoke test.\n",
+}
+MODES = ("hybrid", "keyword", "vector")
+
+
+def stamp(ws, rel: str, *when: int) -> None:
+    t = datetime(*when).timestamp()
+    os.utime(ws / rel, (t, t))
+
+
+@pytest.fixture
+def ws(workspace):
+    root = workspace(NOTES)
+    stamp(root, "notes/deploys.md", 2026, 11, 22, 9, 0)
+    return root
+
+
+@pytest.fixture
+def index(ws, make_config, open_index, counting_embedder):
+    idx = open_index(make_config(ws, extraPaths=["notes"]), embedder=counting_embedder)
+    idx.sync()
+    return idx
+
+
+def paths(response) -> list[str]:
+    return [h.path for h in response.results]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_window_keeps_daily_notes_by_the_date_in_their_name(index, mode):
+    response = index.search(
+        "deploy proxy", mode=mode, after="2026-11-21", before="2026-11-22", evergreen=False, min_score=0
+    )
+    found = set(paths(response))
+    assert found and found <= {"memory/2026-11-21.md", "memory/2026-11-22.md", "notes/deploys.md"}, found
+    assert "memory/2026-11-22.md" in found  # the last day is in: inclusive bounds
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_other_files_are_dated_by_modification_time(index, ws, mode):
+    kept = index.search("deploy checklist", mode=mode, after="2026-11-22", before="2026-11-22", min_score=0)
+    assert "notes/deploys.md" in paths(kept)
+    gone = index.search("deploy checklist", mode=mode, after="2026-11-23", min_score=0)
+    assert "notes/deploys.md" not in paths(gone)
+    stamp(ws, "notes/deploys.md", 2026, 11, 23, 8, 0)  # touched later: the next sync records the new mtime
+    index.sync()
+    assert "notes/deploys.md" in paths(index.search("deploy checklist", mode=mode, after="2026-11-23", min_score=0))
+
+
+def test_evergreen_files_are_kept_unless_asked_otherwise(index):
+    assert {"MEMORY.md", "memory/people.md"} <= set(paths(index.search("Dana", after="2026-11-23", min_score=0)))
+    dated_only = paths(index.search("Dana flat white puppy", after="2026-11-23", evergreen=False, min_score=0))
+    assert "MEMORY.md" not in dated_only and "memory/people.md" not in dated_only
+    # Without a bound, evergreen=False alone keeps only dated notes.
+    assert not {"MEMORY.md", "memory/people.md"} & set(paths(index.search("Dana", evergreen=False, min_score=0)))
+
+
+def test_durations_count_back_from_now(index):
+    now = datetime(2026, 11, 23, 12, 0).timestamp()
+    found = set(paths(index.search("deploy", after="1d", evergreen=False, min_score=0, now=now)))
+    assert found == {"memory/2026-11-22.md", "memory/2026-11-23.md"}
+    found = set(paths(index.search("deploy", before="2d", evergreen=False, min_score=0, now=now, mode="keyword")))
+    assert found == {"memory/2026-11-20.md", "memory/2026-11-21.md"}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"after": "last tuesday"}, "^after: 'last tuesday' is not a date"),
+        ({"before": "2026-02-30"}, "^before: '2026-02-30' is not a date"),
+        ({"after": "2026-11-22", "before": "2026-11-21"}, "^after: '2026-11-22' is later than before: '2026-11-21'"),
+    ],
+)
+def test_bad_bounds_are_search_errors(index, options, message):
+    with pytest.raises(SearchError, match=message):
+        index.search("deploy", **options)
+
+
+def test_a_bad_bound_fails_before_a_never_indexed_agent_is_synced(ws, make_config, open_index):
+    index = open_index(make_config(ws), embedder=None)
+    with pytest.raises(SearchError, match="^after:"):
+        index.search("deploy", after="soon")
+    assert index.store.identity() is None
+
+
+@pytest.mark.parametrize("mode", ("keyword", "vector", "hybrid"))
+def test_a_filter_acts_inside_candidate_selection(workspace, make_config, open_index, counting_embedder, mode):
+    """250 old notes match better than the 5 recent ones, more than any leg over-fetches: a filter applied after
+    the legs' cut would find none of the recent ones."""
+    notes = {f"memory/2025-01-{1 + i % 28:02d}-n{i}.md": "roadmap roadmap budget roadmap\n" for i in range(250)}
+    notes |= {
+        f"memory/2026-11-{20 + i}.md": f"the roadmap came up in a long meeting about hiring, item {i}\n"
+        for i in range(5)
+    }
+    index = open_index(make_config(workspace(notes)), embedder=counting_embedder)
+    index.sync()
+    response = index.search("roadmap budget", mode=mode, after="2026-11-01", max_results=5, min_score=0)
+    assert sorted(paths(response)) == [f"memory/2026-11-{20 + i}.md" for i in range(5)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_matrix_vector_leg_filters_too(index, mode, monkeypatch):
+    monkeypatch.setattr("core.store.MATRIX_MIN_CHUNKS", 1)  # every index counts as large: numpy answers
+    response = index.search("deploy proxy", mode=mode, after="2026-11-23", evergreen=False, min_score=0)
+    assert paths(response) == ["memory/2026-11-23.md"]
+    response = index.search("deploy proxy", mode=mode, path_prefix="memory/2026-11-2", min_score=0, max_results=10)
+    assert len(response.results) == 4 and all(p.startswith("memory/2026-11-2") for p in paths(response))
+
+
+def test_path_prefix_and_window_combine(index):
+    response = index.search("deploy", path_prefix="memory/", after="2026-11-22", min_score=0, max_results=10)
+    assert set(paths(response)) == {"memory/2026-11-22.md", "memory/2026-11-23.md"}
