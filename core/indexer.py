@@ -15,10 +15,12 @@ import json
 import os
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import apsw
 import numpy as np
 
 from .chunking import chunk_text
@@ -28,6 +30,7 @@ from .query import FTS_TEXT_VERSION
 from .rerankers import token_capture
 from .scan import FileEntry, scan
 from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
+from .shared_cache import SharedCache
 from .store import SCHEMA_VERSION, Store
 
 if TYPE_CHECKING:
@@ -36,7 +39,10 @@ if TYPE_CHECKING:
 MAX_FILE_BYTES = 8 * 1024 * 1024
 BATCH_FILES = 64
 BATCH_BYTES = 512 * 1024
+#: A run that embedded fewer inputs says little about the embedder's speed (model load, one request's latency).
+MEASURED_MIN_INPUTS = 32
 VECTORS_PENDING = "vectors_pending"  # meta key: JSON {reason, at} while some chunks wait for their vectors
+SHARED_CACHE = "shared_cache"  # meta key: "1" once the index's vectors are in the shared cache
 
 Progress = Callable[[int, int], None]
 Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
@@ -52,11 +58,11 @@ class SyncReport:
     skipped: int = 0  # not readable as text (binary, too large): recorded without chunks
     chunksWritten: int = 0
     chunksEmbedded: int = 0
-    cacheHits: int = 0
+    cacheHits: int = 0  # chunks whose vector the index or the shared cache already had
     embeddingCalls: int = 0
     inputChars: int = 0  # characters sent to the embedder
-    cacheCopied: int = 0  # a rebuild: cache entries carried over from the live index
-    cachePruned: int = 0  # a rebuild: cache entries dropped by cache.maxEntries
+    embedSeconds: float = 0.0  # time spent waiting for the embedder (its measured throughput)
+    cachePruned: int = 0  # shared cache entries dropped by cache.maxEntries after this run
     rebuilt: bool = False
     fallback: str | None = None  # why this sync ran on embedding.fallback instead of the configured provider
     vectorsPending: bool = False  # the embedder failed: some text is indexed for keyword search only
@@ -163,15 +169,11 @@ def decode(raw: bytes) -> tuple[str | None, str | None]:
         return raw.decode("utf-8-sig", errors="replace"), "invalid UTF-8, bad bytes replaced with U+FFFD"
 
 
-def index_batch(
-    store: Store,
-    config: Config,
-    embedder: Embedder | None,
-    batch: list[FileEntry],
-    plan: SyncPlan,
-    report: SyncReport,
-) -> None:
-    """Read, hash and chunk a batch of files, embed the chunks the cache lacks, write them in one go."""
+def read_batch(
+    config: Config, batch: list[FileEntry], plan: SyncPlan, report: SyncReport
+) -> tuple[list[tuple[FileEntry, str, list]], list[FileEntry]]:
+    """Read, hash and chunk a batch of files: (files to write with their digest and chunks, files whose
+    content is unchanged and only need their stat updated)."""
     files: list[tuple[FileEntry, str, list]] = []
     touched: list[FileEntry] = []
     for entry in batch:
@@ -205,7 +207,20 @@ def index_batch(
             report.added += 1
         else:
             report.changed += 1
+    return files, touched
 
+
+def index_batch(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    batch: list[FileEntry],
+    plan: SyncPlan,
+    report: SyncReport,
+    cache: SharedCache | None = None,
+) -> None:
+    """Read, hash and chunk a batch of files, embed the chunks the caches lack, write them in one go."""
+    files, touched = read_batch(config, batch, plan, report)
     vectors: dict[str, np.ndarray] = {}
     fresh: dict[str, np.ndarray] = {}
     tokens: dict[str, bytes] = {}
@@ -214,25 +229,33 @@ def index_batch(
     if embedder is not None:
         texts = {c.hash: c.text for _, _, chunks in files for c in chunks}
         vectors = store.cache_get(cache_key(embedder), texts)
-        report.cacheHits += len(vectors)
+        if cache is not None:  # the index lacks them: another agent's, or a killed run's, vectors
+            fresh.update(cache.get(cache_key(embedder), [h for h in texts if h not in vectors]))
+        report.cacheHits += len(vectors) + len(fresh)
         try:
-            todo = {h: t for h, t in texts.items() if h not in vectors}
-            embed_missing(embedder, config, todo, fresh, report, capture, tokens)
+            todo = {h: t for h, t in texts.items() if h not in vectors and h not in fresh}
+            embed_missing(embedder, config, todo, fresh, report, capture, tokens, cache)
         except EmbeddingError as exc:
             if plan.rebuild or config.embedding.fallback != "none":
-                raise  # a rebuild is thrown away whole; MemoryIndex hands the index to the fallback
+                raise  # a rebuild's file is thrown away (what it embedded is in the shared cache)
             pending = _keyword_only(report, exc)
         vectors.update(fresh)
         if capture is not None:  # cached vectors from before capture was on: their token bits cost a pass
             lacking = [h for h in vectors if h not in tokens]
             lacking = sorted(set(lacking) - store.tokens_known(capture.fingerprint, lacking))
+            if cache is not None:
+                tokens.update(cache.tokens_get(capture.fingerprint, lacking))
+                lacking = [h for h in lacking if h not in tokens]
             step = config.embedding.batchMaxInputs
             for i in range(0, len(lacking), step):
                 part = lacking[i : i + step]
-                tokens.update(zip(part, capture.document_tokens([texts[h] for h in part])[1]))
+                bits = dict(zip(part, capture.document_tokens([texts[h] for h in part])[1]))
+                tokens.update(bits)
+                if cache is not None:
+                    _keep(report, cache.tokens_put, capture.fingerprint, bits)
 
     with store.transaction():
-        if fresh:
+        if fresh:  # the index keeps its own copy of every vector its chunks use
             store.cache_put(cache_key(embedder), fresh)
         if tokens and capture is not None:
             store.tokens_put(capture.fingerprint, tokens)
@@ -257,25 +280,46 @@ def embed_missing(
     report: SyncReport,
     capture: MaxSimReranker | None = None,
     tokens: dict[str, bytes] | None = None,
+    cache: SharedCache | None = None,
 ) -> None:
-    """Embed `texts` (hash -> text) in requests of batchMaxInputs, adding each answer to `into` as it comes,
-    so what was embedded before a failure is kept (and cached). With `capture`, the same pass of the local
-    model also yields each chunk's MaxSim token bits, added to `tokens`."""
+    """Embed `texts` (hash -> text) in requests of batchMaxInputs, adding each answer to `into` and to the
+    shared `cache` as it comes, so what was embedded before a failure, a kill or Ctrl-C is never paid for
+    again. With `capture`, the same pass of the local model also yields each chunk's MaxSim token bits."""
     missing = list(texts)
     step = config.embedding.batchMaxInputs
+    key = cache_key(embedder)
     for i in range(0, len(missing), step):
         part = missing[i : i + step]
         calls = embedder.calls
         inputs = [texts[h] for h in part]
-        report.inputChars += sum(map(len, inputs))
+        started = time.perf_counter()
+        bits: dict[str, bytes] = {}
         if capture is not None and tokens is not None:
-            embedded, bits = capture.document_tokens(inputs)
-            tokens.update(zip(part, bits))
+            embedded, blobs = capture.document_tokens(inputs)
+            bits = dict(zip(part, blobs))
+            tokens.update(bits)
         else:
             embedded = embedder.embed_documents(inputs)
+        report.embedSeconds += time.perf_counter() - started
+        report.inputChars += sum(map(len, inputs))
         report.embeddingCalls += embedder.calls - calls
-        into.update(zip(part, embedded))
+        got = dict(zip(part, embedded))
+        into.update(got)
         report.chunksEmbedded += len(part)
+        if cache is not None:
+            _keep(report, cache.put, key, got)
+            if bits and capture is not None:
+                _keep(report, cache.tokens_put, capture.fingerprint, bits)
+
+
+def _keep(report: SyncReport, write: Callable[..., object], *args: Any) -> None:
+    """A write to the shared cache that waited out its busy timeout costs a re-embed later, not this run."""
+    try:
+        write(*args)
+    except apsw.Error as exc:
+        warning = f"the shared embedding cache could not be written ({type(exc).__name__}); this run goes on"
+        if warning not in report.warnings:
+            report.warnings.append(warning)
 
 
 def _keyword_only(report: SyncReport, error: EmbeddingError) -> str:
@@ -291,12 +335,17 @@ def _keyword_only(report: SyncReport, error: EmbeddingError) -> str:
     return json.dumps(record)
 
 
-def complete_vectors(store: Store, config: Config, embedder: Embedder, report: SyncReport) -> None:
+def complete_vectors(
+    store: Store, config: Config, embedder: Embedder, report: SyncReport, cache: SharedCache | None = None
+) -> None:
     """Embed the chunks a sync left without vectors while the embedder was down, and refill the vector table."""
     key = cache_key(embedder)
-    fresh: dict[str, np.ndarray] = {}
+    lacking = store.chunks_without_cached_vectors(key)
+    found = cache.get(key, lacking) if cache is not None else {}
+    fresh: dict[str, np.ndarray] = dict(found)
+    todo = {h: t for h, t in lacking.items() if h not in found}
     try:
-        embed_missing(embedder, config, store.chunks_without_cached_vectors(key), fresh, report)
+        embed_missing(embedder, config, todo, fresh, report, cache=cache)
     except EmbeddingError as exc:
         pending = _keyword_only(report, exc)
     else:
@@ -335,20 +384,26 @@ def sync(
     pending_before = embedder is not None and bool(store.get_meta(VECTORS_PENDING))
     if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
         store.reset(plan.identity, config.store.fts_tokenize)
-    done = 0
-    for batch in batches(plan.to_check):
-        if progress:
-            progress(done, len(plan.to_check))
-        stage("index-batch", index_batch)(store, config, embedder, batch, plan, report)
-        done += len(batch)
-    if plan.removed:
-        stage("remove-vanished", remove_files)(store, plan.removed, report)
-    if pending_before and not report.vectorsPending:  # the embedder answered this sync: catch up
-        stage("complete-vectors", complete_vectors)(store, config, embedder, report)
+    with SharedCache.open(config.home) if embedder is not None else nullcontext() as cache:
+        done = 0
+        for batch in batches(plan.to_check):
+            if progress:
+                progress(done, len(plan.to_check))
+            stage("index-batch", index_batch)(store, config, embedder, batch, plan, report, cache)
+            done += len(batch)
+        if plan.removed:
+            stage("remove-vanished", remove_files)(store, plan.removed, report)
+        if pending_before and not report.vectorsPending:  # the embedder answered this sync: catch up
+            stage("complete-vectors", complete_vectors)(store, config, embedder, report, cache)
+        if cache is not None and report.chunksEmbedded >= MEASURED_MIN_INPUTS:
+            r = report
+            measured = (r.chunksEmbedded, r.inputChars, r.embeddingCalls, r.embedSeconds)
+            _keep(r, cache.record_throughput, cache_key(embedder), *measured)
     if embedder is not None and store.vec_needs_refill():
         store.rebuild_vec(cache_key(embedder), embedder.dims)
     with store.transaction():
         store.set_meta("last_sync", str(time.time()))
+        store.set_meta(SHARED_CACHE, "1")  # every vector this run wrote went to the shared cache too
     if progress:
         progress(len(plan.to_check), len(plan.to_check))
     report.seconds = round(time.perf_counter() - started, 3)

@@ -17,10 +17,21 @@ from . import rerankers
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
 from .get import get_lines
-from .indexer import VECTORS_PENDING, Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
+from .indexer import (
+    SHARED_CACHE,
+    VECTORS_PENDING,
+    Progress,
+    Stage,
+    SyncReport,
+    _direct,
+    index_identity,
+    plan_sync,
+    sync,
+)
 from .locking import writer_lock
 from .rebuild import rebuild, remove_orphans
 from .search import SearchResponse, check_request, search
+from .shared_cache import SharedCache
 from .store import Store
 
 _CONFIGURED: Any = object()
@@ -158,21 +169,26 @@ class MemoryIndex:
         the provider again. A provider that fails switches to `embedding.fallback` (see the class docstring).
         """
         with self._writing():
-            record = self.fallback_record()
-            if record is not None and not force:
-                report = self._sync_with(self._require_fallback(), False, progress, stage)
-                return _on_fallback(report, record)
-            try:
-                embedder = self._primary()
-                if self._embedder_error:
-                    embedder = self._stand_in()
-                    if embedder is None or force or self.config.embedding.fallback != "none":
-                        raise EmbedderUnavailable(self._embedder_error)
-                return self._sync_with(embedder, force, progress, stage)
-            except (EmbeddingError, EmbedderUnavailable) as exc:
-                if self.config.embedding.fallback == "none":
-                    raise
-                return self._switch_to_fallback(exc, progress, stage)
+            report = self._sync_locked(force, progress, stage)
+            self._tend_cache(report)
+            return report
+
+    def _sync_locked(self, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
+        record = self.fallback_record()
+        if record is not None and not force:
+            report = self._sync_with(self._require_fallback(), False, progress, stage)
+            return _on_fallback(report, record)
+        try:
+            embedder = self._primary()
+            if self._embedder_error:
+                embedder = self._stand_in()
+                if embedder is None or force or self.config.embedding.fallback != "none":
+                    raise EmbedderUnavailable(self._embedder_error)
+            return self._sync_with(embedder, force, progress, stage)
+        except (EmbeddingError, EmbedderUnavailable) as exc:
+            if self.config.embedding.fallback == "none":
+                raise
+            return self._switch_to_fallback(exc, progress, stage)
 
     def rebuild(self, *, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
         return self.sync(force=True, progress=progress, stage=stage)
@@ -204,10 +220,24 @@ class MemoryIndex:
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
-        """The agent's writer lock; whoever holds it may delete temp files a crashed rebuild left."""
+        """The agent's writer lock; whoever holds it may delete temp files a crashed rebuild left, and hands
+        the shared cache the vectors of an index written before it existed (once)."""
         with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
             remove_orphans(self.config.db_path)
+            store = self.store
+            if store.identity() is not None and store.get_meta(SHARED_CACHE) != "1":
+                with SharedCache.open(self.config.home) as cache:
+                    cache.adopt(store)
+                with store.transaction():
+                    store.set_meta(SHARED_CACHE, "1")
             yield
+
+    def _tend_cache(self, report: SyncReport) -> None:
+        """After a run: the shared cache learns this index uses it, and `cache.maxEntries` prunes it."""
+        with SharedCache.open(self.config.home) as cache:
+            cache.register(self.config.db_path)
+            if self.config.cache.maxEntries is not None:
+                report.cachePruned = cache.prune(self.config.cache.maxEntries)
 
     def _rebuild(self, embedder: Embedder | None, progress: Progress | None, stage: Stage) -> SyncReport:
         self.close()  # our connection would hold the old file; the next access opens the new one
@@ -220,7 +250,7 @@ class MemoryIndex:
         if self.store.identity() is None:
             with self._writing():
                 if self.store.identity() is None:  # nobody indexed it while we waited
-                    self._rebuild(self.embedder(), None, _direct)
+                    self._tend_cache(self._rebuild(self.embedder(), None, _direct))
         embedder, error = self.embedder(), self.embedder_error
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches

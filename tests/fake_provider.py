@@ -49,9 +49,16 @@ class FakeProvider:
     requests: list[Request] = field(default_factory=list)
     #: texts answered with a 200 and correct vectors, in arrival order
     embedded: list[str] = field(default_factory=list)
+    #: seconds each request takes (a slow provider; benches measure throughput against it)
+    delay: float = 0.0
+    #: request number at which the server stops answering until `close` (a client to kill mid-run); 0: never
+    hold_at: int = 0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        #: set when request `hold_at` arrives: everything before it was answered
+        self.held = threading.Event()
+        self._release = threading.Event()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -72,6 +79,7 @@ class FakeProvider:
         self._thread.start()
 
     def close(self) -> None:
+        self._release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -86,6 +94,13 @@ class FakeProvider:
             number = len(self.requests) + 1
             fault = self.fault(number)
             self.requests.append(Request(h.path, body, dict(h.headers), time.monotonic(), fault))
+        if number == self.hold_at:
+            self.held.set()
+            self._release.wait()
+            h.close_connection = True
+            return
+        if self.delay:
+            time.sleep(self.delay)  # the provider's own latency, not test synchronisation
         if fault == "drop":
             h.close_connection = True
             return  # the socket closes with no response at all

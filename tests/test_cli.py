@@ -61,7 +61,7 @@ def test_index_no_prefect_json_prints_the_sync_report(capsys, ws: Path) -> None:
     report = json.loads(out)
     assert set(report) == {
         "filesScanned", "added", "changed", "removed", "unchanged", "skipped", "chunksWritten", "chunksEmbedded",
-        "cacheHits", "embeddingCalls", "inputChars", "cacheCopied", "cachePruned", "rebuilt", "fallback", "seconds",
+        "cacheHits", "embeddingCalls", "inputChars", "embedSeconds", "cachePruned", "rebuilt", "fallback", "seconds",
         "warnings", "vectorsPending",
     }  # fmt: skip
     assert report["filesScanned"] == 3 and report["added"] == 3
