@@ -16,6 +16,7 @@ from typing import Any
 
 from core import ConfigError, EmbedderUnavailable, GetError, MemoryIndex, SearchError, StoreError, load_config
 from core.config import MODES
+from core.estimate import summary
 from core.model_graph import GraphBuildError
 
 KNOWN_ERRORS = (ConfigError, EmbedderUnavailable, GetError, SearchError, StoreError, GraphBuildError)
@@ -58,6 +59,9 @@ def _parser() -> _Parser:
     index.add_argument("--force", action="store_true", help="rebuild everything")
     index.add_argument(
         "--no-prefect", action="store_true", help="run the same sync in-process, without a Prefect flow run"
+    )
+    index.add_argument(
+        "--dry-run", action="store_true", help="read and chunk, embed nothing: what the run would embed and cost"
     )
 
     search = sub.add_parser("search", parents=[common], help="hybrid search")
@@ -174,6 +178,8 @@ def _print_json(doc: Any) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     config = _config(args)  # validate before starting Prefect
+    if args.dry_run:
+        return _dry_run(args, config)
     from api.progress import progress_bar
 
     with MemoryIndex(config) as index, progress_bar(enabled=not args.json and sys.stderr.isatty()) as progress:
@@ -198,6 +204,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     r = report
+    if r.plan:
+        print(f"plan: {summary(r.plan)}")
     print(f"{'rebuilt' if r.rebuilt else 'synced'} agent {config.agent} ({config.workspace})")
     print(
         f"files: {r.filesScanned} scanned, {r.added} added, {r.changed} changed, {r.removed} removed"
@@ -205,6 +213,20 @@ def cmd_index(args: argparse.Namespace) -> int:
     )
     print(f"chunks: {r.chunksEmbedded} embedded, {r.cacheHits} cache hits, {r.chunksWritten} written")
     print(f"seconds: {r.seconds:.2f}")
+    return 0
+
+
+def _dry_run(args: argparse.Namespace, config: Any) -> int:
+    with MemoryIndex(config) as index:
+        plan = index.plan(force=args.force).to_dict()
+    if args.json:
+        _print_json(plan)
+        return 0
+    kind = "a rebuild" if plan["rebuild"] else "a sync"
+    print(f"dry run: {kind} of agent {config.agent} ({config.workspace}); nothing was embedded")
+    print(f"files: {plan['filesToRead']} to read, {plan['filesToEmbed']} with text to embed")
+    print(f"chunks: {plan['chunksToEmbed']} to embed, {plan['cacheHits']} cache hits")
+    print(f"estimate: {summary(plan)}")
     return 0
 
 

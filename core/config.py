@@ -121,6 +121,8 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "embedding.timeoutSeconds": (None, _optional(_number(float, 0.001))),
     "embedding.retries": (3, _number(int, 0, 20)),
     "embedding.localGraph": ("optimized", _choice("optimized", "shipped")),
+    # What the hosted provider charges, for the cost `memsift index --dry-run` and every run's plan show.
+    "embedding.pricePerMillionTokens": (None, _optional(_number(float, 0.0))),
     "chunking.tokens": (400, _number(int, 16, 8192)),
     "chunking.overlap": (80, _number(int, 0, 4096)),
     "search.maxResults": (6, _number(int, 1, 100)),
@@ -193,6 +195,7 @@ class EmbeddingConfig:
     timeoutSeconds: float | None
     retries: int
     localGraph: str
+    pricePerMillionTokens: float | None = None
 
 
 @dataclass(frozen=True)

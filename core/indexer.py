@@ -66,6 +66,7 @@ class SyncReport:
     rebuilt: bool = False
     fallback: str | None = None  # why this sync ran on embedding.fallback instead of the configured provider
     vectorsPending: bool = False  # the embedder failed: some text is indexed for keyword search only
+    plan: dict[str, Any] | None = None  # what the run was about to embed and spend (core.estimate.Estimate)
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
@@ -385,6 +386,9 @@ def sync(
     if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
         store.reset(plan.identity, config.store.fts_tokenize)
     with SharedCache.open(config.home) if embedder is not None else nullcontext() as cache:
+        from .estimate import estimate  # it builds on this module
+
+        report.plan = stage("estimate", estimate)(store, config, embedder, plan, cache).to_dict()
         done = 0
         for batch in batches(plan.to_check):
             if progress:

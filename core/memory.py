@@ -16,6 +16,7 @@ from typing import Any
 from . import rerankers
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
+from .estimate import Estimate, estimate
 from .get import get_lines
 from .indexer import (
     SHARED_CACHE,
@@ -189,6 +190,14 @@ class MemoryIndex:
             if self.config.embedding.fallback == "none":
                 raise
             return self._switch_to_fallback(exc, progress, stage)
+
+    def plan(self, *, force: bool = False) -> Estimate:
+        """What `sync(force=force)` would read, embed and cost, without embedding anything (a dry run)."""
+        store = self.store
+        embedder = self.embedder() or (self._stand_in() if self.fallback_record() is None else None)
+        plan = plan_sync(store, self.config, embedder, SyncReport(), force)
+        with SharedCache.open(self.config.home) as cache:
+            return estimate(store, self.config, embedder, plan, cache, calibrate=True)
 
     def rebuild(self, *, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
         return self.sync(force=True, progress=progress, stage=stage)

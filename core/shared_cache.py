@@ -133,6 +133,11 @@ class SharedCache:
                 )
         return found
 
+    def known(self, key: Key, hashes: Iterable[str]) -> set[str]:
+        """Which of `hashes` have a vector, without reading or marking them (a dry run changes nothing)."""
+        sql = "SELECT hash FROM embeddings WHERE provider = ? AND model = ? AND fingerprint = ? AND hash"
+        return {h for (h,) in self._by_hash(sql, key, hashes)}
+
     def put(self, key: Key, items: dict[str, np.ndarray]) -> None:
         now = time.time()
         with self.writing():

@@ -23,7 +23,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from ..config import EmbeddingConfig
 from ..embedders import EmbedderUnavailable, EmbeddingError
-from ..limiter import RateLimiter
+from ..limiter import RateLimiter, request_tokens
 
 REMOTE_TIMEOUT = 120.0
 DEFAULT_CONCURRENCY = 4
@@ -298,9 +298,8 @@ class HostedEmbedder(JsonEndpoint):
 
     # -- batching and splitting ------------------------------------------------------------------------
 
-    def _embed(self, texts: list[str], query: bool) -> np.ndarray:
-        """Split oversized texts, pack pieces into requests, run `concurrency` at a time, average the pieces
-        of each text back into one unit vector, in input order."""
+    def _requests(self, texts: list[str]) -> tuple[list[list[str]], list[int]]:
+        """Oversized texts split, the pieces packed into requests: (requests, the text each piece belongs to)."""
         pieces: list[str] = []
         owners: list[int] = []
         for i, text in enumerate(texts):
@@ -316,6 +315,18 @@ class HostedEmbedder(JsonEndpoint):
                 size = 0
             groups[-1].append(piece)
             size += n
+        return groups, owners
+
+    def document_request_tokens(self, texts: list[str]) -> list[int]:
+        """The tokens (as the rate limiter counts them) of each request `embed_documents(texts)` would send:
+        what `memsift index --dry-run` counts, without sending anything."""
+        groups, _ = self._requests([self.document_prefix + t for t in texts])
+        return [request_tokens(g) for g in groups]
+
+    def _embed(self, texts: list[str], query: bool) -> np.ndarray:
+        """Split oversized texts, pack pieces into requests, run `concurrency` at a time, average the pieces
+        of each text back into one unit vector, in input order."""
+        groups, owners = self._requests(texts)
         results = list(self._pool.map(lambda g: self._embed_batch(g, query), groups))
         sums = np.zeros((len(texts), self.dims), dtype=np.float32)
         if results:
@@ -325,7 +336,7 @@ class HostedEmbedder(JsonEndpoint):
     def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
         """One request, retried on transient faults; checked and normalised rows."""
         path, body = self._request(texts, query)
-        payload = self._post_retrying(path, body, tokens=max(1, sum(len(t.encode("utf-8")) for t in texts) // 4))
+        payload = self._post_retrying(path, body, tokens=request_tokens(texts))
         try:
             rows = self._vectors(payload)
             vectors = np.asarray(rows, dtype=np.float32)
