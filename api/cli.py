@@ -206,7 +206,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     r = report
     if r.plan:
         print(f"plan: {summary(r.plan)}")
-    print(f"{'rebuilt' if r.rebuilt else 'synced'} agent {config.agent} ({config.workspace})")
+    done = "rebuilt" if r.rebuilt else "rebuild held for" if r.rebuildHeld else "synced"
+    print(f"{done} agent {config.agent} ({config.workspace})")
     print(
         f"files: {r.filesScanned} scanned, {r.added} added, {r.changed} changed, {r.removed} removed"
         + (f", {r.skipped} skipped" if r.skipped else "")
@@ -224,6 +225,8 @@ def _dry_run(args: argparse.Namespace, config: Any) -> int:
         return 0
     kind = "a rebuild" if plan["rebuild"] else "a sync"
     print(f"dry run: {kind} of agent {config.agent} ({config.workspace}); nothing was embedded")
+    if plan["rebuildHeld"]:
+        print(f"note: `memsift index` does nothing now: {plan['rebuildHeld']}; the figures are those of --force")
     print(f"files: {plan['filesToRead']} to read, {plan['filesToEmbed']} with text to embed")
     print(f"chunks: {plan['chunksToEmbed']} to embed, {plan['cacheHits']} cache hits")
     print(f"estimate: {summary(plan)}")

@@ -44,6 +44,9 @@ class Estimate:
     estimatedSeconds: float | None  # None: no limit configured and no measured speed yet
     estimatedCost: float | None  # None: embedding.pricePerMillionTokens is not set
     secondsFrom: str | None  # "limits", "measured", "limits+measured"
+    #: The identity changed but the rebuild waits for `--force` (sync.autoRebuild): why. The figures are then
+    #: those of `memsift index --force`; a plain sync embeds nothing.
+    rebuildHeld: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -43,6 +43,8 @@ BATCH_BYTES = 512 * 1024
 MEASURED_MIN_INPUTS = 32
 VECTORS_PENDING = "vectors_pending"  # meta key: JSON {reason, at} while some chunks wait for their vectors
 SHARED_CACHE = "shared_cache"  # meta key: "1" once the index's vectors are in the shared cache
+#: meta key: JSON {reason, at, plan, summary} while a rebuild the identity calls for waits for `--force`
+REBUILD_HELD = "rebuild_held"
 
 Progress = Callable[[int, int], None]
 Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
@@ -67,6 +69,7 @@ class SyncReport:
     fallback: str | None = None  # why this sync ran on embedding.fallback instead of the configured provider
     vectorsPending: bool = False  # the embedder failed: some text is indexed for keyword search only
     plan: dict[str, Any] | None = None  # what the run was about to embed and spend (core.estimate.Estimate)
+    rebuildHeld: str | None = None  # the identity changed, a rebuild would cost money: why it waits for --force
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
@@ -408,6 +411,7 @@ def sync(
     with store.transaction():
         store.set_meta("last_sync", str(time.time()))
         store.set_meta(SHARED_CACHE, "1")  # every vector this run wrote went to the shared cache too
+        store.set_meta(REBUILD_HELD, "")  # the index matches the configuration: no rebuild is waiting
     if progress:
         progress(len(plan.to_check), len(plan.to_check))
     report.seconds = round(time.perf_counter() - started, 3)

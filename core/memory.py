@@ -16,9 +16,10 @@ from typing import Any
 from . import rerankers
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
-from .estimate import Estimate, estimate
+from .estimate import Estimate, estimate, summary
 from .get import get_lines
 from .indexer import (
+    REBUILD_HELD,
     SHARED_CACHE,
     VECTORS_PENDING,
     Progress,
@@ -160,8 +161,12 @@ class MemoryIndex:
         return embedder
 
     def needs_rebuild(self) -> bool:
-        """True when the index is new or its identity (model, chunking, tokenizer...) no longer matches."""
-        return self.store.identity() != index_identity(self.config, self.embedder())
+        """True when a sync would rebuild: the index is new, or its identity (model, chunking, tokenizer...)
+        no longer matches and `sync.autoRebuild` lets the rebuild run without `--force`."""
+        embedder = self.embedder()
+        if self.store.identity() == index_identity(self.config, embedder):
+            return False
+        return self._rebuild_held(embedder) is None
 
     def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
         """Incremental sync, or a rebuild with atomic swap when forced or when the identity changed.
@@ -192,20 +197,64 @@ class MemoryIndex:
             return self._switch_to_fallback(exc, progress, stage)
 
     def plan(self, *, force: bool = False) -> Estimate:
-        """What `sync(force=force)` would read, embed and cost, without embedding anything (a dry run)."""
-        store = self.store
+        """What `sync(force=force)` would read, embed and cost, without embedding anything (a dry run). When
+        the identity changed and the rebuild waits for `--force`, the figures are the forced rebuild's and
+        `rebuildHeld` says why the plain sync does nothing."""
         embedder = self.embedder() or (self._stand_in() if self.fallback_record() is None else None)
-        plan = plan_sync(store, self.config, embedder, SyncReport(), force)
-        with SharedCache.open(self.config.home) as cache:
-            return estimate(store, self.config, embedder, plan, cache, calibrate=True)
+        held = None
+        if not force and self.store.identity() != index_identity(self.config, embedder):
+            held = self._rebuild_held(embedder)
+        plan = self._estimate(embedder, force=force, calibrate=True)
+        plan.rebuildHeld = held["reason"] if held else None
+        return plan
 
     def rebuild(self, *, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
         return self.sync(force=True, progress=progress, stage=stage)
 
     def _sync_with(self, embedder: Embedder | None, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
         if force or self.store.identity() != index_identity(self.config, embedder):
+            if not force and (held := self._rebuild_held(embedder)) is not None:
+                return self._hold(held)
             return self._rebuild(embedder, progress, stage)
         return sync(self.store, self.config, embedder, progress=progress, stage=stage)
+
+    def _rebuild_held(self, embedder: Embedder | None) -> dict[str, Any] | None:
+        """The record of why the rebuild a changed identity calls for waits for `--force`, or None when it
+        may run now: a first index (asked for), `sync.autoRebuild` allowing it, or a rebuild the caches serve
+        whole (it costs nothing). The record carries what the forced rebuild would embed and cost."""
+        identity = self.store.identity()
+        policy = self.config.sync.autoRebuild
+        if identity is None or policy == "always":
+            return None
+        if policy == "local" and (embedder is None or embedder.provider == "local"):
+            return None
+        new = index_identity(self.config, embedder)
+        changed = ", ".join(k for k in sorted(set(identity) | set(new)) if identity.get(k) != new.get(k))
+        plan = self._estimate(embedder, force=True)
+        if policy == "local" and plan.chunksToEmbed == 0:
+            return None
+        why = "only the local model rebuilds on its own" if policy == "local" else "nothing rebuilds on its own"
+        reason = (
+            f"the index identity changed ({changed}): the rebuild with {plan.provider} waits for "
+            f"`memsift index --force` (sync.autoRebuild = {policy!r}: {why})"
+        )
+        plan_doc = plan.to_dict()
+        return {"reason": reason, "at": time.time(), "plan": plan_doc, "summary": summary(plan_doc)}
+
+    def _hold(self, held: dict[str, Any]) -> SyncReport:
+        """Leave the index as it is (search answers from it, keyword-only where the model changed) and say why
+        and what the rebuild would cost, in the report, its warnings, `status` and the searches' `degraded`."""
+        store = self.store
+        with store.transaction():
+            store.set_meta(REBUILD_HELD, json.dumps(held))
+        report = SyncReport(plan=held["plan"], rebuildHeld=held["reason"])
+        report.warnings.append(f"{held['reason']}; it would embed: {held['summary']}")
+        return report
+
+    def _estimate(self, embedder: Embedder | None, *, force: bool, calibrate: bool = False) -> Estimate:
+        plan = plan_sync(self.store, self.config, embedder, SyncReport(), force)
+        with SharedCache.open(self.config.home) as cache:
+            return estimate(self.store, self.config, embedder, plan, cache, calibrate=calibrate)
 
     def _switch_to_fallback(self, error: Exception, progress: Progress | None, stage: Stage) -> SyncReport:
         """Rebuild under the fallback (the old index stays searchable until the swap), then record the switch.
@@ -287,7 +336,12 @@ class MemoryIndex:
         if identity is None:
             dirty_reason = "never indexed"
         elif identity != index_identity(self.config, embedder):
-            dirty_reason = "the configuration or model changed: the next sync rebuilds"
+            held = self._rebuild_held(embedder)
+            dirty_reason = (
+                f"{held['reason']}; it would embed: {held['summary']}"
+                if held
+                else "the configuration or model changed: the next sync rebuilds"
+            )
         else:
             plan = plan_sync(store, self.config, embedder, SyncReport())
             if plan.to_check or plan.removed:

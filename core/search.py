@@ -6,6 +6,7 @@ says why in `degraded`.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -14,7 +15,7 @@ from typing import Any
 from . import ranking, rerankers
 from .config import Config
 from .embedders import Embedder
-from .indexer import cache_key
+from .indexer import REBUILD_HELD, cache_key
 from .query import fts_match
 from .store import ChunkRow, Store
 
@@ -94,7 +95,7 @@ def search(
     identity = store.identity() or {}
     degraded = None
     if mode != "keyword":
-        degraded = _vector_problem(identity, embedder, embedder_error)
+        degraded = _vector_problem(identity, embedder, embedder_error, store.get_meta(REBUILD_HELD))
         if degraded:
             mode = "keyword"
 
@@ -181,8 +182,10 @@ def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
         ranking.fuse_minmax(cands, s.vectorWeight, s.textWeight)
 
 
-def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: str | None) -> str | None:
-    """Why the vector leg cannot run, or None when it can."""
+def _vector_problem(
+    identity: dict[str, Any], embedder: Embedder | None, error: str | None, held: str | None = None
+) -> str | None:
+    """Why the vector leg cannot run, or None when it can; `held`: the record of a rebuild waiting for --force."""
     if embedder is None:
         return (
             f"no embedder ({error}); keyword results only" if error else "no embedder configured; keyword results only"
@@ -190,10 +193,14 @@ def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: 
     if not identity.get("dims"):
         return "the index holds no vectors (built without an embedder); run `memsift index`; keyword results only"
     if (identity.get("provider"), identity.get("model"), identity.get("fingerprint")) != cache_key(embedder):
-        return (
-            f"the index was built with {identity.get('provider')}/{identity.get('model')}, not "
-            f"{embedder.provider}/{embedder.model}; run `memsift index`; keyword results only"
+        built = (
+            f"the index was built with {identity.get('provider')}/{identity.get('model')}, "
+            f"not {embedder.provider}/{embedder.model}"
         )
+        if held:
+            record = json.loads(held)
+            return f"{built}; {record['reason']}, which would embed: {record['summary']}; keyword results only"
+        return f"{built}; run `memsift index`; keyword results only"
     return None
 
 

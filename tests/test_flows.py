@@ -169,7 +169,9 @@ def test_flow_run_is_named_completed_coarse_and_reported(workspace) -> None:
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     expected = report.to_dict()
     del expected["warnings"]
+    expected |= {f"plan.{k}": v for k, v in expected.pop("plan").items()}
     assert {r["metric"]: r["value"] for r in rows} == expected
+    assert rows[0]["metric"] == "plan.provider"  # the plan opens the report
 
 
 def test_warnings_make_a_markdown_artifact(workspace) -> None:
