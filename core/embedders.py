@@ -22,6 +22,16 @@ class EmbeddingError(RuntimeError):
     provider, the status and what to do, never a key. A sync that meets it may switch to the fallback."""
 
 
+class InputsRejected(EmbeddingError):
+    """The provider refused some inputs on their own (HTTP 400, 413 or 422 for that input alone, even after
+    splitting it), not the request: `vectors` holds every row (zeros for the rejected), `rejected` maps the
+    index of each rejected input to the server's reason. The indexer skips those, warns and goes on."""
+
+    def __init__(self, message: str, vectors: np.ndarray, rejected: dict[int, str]) -> None:
+        super().__init__(message)
+        self.vectors, self.rejected = vectors, rejected
+
+
 class Embedder(Protocol):
     provider: str
     model: str

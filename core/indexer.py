@@ -25,7 +25,7 @@ import numpy as np
 
 from .chunking import chunk_text
 from .config import Config
-from .embedders import Embedder, EmbeddingError
+from .embedders import Embedder, EmbeddingError, InputsRejected
 from .query import FTS_TEXT_VERSION
 from .rerankers import token_capture
 from .scan import FileEntry, scan
@@ -60,6 +60,7 @@ class SyncReport:
     skipped: int = 0  # not readable as text (binary, too large): recorded without chunks
     chunksWritten: int = 0
     chunksEmbedded: int = 0
+    chunksRejected: int = 0  # refused by the provider even split (too long, invalid): indexed keyword-only
     cacheHits: int = 0  # chunks whose vector the index or the shared cache already had
     embeddingCalls: int = 0
     inputChars: int = 0  # characters sent to the embedder
@@ -236,14 +237,16 @@ def index_batch(
         if cache is not None:  # the index lacks them: another agent's, or a killed run's, vectors
             fresh.update(cache.get(cache_key(embedder), [h for h in texts if h not in vectors]))
         report.cacheHits += len(vectors) + len(fresh)
+        rejected: dict[str, str] = {}
         try:
             todo = {h: t for h, t in texts.items() if h not in vectors and h not in fresh}
-            embed_missing(embedder, config, todo, fresh, report, capture, tokens, cache)
+            embed_missing(embedder, config, todo, fresh, report, capture, tokens, cache, rejected)
         except EmbeddingError as exc:
             if plan.rebuild or config.embedding.fallback != "none":
                 raise  # a rebuild's file is thrown away (what it embedded is in the shared cache)
             pending = _keyword_only(report, exc)
         vectors.update(fresh)
+        _warn_rejected(files, rejected, report)
         if capture is not None:  # cached vectors from before capture was on: their token bits cost a pass
             lacking = [h for h in vectors if h not in tokens]
             lacking = sorted(set(lacking) - store.tokens_known(capture.fingerprint, lacking))
@@ -270,8 +273,8 @@ def index_batch(
         for entry, digest, chunks in files:
             rows = [(c.start_line, c.end_line, c.text, c.hash) for c in chunks]
             vecs = None
-            if embedder is not None and chunks and all(c.hash in vectors for c in chunks):
-                vecs = np.stack([vectors[c.hash] for c in chunks])
+            if embedder is not None and chunks and all(c.hash in vectors or c.hash in rejected for c in chunks):
+                vecs = [vectors.get(c.hash) for c in chunks]  # None: refused by the provider, keyword-only
             store.replace_file(entry.path, entry.source, entry.size, entry.mtime_ns, digest, rows, vecs)
             report.chunksWritten += len(chunks)
 
@@ -285,10 +288,13 @@ def embed_missing(
     capture: MaxSimReranker | None = None,
     tokens: dict[str, bytes] | None = None,
     cache: SharedCache | None = None,
+    rejected: dict[str, str] | None = None,
 ) -> None:
     """Embed `texts` (hash -> text) in requests of batchMaxInputs, adding each answer to `into` and to the
     shared `cache` as it comes, so what was embedded before a failure, a kill or Ctrl-C is never paid for
-    again. With `capture`, the same pass of the local model also yields each chunk's MaxSim token bits."""
+    again. With `capture`, the same pass of the local model also yields each chunk's MaxSim token bits.
+    Inputs the provider refuses on their own go to `rejected` (hash -> reason) and get no vector; without
+    `rejected` they stop the run."""
     missing = list(texts)
     step = config.embedding.batchMaxInputs
     key = cache_key(embedder)
@@ -303,7 +309,16 @@ def embed_missing(
             bits = dict(zip(part, blobs))
             tokens.update(bits)
         else:
-            embedded = embedder.embed_documents(inputs)
+            try:
+                embedded = embedder.embed_documents(inputs)
+            except InputsRejected as exc:  # the others' vectors are good: skip those, keep the rest
+                if rejected is None:
+                    raise
+                embedded = exc.vectors
+                refused = {part[i]: reason for i, reason in exc.rejected.items()}
+                rejected.update(refused)
+                part = [h for h in part if h not in refused]
+                embedded = embedded[[i for i in range(len(inputs)) if i not in exc.rejected]]
         report.embedSeconds += time.perf_counter() - started
         report.inputChars += sum(map(len, inputs))
         report.embeddingCalls += embedder.calls - calls
@@ -314,6 +329,18 @@ def embed_missing(
             _keep(report, cache.put, key, got)
             if bits and capture is not None:
                 _keep(report, cache.tokens_put, capture.fingerprint, bits)
+
+
+def _warn_rejected(files: list[tuple[FileEntry, str, list]], rejected: dict[str, str], report: SyncReport) -> None:
+    """One warning per chunk the provider refused, naming its file and lines: keyword search still finds it."""
+    for entry, _, chunks in files:
+        for c in chunks:
+            if c.hash in rejected:
+                report.chunksRejected += 1
+                report.warnings.append(
+                    f"skipped embedding {entry.path}:{c.start_line}-{c.end_line} (keyword search only): "
+                    f"{rejected[c.hash]}"
+                )
 
 
 def _keep(report: SyncReport, write: Callable[..., object], *args: Any) -> None:

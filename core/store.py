@@ -287,9 +287,10 @@ class Store:
         mtime_ns: int,
         file_hash: str,
         chunks: list[tuple[int, int, str, str]],
-        vectors: np.ndarray | None,
+        vectors: np.ndarray | list[np.ndarray | None] | None,
     ) -> None:
-        """Swap a file's chunks for new ones: `chunks` are (start, end, text, hash), `vectors` aligned."""
+        """Swap a file's chunks for new ones: `chunks` are (start, end, text, hash), `vectors` aligned (a None
+        row: a chunk the provider refused, which gets no vector row)."""
         old = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
         self._delete_chunks(old)
         write_vec = (
@@ -305,7 +306,7 @@ class Store:
             )
             rowid = self.conn.last_insert_rowid()
             self.conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rowid, fts_text(text)))
-            if write_vec:
+            if write_vec and vectors[i] is not None:
                 self.conn.execute(
                     "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (rowid, vectors[i].tobytes())
                 )

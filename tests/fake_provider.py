@@ -21,7 +21,8 @@ import numpy as np
 
 #: 429 with Retry-After 1 s, 429 with an HTTP date ~2 s ahead, 429 with Retry-After 0, 500, 503, a stall past
 #: the client's timeout, a dropped connection, malformed JSON, one vector too few, vectors of the wrong
-#: dimension, 400 and 401 (whose message echoes the Authorization header, as careless servers do).
+#: dimension, 400 and 401 (whose message echoes the Authorization header, as careless servers do). Apart from
+#: these, `reject` answers 400 to requests holding an input it names bad.
 FAULTS = ("429", "429-date", "429-zero", "500", "503", "stall", "drop", "malformed", "count", "dim", "400", "401")
 
 
@@ -53,6 +54,9 @@ class FakeProvider:
     delay: float = 0.0
     #: request number at which the server stops answering until `close` (a client to kill mid-run); 0: never
     hold_at: int = 0
+    #: a request holding an input this says is bad is answered 400 naming that input (as OpenAI does for an
+    #: input over the model's context length); e.g. `lambda t: len(t) > 500` or `lambda t: "BAD" in t`
+    reject: Callable[[str], bool] | None = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -118,6 +122,10 @@ class FakeProvider:
             return self._send(h, 401, {"error": {"message": f"Incorrect API key provided: {auth}"}})
         if fault == "malformed":
             return self._send_raw(h, 200, b'{"data": [')
+        bad = [i for i, t in enumerate(body.get("input") or []) if self.reject and self.reject(t)]
+        if bad:
+            message = f"input[{bad[0]}] is invalid: this model's maximum context length was exceeded"
+            return self._send(h, 400, {"error": {"message": message, "param": f"input[{bad[0]}]"}})
         self._send(h, 200, self._answer(h.path, body, fault))
 
     def _answer(self, path: str, body: dict[str, Any], fault: str | None) -> Any:

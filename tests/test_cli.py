@@ -62,7 +62,7 @@ def test_index_no_prefect_json_prints_the_sync_report(capsys, ws: Path) -> None:
     assert set(report) == {
         "filesScanned", "added", "changed", "removed", "unchanged", "skipped", "chunksWritten", "chunksEmbedded",
         "cacheHits", "embeddingCalls", "inputChars", "embedSeconds", "cachePruned", "rebuilt", "fallback", "seconds",
-        "warnings", "vectorsPending", "plan", "rebuildHeld",
+        "warnings", "vectorsPending", "plan", "rebuildHeld", "chunksRejected",
     }  # fmt: skip
     assert report["filesScanned"] == 3 and report["added"] == 3
     assert report["fallback"] is None
