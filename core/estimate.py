@@ -4,7 +4,7 @@ opens every run's report and Prefect artifact.
 The files are read and chunked exactly as the indexer will (core.indexer.read_batch, the same batches), the
 chunk hashes looked up in the index and the shared cache (core.shared_cache, without marking them used), and
 what is left is packed into requests the way the provider will pack them (a hosted provider's
-`document_request_tokens`; the local model makes one call per slice of `embedding.batchMaxInputs`). Tokens
+`document_request_tokens`; the local model counts one request per step of `embedding.batchMaxInputs`). Tokens
 are counted as the rate limiter counts them (UTF-8 bytes / 4).
 
 Seconds come from the provider's configured limits (`requestsPerMinute`, `tokensPerMinute`) and from the
@@ -21,7 +21,7 @@ from typing import Any
 
 from .config import Config
 from .embedders import Embedder
-from .indexer import SyncPlan, SyncReport, batches, cache_key, read_batch
+from .indexer import SyncPlan, SyncReport, batches, cache_key, embed_step, read_batch, unwrapped
 from .limiter import request_tokens
 from .shared_cache import SharedCache
 from .store import Store
@@ -65,7 +65,7 @@ def estimate(
     seen: set[str] = set()
     files_to_embed = chunks = hits = tokens = requests = chars = 0
     todo_all: list[str] = []
-    step = config.embedding.batchMaxInputs
+    step = embed_step(config, embedder) if embedder is not None else 1
     for batch in batches(plan.to_check):
         files, _ = read_batch(config, batch, plan, SyncReport())
         texts: dict[str, str] = {}
@@ -111,16 +111,9 @@ def estimate(
     )
 
 
-def _unwrapped(embedder: Embedder) -> Embedder:
-    """The provider behind rate-limit, fan-out and timing wrappers (core.embedders.EmbedderWrapper)."""
-    while hasattr(embedder, "inner"):
-        embedder = embedder.inner
-    return embedder
-
-
 def _request_tokens(embedder: Embedder, texts: list[str]) -> list[int]:
     """Tokens per request of one `embed_documents(texts)`: as a hosted provider packs them, else one call."""
-    plan = getattr(_unwrapped(embedder), "document_request_tokens", None)
+    plan = getattr(unwrapped(embedder), "document_request_tokens", None)
     return plan(texts) if plan is not None else [request_tokens(texts)]
 
 

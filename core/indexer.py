@@ -87,6 +87,20 @@ class SyncPlan:
     known: dict[str, tuple[int, int, str]]
 
 
+def unwrapped(embedder: Embedder) -> Embedder:
+    """The embedder behind rate-limit, fan-out and timing wrappers (core.embedders.EmbedderWrapper)."""
+    while hasattr(embedder, "inner"):
+        embedder = embedder.inner
+    return embedder
+
+
+def embed_step(config: Config, embedder: Embedder) -> int:
+    """Inputs per `embed_documents` call: batchMaxInputs times the provider's `concurrency`, so a call's
+    requests keep every connection busy (calls go one after another, each written to the shared cache as it
+    returns: a kill loses at most one step)."""
+    return config.embedding.batchMaxInputs * getattr(unwrapped(embedder), "concurrency", 1)
+
+
 def cache_key(embedder: Embedder) -> tuple[str, str, str]:
     return (embedder.provider, embedder.model, embedder.fingerprint)
 
@@ -290,13 +304,13 @@ def embed_missing(
     cache: SharedCache | None = None,
     rejected: dict[str, str] | None = None,
 ) -> None:
-    """Embed `texts` (hash -> text) in requests of batchMaxInputs, adding each answer to `into` and to the
+    """Embed `texts` (hash -> text) in steps of `embed_step`, adding each answer to `into` and to the
     shared `cache` as it comes, so what was embedded before a failure, a kill or Ctrl-C is never paid for
     again. With `capture`, the same pass of the local model also yields each chunk's MaxSim token bits.
     Inputs the provider refuses on their own go to `rejected` (hash -> reason) and get no vector; without
     `rejected` they stop the run."""
     missing = list(texts)
-    step = config.embedding.batchMaxInputs
+    step = embed_step(config, embedder)
     key = cache_key(embedder)
     for i in range(0, len(missing), step):
         part = missing[i : i + step]

@@ -33,7 +33,7 @@ from .indexer import (
 from .locking import writer_lock
 from .rebuild import rebuild, remove_orphans
 from .search import SearchResponse, check_request, search
-from .shared_cache import SharedCache
+from .shared_cache import SharedCache, cache_path
 from .store import Store
 
 _CONFIGURED: Any = object()
@@ -370,6 +370,7 @@ class MemoryIndex:
             },
             "fts": {"enabled": identity is not None, "tokenizer": self.config.store.fts_tokenize},
             "cacheEntries": stats["cacheEntries"],
+            "sharedCache": self._shared_cache_status(),
             "lastSync": _iso(float(last)) if last else None,
             "embedderError": self.embedder_error,
             "fallback": self.fallback_record(),
@@ -379,6 +380,14 @@ class MemoryIndex:
         if deep:
             doc["probe"] = self._probe(embedder)
         return doc
+
+    def _shared_cache_status(self) -> dict[str, Any]:
+        """The home's shared embedding cache: where, and how many vectors (0 before any sync made it)."""
+        path = cache_path(self.config.home)
+        if not path.exists():
+            return {"path": str(path), "entries": 0}
+        with SharedCache(path) as cache:
+            return {"path": str(path), "entries": cache.count()}
 
     def _rerank_status(self, store: Store, embedder: Embedder | None) -> dict[str, Any]:
         """Whether searches rerank by default, with what, and how many chunks have MaxSim token bits."""

@@ -271,7 +271,8 @@ def test_status_json(capsys, ws: Path) -> None:
     assert doc["files"] == {"memory": 3} and doc["chunks"] == {"memory": 3}
     assert doc["dirty"] is False
     assert doc["vector"]["enabled"] is True and doc["fts"]["enabled"] is True
-    assert doc["cacheEntries"] == 3
+    assert doc["cacheEntries"] == 3 and doc["sharedCache"]["entries"] == 3
+    assert doc["sharedCache"]["path"].endswith("/cache/embeddings.sqlite")
     assert doc["rerank"] | {"weight": None} == {
         "enabled": "auto", "active": True, "provider": "local", "model": "maxsim",
         "candidates": 30, "weight": None, "tokenBits": 3,

@@ -261,7 +261,8 @@ class HostedEmbedder(JsonEndpoint):
             config.timeoutSeconds or REMOTE_TIMEOUT,
             RateLimiter(config.requestsPerMinute, config.tokensPerMinute),
         )
-        self._pool = ThreadPoolExecutor(config.concurrency or DEFAULT_CONCURRENCY, thread_name_prefix=self.provider)
+        self.concurrency = config.concurrency or DEFAULT_CONCURRENCY
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.provider)
         self.dims = config.dimensions or self.model_dims.get(self.model, 0)
         try:
             probe = self._embed_batch([PROBE_TEXT], query=False)
