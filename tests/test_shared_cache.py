@@ -188,3 +188,23 @@ def test_max_entries_prunes_only_entries_no_index_uses_across_agents(
     for agent in ("a", "b"):
         with Store(memsift_home / "memory" / f"{agent}.sqlite", readonly=True) as store:
             assert {h for (h,) in store.conn.execute("SELECT hash FROM chunks")} <= kept
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_rebuild_flow_that_fails_at_a_provider_outage_keeps_what_it_embedded(
+    workspace, provider: FakeProvider
+) -> None:
+    from core.embedders import EmbeddingError
+    from flows.sync import run_sync
+
+    ws = agent_workspace(workspace, provider, notes("beta", 40), "ws")
+    provider.fault = lambda n: "503" if n >= 8 else None  # the provider goes down after a few slices
+    with pytest.raises(EmbeddingError):
+        run_sync("main", workspace=str(ws))
+    before = len(embedded(provider))
+    assert 0 < before < 40 and before % SLICE == 0
+    provider.fault = lambda n: None
+    provider.embedded.clear()
+    report = run_sync("main", workspace=str(ws))
+    assert report.rebuilt and report.cacheHits == before
+    assert report.chunksEmbedded == len(embedded(provider)) == 40 - before
