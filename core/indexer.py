@@ -9,34 +9,28 @@ sync into a fresh file and swaps it in.
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import apsw
 import numpy as np
 
-from .chunking import chunk_text
 from .config import Config
 from .embedders import Embedder, EmbeddingError, InputsRejected
 from .query import FTS_TEXT_VERSION
-from .rerankers import token_capture
-from .scan import FileEntry, scan
-from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
+from .rerankers.local import token_capture
 from .shared_cache import SharedCache
+from .sources import FileEntry, active, read_memory_file
 from .store import SCHEMA_VERSION, Store
 
 if TYPE_CHECKING:
-    from .maxsim import MaxSimReranker
+    from .rerankers.maxsim import MaxSimReranker
 
-MAX_FILE_BYTES = 8 * 1024 * 1024
 BATCH_FILES = 64
 BATCH_BYTES = 512 * 1024
 #: A run that embedded fewer inputs says little about the embedder's speed (model load, one request's latency).
@@ -48,6 +42,8 @@ REBUILD_HELD = "rebuild_held"
 
 Progress = Callable[[int, int], None]
 Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
+#: core.estimate.estimate, handed in by the caller (it builds on this module): the plan that opens a report
+Estimator = Callable[..., Any]
 
 
 @dataclass
@@ -129,21 +125,23 @@ def plan_sync(
     identity = index_identity(config, embedder)
     rebuild = force or store.identity() != identity
     known = {} if rebuild else store.file_rows()
-    result = scan(config)
-    transcripts, problems = scan_sessions(config)
-    result.files.extend(transcripts)
-    report.warnings.extend(result.warnings + problems)
-    report.filesScanned = len(result.files)
+    sources = active(config)
+    files: list[FileEntry] = []
+    for source in sources.values():
+        found, warnings = source.discover()
+        files.extend(found)
+        report.warnings.extend(warnings)
+    report.filesScanned = len(files)
     to_check = []
-    for entry in result.files:
+    for entry in files:
         old = known.get(entry.path)
         if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns:
             report.unchanged += 1
-        elif old is not None and entry.source == "sessions" and not grew_enough(config, entry, old[0]):
-            report.unchanged += 1  # a transcript that grew by less than a delta: read it later
+        elif old is not None and not sources[entry.source].due(entry, old[0]):
+            report.unchanged += 1  # e.g. a transcript that grew by less than a delta: read it later
         else:
             to_check.append(entry)
-    seen = {f.path for f in result.files}
+    seen = {f.path for f in files}
     removed = [p for p in known if p not in seen]
     return SyncPlan(identity, rebuild, to_check, removed, known)
 
@@ -164,40 +162,18 @@ def batches(entries: list[FileEntry]) -> list[list[FileEntry]]:
     return out
 
 
-def read_memory_file(path: Path) -> tuple[bytes, str | None, str | None]:
-    """(raw bytes, text or None when unusable, warning or None). Never follows a symlink."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as fh:
-        raw = fh.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        return raw, None, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"
-    return (raw, *decode(raw))
-
-
-def decode(raw: bytes) -> tuple[str | None, str | None]:
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        try:
-            return raw.decode("utf-16"), None
-        except UnicodeDecodeError:
-            return None, "not valid UTF-16"
-    if b"\x00" in raw:
-        return None, "binary content (NUL bytes)"
-    try:
-        return raw.decode("utf-8-sig"), None
-    except UnicodeDecodeError:
-        return raw.decode("utf-8-sig", errors="replace"), "invalid UTF-8, bad bytes replaced with U+FFFD"
-
-
 def read_batch(
     config: Config, batch: list[FileEntry], plan: SyncPlan, report: SyncReport
 ) -> tuple[list[tuple[FileEntry, str, list]], list[FileEntry]]:
     """Read, hash and chunk a batch of files: (files to write with their digest and chunks, files whose
     content is unchanged and only need their stat updated)."""
+    sources = active(config)
     files: list[tuple[FileEntry, str, list]] = []
     touched: list[FileEntry] = []
     for entry in batch:
+        source = sources[entry.source]
         try:
-            raw, text, problem = read_memory_file(source_path(config, entry.path))
+            raw, text, problem = read_memory_file(source.path(entry.path))
         except OSError as exc:
             report.warnings.append(f"skipped {entry.path}: {exc.strerror or exc}")
             continue
@@ -215,12 +191,7 @@ def read_batch(
             continue
         if problem:
             report.warnings.append(f"{entry.path}: {problem}")
-        if entry.source == "sessions":
-            chunks = chunk_transcript(
-                entry.path, text, config.chunking.tokens, config.chunking.overlap, report.warnings
-            )
-        else:
-            chunks = chunk_text(text, config.chunking.tokens, config.chunking.overlap)
+        chunks = source.chunk(entry.path, text, report.warnings)
         files.append((entry, digest, chunks))
         if old is None:
             report.added += 1
@@ -408,7 +379,8 @@ def remove_files(store: Store, paths: list[str], report: SyncReport) -> None:
     report.removed += len(paths)
 
 
-def _direct(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def plain_stage(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The default `stage` hook: each stage runs as a plain call (the Prefect flow passes its own)."""
     return fn
 
 
@@ -419,9 +391,11 @@ def sync(
     *,
     force: bool = False,
     progress: Progress | None = None,
-    stage: Stage = _direct,
+    stage: Stage = plain_stage,
+    estimator: Estimator | None = None,
 ) -> SyncReport:
-    """Bring the index up to date with the workspace; `force` rebuilds everything (the cache still serves)."""
+    """Bring the index up to date with the workspace; `force` rebuilds everything (the caches still serve).
+    With `estimator` (core.estimate.estimate; MemoryIndex passes it), the run's plan opens its report."""
     started = time.perf_counter()
     report = SyncReport()
     plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force)
@@ -430,9 +404,8 @@ def sync(
     if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
         store.reset(plan.identity, config.store.fts_tokenize)
     with SharedCache.open(config.home) if embedder is not None else nullcontext() as cache:
-        from .estimate import estimate  # it builds on this module
-
-        report.plan = stage("estimate", estimate)(store, config, embedder, plan, cache).to_dict()
+        if estimator is not None:
+            report.plan = stage("estimate", estimator)(store, config, embedder, plan, cache).to_dict()
         done = 0
         for batch in batches(plan.to_check):
             if progress:

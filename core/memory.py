@@ -25,13 +25,15 @@ from .indexer import (
     Progress,
     Stage,
     SyncReport,
-    _direct,
     index_identity,
+    plain_stage,
     plan_sync,
     sync,
 )
 from .locking import writer_lock
 from .rebuild import rebuild, remove_orphans
+from .rerankers.local import LOCAL_DEFAULT, token_capture
+from .rerankers.shortlist import wanted
 from .search import SearchResponse, check_request, search
 from .shared_cache import SharedCache, cache_path
 from .store import Store
@@ -168,7 +170,7 @@ class MemoryIndex:
             return False
         return self._rebuild_held(embedder) is None
 
-    def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
+    def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = plain_stage) -> SyncReport:
         """Incremental sync, or a rebuild with atomic swap when forced or when the identity changed.
 
         While a fallback switch is recorded the fallback is used and the provider is not tried; `force` tries
@@ -208,7 +210,7 @@ class MemoryIndex:
         plan.rebuildHeld = held["reason"] if held else None
         return plan
 
-    def rebuild(self, *, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
+    def rebuild(self, *, progress: Progress | None = None, stage: Stage = plain_stage) -> SyncReport:
         return self.sync(force=True, progress=progress, stage=stage)
 
     def _sync_with(self, embedder: Embedder | None, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
@@ -216,7 +218,7 @@ class MemoryIndex:
             if not force and (held := self._rebuild_held(embedder)) is not None:
                 return self._hold(held)
             return self._rebuild(embedder, progress, stage)
-        return sync(self.store, self.config, embedder, progress=progress, stage=stage)
+        return sync(self.store, self.config, embedder, progress=progress, stage=stage, estimator=estimate)
 
     def _rebuild_held(self, embedder: Embedder | None) -> dict[str, Any] | None:
         """The record of why the rebuild a changed identity calls for waits for `--force`, or None when it
@@ -299,7 +301,7 @@ class MemoryIndex:
 
     def _rebuild(self, embedder: Embedder | None, progress: Progress | None, stage: Stage) -> SyncReport:
         self.close()  # our connection would hold the old file; the next access opens the new one
-        return rebuild(self.config, embedder, progress=progress, stage=stage, use_vec=self._use_vec)
+        return rebuild(self.config, embedder, progress=progress, stage=stage, use_vec=self._use_vec, estimator=estimate)
 
     def search(self, query: str, **options: Any) -> SearchResponse:
         """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
@@ -308,7 +310,7 @@ class MemoryIndex:
         if self.store.identity() is None:
             with self._writing():
                 if self.store.identity() is None:  # nobody indexed it while we waited
-                    self._tend_cache(self._rebuild(self.embedder(), None, _direct))
+                    self._tend_cache(self._rebuild(self.embedder(), None, plain_stage))
         embedder, error = self.embedder(), self.embedder_error
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
@@ -392,12 +394,12 @@ class MemoryIndex:
     def _rerank_status(self, store: Store, embedder: Embedder | None) -> dict[str, Any]:
         """Whether searches rerank by default, with what, and how many chunks have MaxSim token bits."""
         r = self.config.rerank
-        capture = rerankers.token_capture(self.config, embedder)
+        capture = token_capture(self.config, embedder)
         return {
             "enabled": r.enabled,
-            "active": rerankers.wanted(self.config, None, embedder),
+            "active": wanted(self.config, None, embedder),
             "provider": r.provider,
-            "model": r.model or (rerankers.LOCAL_DEFAULT if r.provider == "local" else None),
+            "model": r.model or (LOCAL_DEFAULT if r.provider == "local" else None),
             "candidates": r.candidates,
             "weight": r.weight,
             "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,

@@ -23,7 +23,7 @@ import apsw
 
 from .config import Config
 from .embedders import Embedder
-from .indexer import Progress, Stage, SyncReport, _direct, sync
+from .indexer import Estimator, Progress, Stage, SyncReport, plain_stage, sync
 from .locking import swap_lock
 from .store import Store
 
@@ -48,8 +48,9 @@ def rebuild(
     embedder: Embedder | None,
     *,
     progress: Progress | None = None,
-    stage: Stage = _direct,
+    stage: Stage = plain_stage,
     use_vec: bool = True,
+    estimator: Estimator | None = None,
 ) -> SyncReport:
     """Rebuild the agent's index into a temp file and swap it in. The caller holds the writer lock."""
     live = config.db_path
@@ -57,7 +58,7 @@ def rebuild(
     try:
         new = Store(tmp, use_vec=use_vec)
         try:
-            report = sync(new, config, embedder, force=True, progress=progress, stage=stage)
+            report = sync(new, config, embedder, force=True, progress=progress, stage=stage, estimator=estimator)
             new.leave_wal()
         finally:
             new.close()

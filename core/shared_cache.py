@@ -31,7 +31,8 @@ from typing import Any
 import apsw
 import numpy as np
 
-from .store import Store, StoreError
+from .errors import StoreError
+from .store import Store
 
 BUSY_TIMEOUT_MS = 30_000
 SLICE = 500  # SQLite caps the number of bound parameters
