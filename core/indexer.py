@@ -404,8 +404,9 @@ def sync(
     if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
         store.reset(plan.identity, config.store.fts_tokenize)
     with SharedCache.open(config.home) if embedder is not None else nullcontext() as cache:
-        if estimator is not None:
-            report.plan = stage("estimate", estimator)(store, config, embedder, plan, cache).to_dict()
+        if estimator is not None:  # a task only when there is something to read: a no-op sync stays cheap
+            estimating = stage("estimate", estimator) if plan.to_check else estimator
+            report.plan = estimating(store, config, embedder, plan, cache).to_dict()
         done = 0
         for batch in batches(plan.to_check):
             if progress:

@@ -114,7 +114,7 @@ def test_run_sync_counts_second_run_embeds_nothing_force_rebuilds(workspace) -> 
     assert second.chunksEmbedded == second.embeddingCalls == second.chunksWritten == 0
     assert second.rebuilt is False
     assert not runs.new("memsift-rebuild")
-    assert task_counts(runs.one()) == {"scan-and-diff": 1, "estimate": 1}  # nothing to read: no index-batch
+    assert task_counts(runs.one()) == {"scan-and-diff": 1}  # nothing to read: no estimate or index-batch task
 
     (ws / "memory" / "2026-01-01-n000.md").write_text("# note 0\n- rewritten fact\n")
     (ws / "MEMORY.md").unlink()
