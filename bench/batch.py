@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from core.chunking import chunk_text  # noqa: E402
+from core.config import db_path  # noqa: E402
 from core.limiter import request_tokens  # noqa: E402
 from tests.fake_provider import FakeProvider  # noqa: E402
 
@@ -168,8 +169,8 @@ def section_kill(args: argparse.Namespace, tmp: Path, out: dict[str, Any]) -> No
         rerun = run_cli(ws, home, "main", "--no-prefect")
         rerun_s = time.perf_counter() - started
         again = sum(len(r.body["input"]) for r in fake.requests[first:] if r.body["input"] != [PROBE])
-        chunks, lacking, ok = content(home / "memory" / "main.sqlite")
-        cold_chunks, _, _ = content(cold_home / "memory" / "main.sqlite")
+        chunks, lacking, ok = content(db_path(home, "main", ws.resolve()))
+        cold_chunks, _, _ = content(db_path(cold_home, "main", cold_ws.resolve()))
         out["kill"] = {
             "chunks": cold["chunksWritten"],
             "full_run_embedded": full,

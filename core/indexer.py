@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 import numpy as np
 
+from .binding import check_workspace, record_workspace
 from .config import Config
 from .embedders import Embedder, EmbeddingError, InputsRejected
 from .query import FTS_TEXT_VERSION
@@ -397,6 +398,7 @@ def sync(
     """Bring the index up to date with the workspace; `force` rebuilds everything (the caches still serve).
     With `estimator` (core.estimate.estimate; MemoryIndex passes it), the run's plan opens its report."""
     started = time.perf_counter()
+    check_workspace(store, config)  # never delete the rows of another workspace's files
     report = SyncReport()
     plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force)
     report.rebuilt = plan.rebuild
@@ -427,6 +429,7 @@ def sync(
         store.set_meta("last_sync", str(time.time()))
         store.set_meta(SHARED_CACHE, "1")  # every vector this run wrote went to the shared cache too
         store.set_meta(REBUILD_HELD, "")  # the index matches the configuration: no rebuild is waiting
+        record_workspace(store, config)
     if progress:
         progress(len(plan.to_check), len(plan.to_check))
     report.seconds = round(time.perf_counter() - started, 3)

@@ -16,6 +16,7 @@ import pytest
 from index_checks import content
 
 from api.cli import main
+from core.config import db_path
 from tests.fake_provider import FakeProvider
 
 PROBE = "memsift probe"
@@ -58,7 +59,7 @@ def test_a_new_hosted_model_waits_for_force_and_search_says_what_it_would_cost(
     ws = workspace(NOTES)
     configure(ws, provider, "model-a")
     cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
-    db = memsift_home / "memory" / "main.sqlite"
+    db = db_path(memsift_home, "main", ws.resolve())
     before = content(db)
     provider.embedded.clear()
 

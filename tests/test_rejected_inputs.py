@@ -16,6 +16,7 @@ import pytest
 from index_checks import chunks_without_vectors, integrity
 
 from api.cli import main
+from core.config import db_path
 from tests.fake_provider import FakeProvider
 
 PROBE = "memsift probe"
@@ -60,7 +61,7 @@ def test_a_refused_input_is_skipped_with_a_warning_naming_its_lines_and_the_run_
     [warning] = report["warnings"]
     assert warning.startswith("skipped embedding memory/bad.md:1-3 (keyword search only): openai: HTTP 400")
     assert "input[" in warning and "maximum context length" in warning
-    db = memsift_home / "memory" / "main.sqlite"
+    db = db_path(memsift_home, "main", ws.resolve())
     assert integrity(db) == ["ok"] and chunks_without_vectors(db) == 1
     assert sum(1 for r in provider.requests if r.fault == "503") == 1
 
@@ -82,7 +83,7 @@ def test_an_input_too_long_by_the_server_s_count_is_split_and_embedded(
     provider.reject = lambda text: len(text.encode()) > 200  # the server counts tighter than our guess
     report = index(capsys, ws)
     assert report["chunksRejected"] == 0 and report["chunksEmbedded"] == 13 and not report["warnings"]
-    assert chunks_without_vectors(memsift_home / "memory" / "main.sqlite") == 0
+    assert chunks_without_vectors(db_path(memsift_home, "main", ws.resolve())) == 0
     pieces = [t for r in provider.requests if r.fault is None for t in r.body["input"] if t != PROBE]
     assert any(t in long_note and t != long_note.strip() for t in pieces)  # it went out in pieces
 

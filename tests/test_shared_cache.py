@@ -21,6 +21,7 @@ import pytest
 from index_checks import chunks_without_vectors, integrity
 
 from api.cli import main
+from core.config import db_path
 from core.shared_cache import SharedCache, cache_path
 from core.store import Store
 from tests.fake_provider import FakeProvider
@@ -96,7 +97,7 @@ def test_a_first_index_killed_at_80_percent_reruns_only_what_it_never_embedded(
         child.wait()
     before_kill = set(embedded(provider))
     assert len(before_kill) == 48
-    db = memsift_home / "memory" / "main.sqlite"
+    db = db_path(memsift_home, "main", ws.resolve())
     with Store(db, readonly=True) as store:
         assert store.identity() is None  # a first index is a rebuild: nothing was swapped in
     provider.embedded.clear()
@@ -144,7 +145,7 @@ def test_two_agents_syncing_at_once_in_two_processes_both_complete(
         reports[agent] = json.loads(out)
     for agent, report in reports.items():
         assert report["chunksWritten"] == 48 and not report["warnings"]
-        db = memsift_home / "memory" / f"{agent}.sqlite"
+        db = db_path(memsift_home, agent, spaces[agent].resolve())
         assert integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
     with SharedCache.open(memsift_home) as cache:
         assert cache.count() == 72  # 24 shared + 24 + 24, each once
@@ -156,7 +157,7 @@ def test_an_index_from_before_the_shared_cache_hands_its_vectors_over(
 ) -> None:
     ws = agent_workspace(workspace, provider, notes("old", 8), "ws")
     index(capsys, ws)
-    db = memsift_home / "memory" / "main.sqlite"
+    db = db_path(memsift_home, "main", ws.resolve())
     with Store(db) as store, store.transaction():  # as an older memsift left it: its own cache, no shared one
         store.conn.execute("DELETE FROM meta WHERE key = 'shared_cache'")
     for suffix in ("", "-wal", "-shm"):
@@ -185,8 +186,8 @@ def test_max_entries_prunes_only_entries_no_index_uses_across_agents(
     with SharedCache.open(memsift_home) as cache:
         assert cache.count() == 12
         kept = {h for (h,) in cache.conn.execute("SELECT hash FROM embeddings")}
-    for agent in ("a", "b"):
-        with Store(memsift_home / "memory" / f"{agent}.sqlite", readonly=True) as store:
+    for agent, ws in (("a", a), ("b", b)):
+        with Store(db_path(memsift_home, agent, ws.resolve()), readonly=True) as store:
             assert {h for (h,) in store.conn.execute("SELECT hash FROM chunks")} <= kept
 
 
