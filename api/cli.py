@@ -19,6 +19,7 @@ from typing import Any
 
 from core import MemoryIndex, MemsiftError, load_config
 from core.config import FUSIONS, MODES, memsift_home
+from core.estimate import summary
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,6 +59,9 @@ def _parser() -> _Parser:
     index.add_argument("--force", action="store_true", help="rebuild everything")
     index.add_argument(
         "--no-prefect", action="store_true", help="run the same sync in-process, without a Prefect flow run"
+    )
+    index.add_argument(
+        "--dry-run", action="store_true", help="read and chunk, embed nothing: what the run would embed and cost"
     )
 
     search = sub.add_parser("search", parents=[common], help="hybrid search")
@@ -237,6 +241,8 @@ def _print_json(doc: Any) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     config = _config(args)  # validate before starting Prefect
+    if args.dry_run:
+        return _dry_run(args, config)
     from api.indexing import sync_agent
     from api.progress import progress_bar
 
@@ -253,7 +259,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     r = report
-    print(f"{'rebuilt' if r.rebuilt else 'synced'} agent {config.agent} ({config.workspace})")
+    if r.plan:
+        print(f"plan: {summary(r.plan)}")
+    done = "rebuilt" if r.rebuilt else "rebuild held for" if r.rebuildHeld else "synced"
+    print(f"{done} agent {config.agent} ({config.workspace})")
     print(
         f"files: {r.filesScanned} scanned, {r.added} added, {r.changed} changed, {r.removed} removed"
         + (f", {r.skipped} skipped" if r.skipped else "")
@@ -262,6 +271,22 @@ def cmd_index(args: argparse.Namespace) -> int:
     print(f"seconds: {r.seconds:.2f}")
     if where is not None:
         print(where.note, file=sys.stderr)
+    return 0
+
+
+def _dry_run(args: argparse.Namespace, config: Any) -> int:
+    with MemoryIndex(config) as index:
+        plan = index.plan(force=args.force).to_dict()
+    if args.json:
+        _print_json(plan)
+        return 0
+    kind = "a rebuild" if plan["rebuild"] else "a sync"
+    print(f"dry run: {kind} of agent {config.agent} ({config.workspace}); nothing was embedded")
+    if plan["rebuildHeld"]:
+        print(f"note: `memsift index` does nothing now: {plan['rebuildHeld']}; the figures are those of --force")
+    print(f"files: {plan['filesToRead']} to read, {plan['filesToEmbed']} with text to embed")
+    print(f"chunks: {plan['chunksToEmbed']} to embed, {plan['cacheHits']} cache hits")
+    print(f"estimate: {summary(plan)}")
     return 0
 
 

@@ -146,6 +146,13 @@ class RerankState(msgspec.Struct):
     tokenBits: int | None
 
 
+class SharedCacheState(msgspec.Struct):
+    """The home's shared embedding cache (README: "The shared embedding cache")."""
+
+    path: str
+    entries: int
+
+
 class Status(msgspec.Struct):
     """The document of `memsift status --json`: MemoryIndex.status and the embedding rate limit."""
 
@@ -169,6 +176,7 @@ class Status(msgspec.Struct):
     probe: Probe | UnsetType = UNSET
     vectorsPending: VectorsPending | None = None
     rerank: RerankState | None = None
+    sharedCache: SharedCacheState | None = None
 
 
 class IndexRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -124,6 +124,8 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "embedding.timeoutSeconds": (None, _optional(_number(float, 0.001))),
     "embedding.retries": (3, _number(int, 0, 20)),
     "embedding.localGraph": ("optimized", _choice(*LOCAL_GRAPHS)),
+    # What the hosted provider charges, for the cost `memsift index --dry-run` and every run's plan show.
+    "embedding.pricePerMillionTokens": (None, _optional(_number(float, 0.0))),
     "chunking.tokens": (400, _number(int, 16, 8192)),
     "chunking.overlap": (80, _number(int, 0, 4096)),
     "search.maxResults": (6, _number(int, 1, 100)),
@@ -169,6 +171,9 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "sync.lockTimeoutSeconds": (10.0, _number(float, 0)),
     "sync.taskRunner": ("inline", _choice("inline", "thread", "dask")),
     "sync.daskAddress": (None, _optional(_str)),
+    # When a changed index identity (model, chunking...) rebuilds without `--force`: "local" only when the
+    # embedder costs nothing (the local model, or none), "always", or "never" (SPEC section 1).
+    "sync.autoRebuild": ("local", _choice("local", "always", "never")),
     "cache.maxEntries": (None, _optional(_number(int, 1))),
     "api.host": ("127.0.0.1", _str),
     "api.port": (8000, _number(int, 1, 65535)),
@@ -199,6 +204,7 @@ class EmbeddingConfig:
     timeoutSeconds: float | None
     retries: int
     localGraph: str
+    pricePerMillionTokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -261,6 +267,7 @@ class SyncConfig:
     lockTimeoutSeconds: float
     taskRunner: str = "inline"  # where a rebuild's embedding batches run: in the flow, on threads, on Dask
     daskAddress: str | None = None  # a Dask scheduler (tcp://host:8786); None: a LocalCluster per rebuild
+    autoRebuild: str = "local"  # a changed identity rebuilds on its own: "local" (free embedders), always, never
 
 
 @dataclass(frozen=True)

@@ -13,16 +13,19 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import apsw
 import numpy as np
 
 from .binding import check_workspace, record_workspace
 from .config import Config
-from .embedders import Embedder, EmbeddingError
+from .embedders import Embedder, EmbeddingError, InputsRejected
 from .query import FTS_TEXT_VERSION
 from .rerankers.local import token_capture
+from .shared_cache import SharedCache
 from .sources import FileEntry, active, read_memory_file
 from .store import SCHEMA_VERSION, Store
 
@@ -31,10 +34,17 @@ if TYPE_CHECKING:
 
 BATCH_FILES = 64
 BATCH_BYTES = 512 * 1024
+#: A run that embedded fewer inputs says little about the embedder's speed (model load, one request's latency).
+MEASURED_MIN_INPUTS = 32
 VECTORS_PENDING = "vectors_pending"  # meta key: JSON {reason, at} while some chunks wait for their vectors
+SHARED_CACHE = "shared_cache"  # meta key: "1" once the index's vectors are in the shared cache
+#: meta key: JSON {reason, at, plan, summary} while a rebuild the identity calls for waits for `--force`
+REBUILD_HELD = "rebuild_held"
 
 Progress = Callable[[int, int], None]
 Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
+#: core.estimate.estimate, handed in by the caller (it builds on this module): the plan that opens a report
+Estimator = Callable[..., Any]
 
 
 @dataclass
@@ -47,14 +57,17 @@ class SyncReport:
     skipped: int = 0  # not readable as text (binary, too large): recorded without chunks
     chunksWritten: int = 0
     chunksEmbedded: int = 0
-    cacheHits: int = 0
+    chunksRejected: int = 0  # refused by the provider even split (too long, invalid): indexed keyword-only
+    cacheHits: int = 0  # chunks whose vector the index or the shared cache already had
     embeddingCalls: int = 0
     inputChars: int = 0  # characters sent to the embedder
-    cacheCopied: int = 0  # a rebuild: cache entries carried over from the live index
-    cachePruned: int = 0  # a rebuild: cache entries dropped by cache.maxEntries
+    embedSeconds: float = 0.0  # time spent waiting for the embedder (its measured throughput)
+    cachePruned: int = 0  # shared cache entries dropped by cache.maxEntries after this run
     rebuilt: bool = False
     fallback: str | None = None  # why this sync ran on embedding.fallback instead of the configured provider
     vectorsPending: bool = False  # the embedder failed: some text is indexed for keyword search only
+    plan: dict[str, Any] | None = None  # what the run was about to embed and spend (core.estimate.Estimate)
+    rebuildHeld: str | None = None  # the identity changed, a rebuild would cost money: why it waits for --force
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
@@ -69,6 +82,20 @@ class SyncPlan:
     to_check: list[FileEntry]  # stat changed or new: read, hash, and index if the content changed
     removed: list[str]
     known: dict[str, tuple[int, int, str]]
+
+
+def unwrapped(embedder: Embedder) -> Embedder:
+    """The embedder behind rate-limit, fan-out and timing wrappers (core.embedders.EmbedderWrapper)."""
+    while hasattr(embedder, "inner"):
+        embedder = embedder.inner
+    return embedder
+
+
+def embed_step(config: Config, embedder: Embedder) -> int:
+    """Inputs per `embed_documents` call: batchMaxInputs times the provider's `concurrency`, so a call's
+    requests keep every connection busy (calls go one after another, each written to the shared cache as it
+    returns: a kill loses at most one step)."""
+    return config.embedding.batchMaxInputs * getattr(unwrapped(embedder), "concurrency", 1)
 
 
 def cache_key(embedder: Embedder) -> tuple[str, str, str]:
@@ -136,15 +163,11 @@ def batches(entries: list[FileEntry]) -> list[list[FileEntry]]:
     return out
 
 
-def index_batch(
-    store: Store,
-    config: Config,
-    embedder: Embedder | None,
-    batch: list[FileEntry],
-    plan: SyncPlan,
-    report: SyncReport,
-) -> None:
-    """Read, hash and chunk a batch of files, embed the chunks the cache lacks, write them in one go."""
+def read_batch(
+    config: Config, batch: list[FileEntry], plan: SyncPlan, report: SyncReport
+) -> tuple[list[tuple[FileEntry, str, list]], list[FileEntry]]:
+    """Read, hash and chunk a batch of files: (files to write with their digest and chunks, files whose
+    content is unchanged and only need their stat updated)."""
     sources = active(config)
     files: list[tuple[FileEntry, str, list]] = []
     touched: list[FileEntry] = []
@@ -175,7 +198,20 @@ def index_batch(
             report.added += 1
         else:
             report.changed += 1
+    return files, touched
 
+
+def index_batch(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    batch: list[FileEntry],
+    plan: SyncPlan,
+    report: SyncReport,
+    cache: SharedCache | None = None,
+) -> None:
+    """Read, hash and chunk a batch of files, embed the chunks the caches lack, write them in one go."""
+    files, touched = read_batch(config, batch, plan, report)
     vectors: dict[str, np.ndarray] = {}
     fresh: dict[str, np.ndarray] = {}
     tokens: dict[str, bytes] = {}
@@ -184,25 +220,35 @@ def index_batch(
     if embedder is not None:
         texts = {c.hash: c.text for _, _, chunks in files for c in chunks}
         vectors = store.cache_get(cache_key(embedder), texts)
-        report.cacheHits += len(vectors)
+        if cache is not None:  # the index lacks them: another agent's, or a killed run's, vectors
+            fresh.update(cache.get(cache_key(embedder), [h for h in texts if h not in vectors]))
+        report.cacheHits += len(vectors) + len(fresh)
+        rejected: dict[str, str] = {}
         try:
-            todo = {h: t for h, t in texts.items() if h not in vectors}
-            embed_missing(embedder, config, todo, fresh, report, capture, tokens)
+            todo = {h: t for h, t in texts.items() if h not in vectors and h not in fresh}
+            embed_missing(embedder, config, todo, fresh, report, capture, tokens, cache, rejected)
         except EmbeddingError as exc:
             if plan.rebuild or config.embedding.fallback != "none":
-                raise  # a rebuild is thrown away whole; MemoryIndex hands the index to the fallback
+                raise  # a rebuild's file is thrown away (what it embedded is in the shared cache)
             pending = _keyword_only(report, exc)
         vectors.update(fresh)
+        _warn_rejected(files, rejected, report)
         if capture is not None:  # cached vectors from before capture was on: their token bits cost a pass
             lacking = [h for h in vectors if h not in tokens]
             lacking = sorted(set(lacking) - store.tokens_known(capture.fingerprint, lacking))
+            if cache is not None:
+                tokens.update(cache.tokens_get(capture.fingerprint, lacking))
+                lacking = [h for h in lacking if h not in tokens]
             step = config.embedding.batchMaxInputs
             for i in range(0, len(lacking), step):
                 part = lacking[i : i + step]
-                tokens.update(zip(part, capture.document_tokens([texts[h] for h in part])[1]))
+                bits = dict(zip(part, capture.document_tokens([texts[h] for h in part])[1]))
+                tokens.update(bits)
+                if cache is not None:
+                    _keep(report, cache.tokens_put, capture.fingerprint, bits)
 
     with store.transaction():
-        if fresh:
+        if fresh:  # the index keeps its own copy of every vector its chunks use
             store.cache_put(cache_key(embedder), fresh)
         if tokens and capture is not None:
             store.tokens_put(capture.fingerprint, tokens)
@@ -213,8 +259,8 @@ def index_batch(
         for entry, digest, chunks in files:
             rows = [(c.start_line, c.end_line, c.text, c.hash) for c in chunks]
             vecs = None
-            if embedder is not None and chunks and all(c.hash in vectors for c in chunks):
-                vecs = np.stack([vectors[c.hash] for c in chunks])
+            if embedder is not None and chunks and all(c.hash in vectors or c.hash in rejected for c in chunks):
+                vecs = [vectors.get(c.hash) for c in chunks]  # None: refused by the provider, keyword-only
             store.replace_file(entry.path, entry.source, entry.size, entry.mtime_ns, digest, rows, vecs)
             report.chunksWritten += len(chunks)
 
@@ -227,25 +273,70 @@ def embed_missing(
     report: SyncReport,
     capture: MaxSimReranker | None = None,
     tokens: dict[str, bytes] | None = None,
+    cache: SharedCache | None = None,
+    rejected: dict[str, str] | None = None,
 ) -> None:
-    """Embed `texts` (hash -> text) in requests of batchMaxInputs, adding each answer to `into` as it comes,
-    so what was embedded before a failure is kept (and cached). With `capture`, the same pass of the local
-    model also yields each chunk's MaxSim token bits, added to `tokens`."""
+    """Embed `texts` (hash -> text) in steps of `embed_step`, adding each answer to `into` and to the
+    shared `cache` as it comes, so what was embedded before a failure, a kill or Ctrl-C is never paid for
+    again. With `capture`, the same pass of the local model also yields each chunk's MaxSim token bits.
+    Inputs the provider refuses on their own go to `rejected` (hash -> reason) and get no vector; without
+    `rejected` they stop the run."""
     missing = list(texts)
-    step = config.embedding.batchMaxInputs
+    step = embed_step(config, embedder)
+    key = cache_key(embedder)
     for i in range(0, len(missing), step):
         part = missing[i : i + step]
         calls = embedder.calls
         inputs = [texts[h] for h in part]
-        report.inputChars += sum(map(len, inputs))
+        started = time.perf_counter()
+        bits: dict[str, bytes] = {}
         if capture is not None and tokens is not None:
-            embedded, bits = capture.document_tokens(inputs)
-            tokens.update(zip(part, bits))
+            embedded, blobs = capture.document_tokens(inputs)
+            bits = dict(zip(part, blobs))
+            tokens.update(bits)
         else:
-            embedded = embedder.embed_documents(inputs)
+            try:
+                embedded = embedder.embed_documents(inputs)
+            except InputsRejected as exc:  # the others' vectors are good: skip those, keep the rest
+                if rejected is None:
+                    raise
+                embedded = exc.vectors
+                refused = {part[i]: reason for i, reason in exc.rejected.items()}
+                rejected.update(refused)
+                part = [h for h in part if h not in refused]
+                embedded = embedded[[i for i in range(len(inputs)) if i not in exc.rejected]]
+        report.embedSeconds += time.perf_counter() - started
+        report.inputChars += sum(map(len, inputs))
         report.embeddingCalls += embedder.calls - calls
-        into.update(zip(part, embedded))
+        got = dict(zip(part, embedded))
+        into.update(got)
         report.chunksEmbedded += len(part)
+        if cache is not None:
+            _keep(report, cache.put, key, got)
+            if bits and capture is not None:
+                _keep(report, cache.tokens_put, capture.fingerprint, bits)
+
+
+def _warn_rejected(files: list[tuple[FileEntry, str, list]], rejected: dict[str, str], report: SyncReport) -> None:
+    """One warning per chunk the provider refused, naming its file and lines: keyword search still finds it."""
+    for entry, _, chunks in files:
+        for c in chunks:
+            if c.hash in rejected:
+                report.chunksRejected += 1
+                report.warnings.append(
+                    f"skipped embedding {entry.path}:{c.start_line}-{c.end_line} (keyword search only): "
+                    f"{rejected[c.hash]}"
+                )
+
+
+def _keep(report: SyncReport, write: Callable[..., object], *args: Any) -> None:
+    """A write to the shared cache that waited out its busy timeout costs a re-embed later, not this run."""
+    try:
+        write(*args)
+    except apsw.Error as exc:
+        warning = f"the shared embedding cache could not be written ({type(exc).__name__}); this run goes on"
+        if warning not in report.warnings:
+            report.warnings.append(warning)
 
 
 def _keyword_only(report: SyncReport, error: EmbeddingError) -> str:
@@ -261,12 +352,17 @@ def _keyword_only(report: SyncReport, error: EmbeddingError) -> str:
     return json.dumps(record)
 
 
-def complete_vectors(store: Store, config: Config, embedder: Embedder, report: SyncReport) -> None:
+def complete_vectors(
+    store: Store, config: Config, embedder: Embedder, report: SyncReport, cache: SharedCache | None = None
+) -> None:
     """Embed the chunks a sync left without vectors while the embedder was down, and refill the vector table."""
     key = cache_key(embedder)
-    fresh: dict[str, np.ndarray] = {}
+    lacking = store.chunks_without_cached_vectors(key)
+    found = cache.get(key, lacking) if cache is not None else {}
+    fresh: dict[str, np.ndarray] = dict(found)
+    todo = {h: t for h, t in lacking.items() if h not in found}
     try:
-        embed_missing(embedder, config, store.chunks_without_cached_vectors(key), fresh, report)
+        embed_missing(embedder, config, todo, fresh, report, cache=cache)
     except EmbeddingError as exc:
         pending = _keyword_only(report, exc)
     else:
@@ -297,8 +393,10 @@ def sync(
     force: bool = False,
     progress: Progress | None = None,
     stage: Stage = plain_stage,
+    estimator: Estimator | None = None,
 ) -> SyncReport:
-    """Bring the index up to date with the workspace; `force` rebuilds everything (the cache still serves)."""
+    """Bring the index up to date with the workspace; `force` rebuilds everything (the caches still serve).
+    With `estimator` (core.estimate.estimate; MemoryIndex passes it), the run's plan opens its report."""
     started = time.perf_counter()
     check_workspace(store, config)  # never delete the rows of another workspace's files
     report = SyncReport()
@@ -307,20 +405,30 @@ def sync(
     pending_before = embedder is not None and bool(store.get_meta(VECTORS_PENDING))
     if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
         store.reset(plan.identity, config.store.fts_tokenize)
-    done = 0
-    for batch in batches(plan.to_check):
-        if progress:
-            progress(done, len(plan.to_check))
-        stage("index-batch", index_batch)(store, config, embedder, batch, plan, report)
-        done += len(batch)
-    if plan.removed:
-        stage("remove-vanished", remove_files)(store, plan.removed, report)
-    if pending_before and not report.vectorsPending:  # the embedder answered this sync: catch up
-        stage("complete-vectors", complete_vectors)(store, config, embedder, report)
+    with SharedCache.open(config.home) if embedder is not None else nullcontext() as cache:
+        if estimator is not None:  # a task only when there is something to read: a no-op sync stays cheap
+            estimating = stage("estimate", estimator) if plan.to_check else estimator
+            report.plan = estimating(store, config, embedder, plan, cache).to_dict()
+        done = 0
+        for batch in batches(plan.to_check):
+            if progress:
+                progress(done, len(plan.to_check))
+            stage("index-batch", index_batch)(store, config, embedder, batch, plan, report, cache)
+            done += len(batch)
+        if plan.removed:
+            stage("remove-vanished", remove_files)(store, plan.removed, report)
+        if pending_before and not report.vectorsPending:  # the embedder answered this sync: catch up
+            stage("complete-vectors", complete_vectors)(store, config, embedder, report, cache)
+        if cache is not None and report.chunksEmbedded >= MEASURED_MIN_INPUTS:
+            r = report
+            measured = (r.chunksEmbedded, r.inputChars, r.embeddingCalls, r.embedSeconds)
+            _keep(r, cache.record_throughput, cache_key(embedder), *measured)
     if embedder is not None and store.vec_needs_refill():
         store.rebuild_vec(cache_key(embedder), embedder.dims)
     with store.transaction():
         store.set_meta("last_sync", str(time.time()))
+        store.set_meta(SHARED_CACHE, "1")  # every vector this run wrote went to the shared cache too
+        store.set_meta(REBUILD_HELD, "")  # the index matches the configuration: no rebuild is waiting
         record_workspace(store, config)
     if progress:
         progress(len(plan.to_check), len(plan.to_check))

@@ -86,3 +86,9 @@ class RateLimiter:
         while (remaining := go - self._clock()) > 0:
             self._sleep(remaining)
         return self._clock() - start
+
+
+def request_tokens(texts: list[str]) -> int:
+    """A request's tokens as the limiter (and the dry run, core.estimate) counts them: UTF-8 bytes / 4. There
+    is no tokenizer for hosted models here; English text averages about four bytes a token."""
+    return max(1, sum(len(t.encode("utf-8")) for t in texts) // 4)

@@ -17,14 +17,27 @@ from . import learned, rerankers
 from .binding import check_workspace
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
+from .estimate import Estimate, estimate, summary
 from .get import get_lines
-from .indexer import VECTORS_PENDING, Progress, Stage, SyncReport, index_identity, plain_stage, plan_sync, sync
+from .indexer import (
+    REBUILD_HELD,
+    SHARED_CACHE,
+    VECTORS_PENDING,
+    Progress,
+    Stage,
+    SyncReport,
+    index_identity,
+    plain_stage,
+    plan_sync,
+    sync,
+)
 from .legacy import adopt_legacy
 from .locking import writer_lock
 from .rebuild import rebuild, remove_orphans
 from .rerankers.local import LOCAL_DEFAULT, token_capture
 from .rerankers.shortlist import wanted
 from .search import SearchResponse, check_request, search
+from .shared_cache import SharedCache, cache_path
 from .store import Store, StoreError
 
 _CONFIGURED: Any = object()
@@ -166,8 +179,12 @@ class MemoryIndex:
         return embedder
 
     def needs_rebuild(self) -> bool:
-        """True when the index is new or its identity (model, chunking, tokenizer...) no longer matches."""
-        return self.store.identity() != index_identity(self.config, self.embedder())
+        """True when a sync would rebuild: the index is new, or its identity (model, chunking, tokenizer...)
+        no longer matches and `sync.autoRebuild` lets the rebuild run without `--force`."""
+        embedder = self.embedder()
+        if self.store.identity() == index_identity(self.config, embedder):
+            return False
+        return self._rebuild_held(embedder) is None
 
     def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = plain_stage) -> SyncReport:
         """Incremental sync, or a rebuild with atomic swap when forced or when the identity changed.
@@ -176,29 +193,86 @@ class MemoryIndex:
         the provider again. A provider that fails switches to `embedding.fallback` (see the class docstring).
         """
         with self._writing():
-            record = self.fallback_record()
-            if record is not None and not force:
-                report = self._sync_with(self._require_fallback(), False, progress, stage)
-                return _on_fallback(report, record)
-            try:
-                embedder = self._primary()
-                if self._embedder_error:
-                    embedder = self._stand_in()
-                    if embedder is None or force or self.config.embedding.fallback != "none":
-                        raise EmbedderUnavailable(self._embedder_error)
-                return self._sync_with(embedder, force, progress, stage)
-            except (EmbeddingError, EmbedderUnavailable) as exc:
-                if self.config.embedding.fallback == "none":
-                    raise
-                return self._switch_to_fallback(exc, progress, stage)
+            report = self._sync_locked(force, progress, stage)
+            self._tend_cache(report)
+            return report
+
+    def _sync_locked(self, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
+        record = self.fallback_record()
+        if record is not None and not force:
+            report = self._sync_with(self._require_fallback(), False, progress, stage)
+            return _on_fallback(report, record)
+        try:
+            embedder = self._primary()
+            if self._embedder_error:
+                embedder = self._stand_in()
+                if embedder is None or force or self.config.embedding.fallback != "none":
+                    raise EmbedderUnavailable(self._embedder_error)
+            return self._sync_with(embedder, force, progress, stage)
+        except (EmbeddingError, EmbedderUnavailable) as exc:
+            if self.config.embedding.fallback == "none":
+                raise
+            return self._switch_to_fallback(exc, progress, stage)
+
+    def plan(self, *, force: bool = False) -> Estimate:
+        """What `sync(force=force)` would read, embed and cost, without embedding anything (a dry run). When
+        the identity changed and the rebuild waits for `--force`, the figures are the forced rebuild's and
+        `rebuildHeld` says why the plain sync does nothing."""
+        embedder = self.embedder() or (self._stand_in() if self.fallback_record() is None else None)
+        held = None
+        if not force and self.store.identity() != index_identity(self.config, embedder):
+            held = self._rebuild_held(embedder)
+        plan = self._estimate(embedder, force=force, calibrate=True)
+        plan.rebuildHeld = held["reason"] if held else None
+        return plan
 
     def rebuild(self, *, progress: Progress | None = None, stage: Stage = plain_stage) -> SyncReport:
         return self.sync(force=True, progress=progress, stage=stage)
 
     def _sync_with(self, embedder: Embedder | None, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
         if force or self.store.identity() != index_identity(self.config, embedder):
+            if not force and (held := self._rebuild_held(embedder)) is not None:
+                return self._hold(held)
             return self._rebuild(embedder, progress, stage)
-        return sync(self.store, self.config, embedder, progress=progress, stage=stage)
+        return sync(self.store, self.config, embedder, progress=progress, stage=stage, estimator=estimate)
+
+    def _rebuild_held(self, embedder: Embedder | None) -> dict[str, Any] | None:
+        """The record of why the rebuild a changed identity calls for waits for `--force`, or None when it
+        may run now: a first index (asked for), `sync.autoRebuild` allowing it, or a rebuild the caches serve
+        whole (it costs nothing). The record carries what the forced rebuild would embed and cost."""
+        identity = self.store.identity()
+        policy = self.config.sync.autoRebuild
+        if identity is None or policy == "always":
+            return None
+        if policy == "local" and (embedder is None or embedder.provider == "local"):
+            return None
+        new = index_identity(self.config, embedder)
+        changed = ", ".join(k for k in sorted(set(identity) | set(new)) if identity.get(k) != new.get(k))
+        plan = self._estimate(embedder, force=True)
+        if policy == "local" and plan.chunksToEmbed == 0:
+            return None
+        why = "only the local model rebuilds on its own" if policy == "local" else "nothing rebuilds on its own"
+        reason = (
+            f"the index identity changed ({changed}): the rebuild with {plan.provider} waits for "
+            f"`memsift index --force` (sync.autoRebuild = {policy!r}: {why})"
+        )
+        plan_doc = plan.to_dict()
+        return {"reason": reason, "at": time.time(), "plan": plan_doc, "summary": summary(plan_doc)}
+
+    def _hold(self, held: dict[str, Any]) -> SyncReport:
+        """Leave the index as it is (search answers from it, keyword-only where the model changed) and say why
+        and what the rebuild would cost, in the report, its warnings, `status` and the searches' `degraded`."""
+        store = self.store
+        with store.transaction():
+            store.set_meta(REBUILD_HELD, json.dumps(held))
+        report = SyncReport(plan=held["plan"], rebuildHeld=held["reason"])
+        report.warnings.append(f"{held['reason']}; it would embed: {held['summary']}")
+        return report
+
+    def _estimate(self, embedder: Embedder | None, *, force: bool, calibrate: bool = False) -> Estimate:
+        plan = plan_sync(self.store, self.config, embedder, SyncReport(), force)
+        with SharedCache.open(self.config.home) as cache:
+            return estimate(self.store, self.config, embedder, plan, cache, calibrate=calibrate)
 
     def _switch_to_fallback(self, error: Exception, progress: Progress | None, stage: Stage) -> SyncReport:
         """Rebuild under the fallback (the old index stays searchable until the swap), then record the switch.
@@ -222,15 +296,29 @@ class MemoryIndex:
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
-        """The agent's writer lock; whoever holds it may delete temp files a crashed rebuild left."""
+        """The agent's writer lock; whoever holds it may delete temp files a crashed rebuild left, and hands
+        the shared cache the vectors of an index written before it existed (once)."""
         self._adopt_legacy()
         with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
             remove_orphans(self.config.db_path)
+            store = self.store
+            if store.identity() is not None and store.get_meta(SHARED_CACHE) != "1":
+                with SharedCache.open(self.config.home) as cache:
+                    cache.adopt(store)
+                with store.transaction():
+                    store.set_meta(SHARED_CACHE, "1")
             yield
+
+    def _tend_cache(self, report: SyncReport) -> None:
+        """After a run: the shared cache learns this index uses it, and `cache.maxEntries` prunes it."""
+        with SharedCache.open(self.config.home) as cache:
+            cache.register(self.config.db_path)
+            if self.config.cache.maxEntries is not None:
+                report.cachePruned = cache.prune(self.config.cache.maxEntries)
 
     def _rebuild(self, embedder: Embedder | None, progress: Progress | None, stage: Stage) -> SyncReport:
         self.close()  # our connection would hold the old file; the next access opens the new one
-        return rebuild(self.config, embedder, progress=progress, stage=stage, use_vec=self._use_vec)
+        return rebuild(self.config, embedder, progress=progress, stage=stage, use_vec=self._use_vec, estimator=estimate)
 
     def search(self, query: str, **options: Any) -> SearchResponse:
         """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
@@ -239,7 +327,7 @@ class MemoryIndex:
         if self.store.identity() is None:
             with self._writing():
                 if self.store.identity() is None:  # nobody indexed it while we waited
-                    self._rebuild(self.embedder(), None, plain_stage)
+                    self._tend_cache(self._rebuild(self.embedder(), None, plain_stage))
         embedder, error = self.embedder(), self.embedder_error
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
@@ -267,7 +355,12 @@ class MemoryIndex:
         if identity is None:
             dirty_reason = "never indexed"
         elif identity != index_identity(self.config, embedder):
-            dirty_reason = "the configuration or model changed: the next sync rebuilds"
+            held = self._rebuild_held(embedder)
+            dirty_reason = (
+                f"{held['reason']}; it would embed: {held['summary']}"
+                if held
+                else "the configuration or model changed: the next sync rebuilds"
+            )
         else:
             plan = plan_sync(store, self.config, embedder, SyncReport())
             if plan.to_check or plan.removed:
@@ -296,6 +389,7 @@ class MemoryIndex:
             },
             "fts": {"enabled": identity is not None, "tokenizer": self.config.store.fts_tokenize},
             "cacheEntries": stats["cacheEntries"],
+            "sharedCache": self._shared_cache_status(),
             "lastSync": _iso(float(last)) if last else None,
             "embedderError": self.embedder_error,
             "fallback": self.fallback_record(),
@@ -305,6 +399,14 @@ class MemoryIndex:
         if deep:
             doc["probe"] = self._probe(embedder)
         return doc
+
+    def _shared_cache_status(self) -> dict[str, Any]:
+        """The home's shared embedding cache: where, and how many vectors (0 before any sync made it)."""
+        path = cache_path(self.config.home)
+        if not path.exists():
+            return {"path": str(path), "entries": 0}
+        with SharedCache(path) as cache:
+            return {"path": str(path), "entries": cache.count()}
 
     def _rerank_status(self, store: Store, embedder: Embedder | None) -> dict[str, Any]:
         """Whether searches rerank by default, with what, and how many chunks have MaxSim token bits."""

@@ -1,9 +1,10 @@
 """A rebuild: a full sync into a new file beside the live index, then an atomic swap.
 
 Used when the index identity changes (model, chunking, tokenizer, sources...), with `--force`, and for the
-first index of an agent. The new file starts with the live index's embedding cache, so only texts never
-seen are embedded. Until the swap the live index is untouched and searchable; if anything fails the temp
-file is removed and the live index stays exactly as it was.
+first index of an agent. Vectors come from the shared embedding cache (core.shared_cache), which every
+embedding request writes to as it returns, so only texts never embedded are embedded, and a rebuild that
+fails or is killed loses no vector it paid for. Until the swap the live index is untouched and searchable;
+if anything fails the temp file is removed and the live index stays exactly as it was.
 
 The swap: the new file leaves WAL mode (a checkpoint, then the rollback journal), is fsynced, and replaces
 the live file with one `rename`; the old file's `-wal` and `-shm` are deleted while the swap lock is held
@@ -22,7 +23,7 @@ import apsw
 
 from .config import Config
 from .embedders import Embedder
-from .indexer import Progress, Stage, SyncReport, cache_key, plain_stage, sync
+from .indexer import Estimator, Progress, Stage, SyncReport, plain_stage, sync
 from .locking import swap_lock
 from .store import Store
 
@@ -49,6 +50,7 @@ def rebuild(
     progress: Progress | None = None,
     stage: Stage = plain_stage,
     use_vec: bool = True,
+    estimator: Estimator | None = None,
 ) -> SyncReport:
     """Rebuild the agent's index into a temp file and swap it in. The caller holds the writer lock."""
     live = config.db_path
@@ -56,11 +58,7 @@ def rebuild(
     try:
         new = Store(tmp, use_vec=use_vec)
         try:
-            copied = new.copy_cache_from(live) if live.exists() else 0
-            report = sync(new, config, embedder, force=True, progress=progress, stage=stage)
-            report.cacheCopied = copied
-            if config.cache.maxEntries is not None and embedder is not None:
-                report.cachePruned = new.prune_cache(config.cache.maxEntries, cache_key(embedder))
+            report = sync(new, config, embedder, force=True, progress=progress, stage=stage, estimator=estimator)
             new.leave_wal()
         finally:
             new.close()

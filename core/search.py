@@ -6,6 +6,7 @@ says why in `degraded`.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -18,7 +19,7 @@ from . import learned, ranking, rerankers, threads, timefilter
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
-from .indexer import cache_key
+from .indexer import REBUILD_HELD, cache_key
 from .query import fts_match
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim
@@ -124,7 +125,7 @@ def search(
     identity = store.identity() or {}
     degraded = None
     if mode != "keyword":
-        degraded = _vector_problem(identity, embedder, embedder_error)
+        degraded = _vector_problem(identity, embedder, embedder_error, store.get_meta(REBUILD_HELD))
         if degraded:
             mode = "keyword"
 
@@ -283,8 +284,10 @@ def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
     ranking.FUSIONS[s.fusion].fuse(cands, s.vectorWeight, s.textWeight, s.rrfK)
 
 
-def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: str | None) -> str | None:
-    """Why the vector leg cannot run, or None when it can."""
+def _vector_problem(
+    identity: dict[str, Any], embedder: Embedder | None, error: str | None, held: str | None = None
+) -> str | None:
+    """Why the vector leg cannot run, or None when it can; `held`: the record of a rebuild waiting for --force."""
     if embedder is None:
         return (
             f"no embedder ({error}); keyword results only" if error else "no embedder configured; keyword results only"
@@ -292,10 +295,14 @@ def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: 
     if not identity.get("dims"):
         return "the index holds no vectors (built without an embedder); run `memsift index`; keyword results only"
     if (identity.get("provider"), identity.get("model"), identity.get("fingerprint")) != cache_key(embedder):
-        return (
-            f"the index was built with {identity.get('provider')}/{identity.get('model')}, not "
-            f"{embedder.provider}/{embedder.model}; run `memsift index`; keyword results only"
+        built = (
+            f"the index was built with {identity.get('provider')}/{identity.get('model')}, "
+            f"not {embedder.provider}/{embedder.model}"
         )
+        if held:
+            record = json.loads(held)
+            return f"{built}; {record['reason']}, which would embed: {record['summary']}; keyword results only"
+        return f"{built}; run `memsift index`; keyword results only"
     return None
 
 

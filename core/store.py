@@ -6,8 +6,10 @@ Tables
   chunks           line ranges and text; rowid shared with chunks_fts and chunks_vec
   chunks_fts       FTS5, contentless (the text lives in chunks), rows deletable
   chunks_vec       vec0 cosine index, created once the embedder's dimensions are known
-  embedding_cache  vectors by (provider, model, fingerprint, text hash): the source of truth for vectors,
-                   so unchanged text is never embedded twice and a numpy scan can stand in for vec0
+  embedding_cache  this index's vectors by (provider, model, fingerprint, text hash): those its chunks use
+                   (and, until the next rebuild, those of text it held before); vec0 is refilled from it and
+                   the numpy scan reads it. Embeddings shared across indexes and runs live in
+                   core.shared_cache, which a sync consults before embedding.
 
 One writer (the sync), many readers: WAL mode and a busy timeout.
 """
@@ -286,9 +288,10 @@ class Store:
         mtime_ns: int,
         file_hash: str,
         chunks: list[tuple[int, int, str, str]],
-        vectors: np.ndarray | None,
+        vectors: np.ndarray | list[np.ndarray | None] | None,
     ) -> None:
-        """Swap a file's chunks for new ones: `chunks` are (start, end, text, hash), `vectors` aligned."""
+        """Swap a file's chunks for new ones: `chunks` are (start, end, text, hash), `vectors` aligned (a None
+        row: a chunk the provider refused, which gets no vector row)."""
         old = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
         self._delete_chunks(old)
         write_vec = (
@@ -304,7 +307,7 @@ class Store:
             )
             rowid = self.conn.last_insert_rowid()
             self.conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rowid, fts_text(text)))
-            if write_vec:
+            if write_vec and vectors[i] is not None:
                 self.conn.execute(
                     "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (rowid, vectors[i].tobytes())
                 )
@@ -358,23 +361,6 @@ class Store:
         )
         self._vectors_changed()
 
-    def copy_cache_from(self, other: Path) -> int:
-        """Copy another index's embedding and token caches into this one (a rebuild starts with them); rows
-        of the embedding cache copied."""
-        self.conn.execute("ATTACH DATABASE ? AS other", (str(other),))
-        try:
-            tables = {r[0] for r in self.conn.execute("SELECT name FROM other.sqlite_master WHERE type = 'table'")}
-            copied = 0
-            with self.transaction():
-                if "token_cache" in tables:
-                    self.conn.execute("INSERT OR IGNORE INTO token_cache SELECT * FROM other.token_cache")
-                if "embedding_cache" in tables:
-                    self.conn.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM other.embedding_cache")
-                    copied = self.conn.changes()
-            return copied
-        finally:
-            self.conn.execute("DETACH DATABASE other")
-
     # -- token cache (MaxSim reranker) ----------------------------------------------------------------
 
     def tokens_put(self, fingerprint: str, items: dict[str, bytes]) -> None:
@@ -401,28 +387,6 @@ class Store:
             f"WHERE c.id IN ({marks})"
         )
         return {int(i): blob for i, blob in self.conn.execute(sql, (fingerprint, *ids))}
-
-    def prune_cache(self, max_entries: int, key: tuple[str, str, str]) -> int:
-        """Drop the oldest cache entries that no chunk of this index uses until at most `max_entries` remain."""
-        total = self.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
-        if total <= max_entries:
-            return 0
-        with self.transaction():
-            self.conn.execute(
-                """
-                DELETE FROM embedding_cache WHERE (provider, model, fingerprint, hash) IN (
-                    SELECT provider, model, fingerprint, hash FROM embedding_cache e
-                    WHERE NOT ((provider, model, fingerprint) = (?, ?, ?)
-                               AND EXISTS (SELECT 1 FROM chunks c WHERE c.hash = e.hash))
-                    ORDER BY created_at LIMIT ?
-                )
-                """,
-                (*key, total - max_entries),
-            )
-            pruned = self.conn.changes()
-            # Token bits follow their text out of the embedding cache.
-            self.conn.execute("DELETE FROM token_cache WHERE hash NOT IN (SELECT hash FROM embedding_cache)")
-            return pruned
 
     def chunks_without_cached_vectors(self, key: tuple[str, str, str]) -> dict[str, str]:
         """hash -> text of the chunks whose vector the cache lacks under `key` (a sync the embedder failed)."""

@@ -2,10 +2,11 @@
 
 `sync.taskRunner = "inline"` (the default) embeds batch after batch inside the indexer, as a plain sync does.
 With `"thread"` or `"dask"` the rebuild flow first reads and chunks every file, looks the texts up in the live
-index's cache, and submits what is missing in batches of `embedding.batchMaxInputs` as `embed-batch` tasks
-to a `ThreadPoolTaskRunner` or a `DaskTaskRunner` (a `LocalCluster` of one single-threaded process per core,
-or the scheduler at `sync.daskAddress`). The indexer then runs unchanged with a `PrecomputedEmbedder` that
-answers from those vectors, so the index, its cache and the sync report are the same as inline.
+index and the shared cache (core.shared_cache), submits what is missing in batches of
+`embedding.batchMaxInputs` as `embed-batch` tasks to a `ThreadPoolTaskRunner` or a `DaskTaskRunner` (a
+`LocalCluster` of one single-threaded process per core, or the scheduler at `sync.daskAddress`). The indexer
+then runs unchanged with a `PrecomputedEmbedder` that answers from those vectors, so the index, its cache
+and the sync report are the same as inline.
 
 Dask workers get the configuration, not the embedder (an ONNX session does not pickle): each worker process
 builds its embedder once and keeps it. Every worker must have memsift installed; with the local model they
@@ -25,6 +26,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from core.config import Config, SyncConfig
 from core.embedders import Embedder, EmbedderWrapper
 from core.indexer import cache_key
+from core.shared_cache import SharedCache
 from core.sources import active, read_memory_file
 from core.store import Store
 from flows.ratelimit import limited_embedder
@@ -85,9 +87,10 @@ class PrecomputedEmbedder(EmbedderWrapper):
         return self.inner.embed_documents(texts)
 
 
-def texts_to_embed(config: Config, embedder: Embedder) -> list[str]:
-    """The chunk texts of every active source that the live index's cache lacks, read and chunked by their
-    source as the indexer does (unreadable files and warnings are left to the indexer, which reports them)."""
+def texts_to_embed(config: Config, embedder: Embedder) -> dict[str, str]:
+    """The chunk texts (by hash) of every active source that the live index and the shared cache lack, read
+    and chunked by their source as the indexer does (unreadable files and warnings are left to the indexer,
+    which reports them)."""
     texts: dict[str, str] = {}
     for source in active(config).values():
         for entry in source.discover()[0]:
@@ -104,17 +107,32 @@ def texts_to_embed(config: Config, embedder: Embedder) -> list[str]:
             cached = live.cache_get(cache_key(embedder), texts)
         finally:
             live.close()
-    return [text for h, text in texts.items() if h not in cached]
+    with SharedCache.open(config.home) as cache:
+        cached.update(cache.get(cache_key(embedder), [h for h in texts if h not in cached]))
+    return {h: text for h, text in texts.items() if h not in cached}
 
 
 def fan_out(config: Config, embedder: Embedder, runner: TaskRunner) -> PrecomputedEmbedder:
     """Embed what the rebuild will need on `runner`; call inside a flow run."""
     missing = texts_to_embed(config, embedder)
+    hashes = list(missing)
     step = config.embedding.batchMaxInputs
-    batches = [missing[i : i + step] for i in range(0, len(missing), step)]
+    batches = [hashes[i : i + step] for i in range(0, len(hashes), step)]
     vectors: dict[str, np.ndarray] = {}
+    done: dict[str, np.ndarray] = {}
     with runner:
-        futures = [runner.submit(embed_batch, {"config": config, "texts": batch}) for batch in batches]
-        for batch, future in zip(batches, futures):
-            vectors.update(zip(batch, future.result()))
+        futures = [
+            runner.submit(embed_batch, {"config": config, "texts": [missing[h] for h in batch]}) for batch in batches
+        ]
+        try:
+            for batch, future in zip(batches, futures):
+                got = dict(zip(batch, future.result()))
+                done.update(got)
+                vectors.update((missing[h], v) for h, v in got.items())
+        except BaseException:
+            # The indexer writes the vectors to the shared cache as it takes them; a fan-out that fails
+            # before that keeps what its batches returned for the next run.
+            with SharedCache.open(config.home) as cache:
+                cache.put(cache_key(embedder), done)
+            raise
     return PrecomputedEmbedder(embedder, vectors)

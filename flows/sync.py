@@ -28,6 +28,7 @@ from prefect.utilities.annotations import quote
 
 from core import EmbedderUnavailable, MemoryIndex, load_config
 from core.embedders import EmbeddingError
+from core.estimate import summary
 from core.indexer import Progress, SyncReport
 from flows.fanout import fan_out, task_runner
 from flows.ratelimit import limited_embedder
@@ -112,6 +113,8 @@ def _progress_for(agent: str, kind: str) -> Progress:
 
 def _publish(agent: str, kind: str, report: SyncReport) -> None:
     logger = get_run_logger()
+    if report.plan:
+        logger.info("plan: %s", summary(report.plan))
     logger.info(
         "%s of agent %s: %d files scanned, %d added, %d changed, %d removed, %d skipped; "
         "%d chunks embedded in %d requests, %d cache hits; %.2f s",
@@ -120,7 +123,9 @@ def _publish(agent: str, kind: str, report: SyncReport) -> None:
     )  # fmt: skip
     for warning in report.warnings:
         logger.warning(warning)
-    rows = [{"metric": k, "value": v} for k, v in report.to_dict().items() if k != "warnings"]
+    # The plan opens the report: what the run was about to embed and spend, then what it did.
+    rows = [{"metric": f"plan.{k}", "value": v} for k, v in (report.plan or {}).items()]
+    rows += [{"metric": k, "value": v} for k, v in report.to_dict().items() if k not in ("warnings", "plan")]
     create_table_artifact(key=f"sync-report-{artifact_key(agent)}", table=rows, description=f"{kind} of {agent}")
     if report.warnings:
         lines = "\n".join(f"- {w}" for w in report.warnings)

@@ -21,7 +21,8 @@ import numpy as np
 
 #: 429 with Retry-After 1 s, 429 with an HTTP date ~2 s ahead, 429 with Retry-After 0, 500, 503, a stall past
 #: the client's timeout, a dropped connection, malformed JSON, one vector too few, vectors of the wrong
-#: dimension, 400 and 401 (whose message echoes the Authorization header, as careless servers do).
+#: dimension, 400 and 401 (whose message echoes the Authorization header, as careless servers do). Apart from
+#: these, `reject` answers 400 to requests holding an input it names bad.
 FAULTS = ("429", "429-date", "429-zero", "500", "503", "stall", "drop", "malformed", "count", "dim", "400", "401")
 
 
@@ -49,9 +50,19 @@ class FakeProvider:
     requests: list[Request] = field(default_factory=list)
     #: texts answered with a 200 and correct vectors, in arrival order
     embedded: list[str] = field(default_factory=list)
+    #: seconds each request takes (a slow provider; benches measure throughput against it)
+    delay: float = 0.0
+    #: request number at which the server stops answering until `close` (a client to kill mid-run); 0: never
+    hold_at: int = 0
+    #: a request holding an input this says is bad is answered 400 naming that input (as OpenAI does for an
+    #: input over the model's context length); e.g. `lambda t: len(t) > 500` or `lambda t: "BAD" in t`
+    reject: Callable[[str], bool] | None = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        #: set when request `hold_at` arrives: everything before it was answered
+        self.held = threading.Event()
+        self._release = threading.Event()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -72,6 +83,7 @@ class FakeProvider:
         self._thread.start()
 
     def close(self) -> None:
+        self._release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -86,6 +98,13 @@ class FakeProvider:
             number = len(self.requests) + 1
             fault = self.fault(number)
             self.requests.append(Request(h.path, body, dict(h.headers), time.monotonic(), fault))
+        if number == self.hold_at:
+            self.held.set()
+            self._release.wait()
+            h.close_connection = True
+            return
+        if self.delay:
+            time.sleep(self.delay)  # the provider's own latency, not test synchronisation
         if fault == "drop":
             h.close_connection = True
             return  # the socket closes with no response at all
@@ -103,6 +122,10 @@ class FakeProvider:
             return self._send(h, 401, {"error": {"message": f"Incorrect API key provided: {auth}"}})
         if fault == "malformed":
             return self._send_raw(h, 200, b'{"data": [')
+        bad = [i for i, t in enumerate(body.get("input") or []) if self.reject and self.reject(t)]
+        if bad:
+            message = f"input[{bad[0]}] is invalid: this model's maximum context length was exceeded"
+            return self._send(h, 400, {"error": {"message": message, "param": f"input[{bad[0]}]"}})
         self._send(h, 200, self._answer(h.path, body, fault))
 
     def _answer(self, path: str, body: dict[str, Any], fault: str | None) -> Any:

@@ -62,8 +62,8 @@ def test_index_no_prefect_json_prints_the_sync_report(capsys, ws: Path) -> None:
     report = json.loads(out)
     assert set(report) == {
         "filesScanned", "added", "changed", "removed", "unchanged", "skipped", "chunksWritten", "chunksEmbedded",
-        "cacheHits", "embeddingCalls", "inputChars", "cacheCopied", "cachePruned", "rebuilt", "fallback", "seconds",
-        "warnings", "vectorsPending",
+        "cacheHits", "embeddingCalls", "inputChars", "embedSeconds", "cachePruned", "rebuilt", "fallback", "seconds",
+        "warnings", "vectorsPending", "plan", "rebuildHeld", "chunksRejected",
     }  # fmt: skip
     assert report["filesScanned"] == 3 and report["added"] == 3
     assert report["fallback"] is None
@@ -96,11 +96,12 @@ def test_index_human_output(capsys, ws: Path) -> None:
     code, out, err = run(capsys, "--workspace", ws, "index", "--no-prefect")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == f"rebuilt agent main ({ws.resolve()})"
-    assert lines[1] == "files: 4 scanned, 3 added, 0 changed, 0 removed, 1 skipped"
-    assert lines[2] == "chunks: 3 embedded, 0 cache hits, 3 written"
-    assert re.fullmatch(r"seconds: \d+\.\d\d", lines[3])
-    assert len(lines) == 4
+    assert lines[0].startswith("plan: 3 chunks to embed (0 cached), ~") and lines[0].endswith(", no cost (local)")
+    assert lines[1] == f"rebuilt agent main ({ws.resolve()})"
+    assert lines[2] == "files: 4 scanned, 3 added, 0 changed, 0 removed, 1 skipped"
+    assert lines[3] == "chunks: 3 embedded, 0 cache hits, 3 written"
+    assert re.fullmatch(r"seconds: \d+\.\d\d", lines[4])
+    assert len(lines) == 5
     assert err == "warning: skipped memory/blob.md: binary content (NUL bytes)\n"
 
 
@@ -271,7 +272,8 @@ def test_status_json(capsys, ws: Path) -> None:
     assert doc["files"] == {"memory": 3} and doc["chunks"] == {"memory": 3}
     assert doc["dirty"] is False
     assert doc["vector"]["enabled"] is True and doc["fts"]["enabled"] is True
-    assert doc["cacheEntries"] == 3
+    assert doc["cacheEntries"] == 3 and doc["sharedCache"]["entries"] == 3
+    assert doc["sharedCache"]["path"].endswith("/cache/embeddings.sqlite")
     assert doc["rerank"] | {"weight": None} == {
         "enabled": "auto", "active": True, "provider": "local", "model": "maxsim",
         "candidates": 30, "weight": None, "method": "blend", "ranker": None, "tokenBits": 3,
@@ -501,7 +503,8 @@ def test_progress_bar_goes_to_the_terminal_not_stdout(ws: Path, memsift_home: Pa
         reader.join(timeout=10)
         os.close(master)
     assert proc.returncode == 0
-    assert proc.stdout.decode().startswith(f"rebuilt agent main ({ws.resolve()})\n")
+    assert proc.stdout.decode().startswith("plan: ")
+    assert f"\nrebuilt agent main ({ws.resolve()})\n" in proc.stdout.decode()
     assert b"\x1b" not in proc.stdout
     assert b"indexing" in b"".join(chunks)
 

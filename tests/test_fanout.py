@@ -125,7 +125,7 @@ def test_transcripts_fan_out_with_the_memory_files(workspace, tmp_path, monkeypa
     monkeypatch.setenv("MEMSIFT_SOURCES", "memory,sessions")
     monkeypatch.setenv("MEMSIFT_SESSIONS_DIR", str(sessions))
 
-    fanned = set(fanout.texts_to_embed(load_config(workspace=ws), counting_embedder))
+    fanned = set(fanout.texts_to_embed(load_config(workspace=ws), counting_embedder).values())
     assert "User: Which database did we pick for the ledger?\nAssistant: PostgreSQL 15." in fanned
 
     _rebuild(ws, tmp_path / "inline", monkeypatch, "inline")

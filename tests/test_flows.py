@@ -115,7 +115,7 @@ def test_run_sync_counts_second_run_embeds_nothing_force_rebuilds(workspace) -> 
     assert second.chunksEmbedded == second.embeddingCalls == second.chunksWritten == 0
     assert second.rebuilt is False
     assert not runs.new("memsift-rebuild")
-    assert task_counts(runs.one()) == {"scan-and-diff": 1}  # nothing to read: no index-batch task at all
+    assert task_counts(runs.one()) == {"scan-and-diff": 1}  # nothing to read: no estimate or index-batch task
 
     (ws / "memory" / "2026-01-01-n000.md").write_text("# note 0\n- rewritten fact\n")
     (ws / "MEMORY.md").unlink()
@@ -123,7 +123,7 @@ def test_run_sync_counts_second_run_embeds_nothing_force_rebuilds(workspace) -> 
     third = run_sync("main", workspace=str(ws))
     assert (third.filesScanned, third.added, third.changed, third.removed, third.unchanged) == (5, 0, 1, 1, 4)
     assert third.chunksEmbedded == 1
-    assert task_counts(runs.one()) == {"scan-and-diff": 1, "index-batch": 1, "remove-vanished": 1}
+    assert task_counts(runs.one()) == {"scan-and-diff": 1, "estimate": 1, "index-batch": 1, "remove-vanished": 1}
 
     runs = Runs()
     forced = run_sync("main", workspace=str(ws), force=True)
@@ -161,7 +161,7 @@ def test_flow_run_is_named_completed_coarse_and_reported(workspace) -> None:
     assert worker.name.startswith("rebuild-main-")
     tasks = task_runs(worker)
     assert all(t.state is not None and t.state.is_completed() for t in tasks)
-    assert task_counts(worker) == {"scan-and-diff": 1, "index-batch": 2}  # 64 + 36 files, not 100 tasks
+    assert task_counts(worker) == {"scan-and-diff": 1, "estimate": 1, "index-batch": 2}  # 64 + 36 files
 
     found = {k: v for k, v in artifacts(worker).items() if "progress" not in k}
     assert set(found) == {"sync-report-main"}  # no warnings: no markdown artifact
@@ -170,7 +170,9 @@ def test_flow_run_is_named_completed_coarse_and_reported(workspace) -> None:
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     expected = report.to_dict()
     del expected["warnings"]
+    expected |= {f"plan.{k}": v for k, v in expected.pop("plan").items()}
     assert {r["metric"]: r["value"] for r in rows} == expected
+    assert rows[0]["metric"] == "plan.provider"  # the plan opens the report
 
 
 def test_warnings_make_a_markdown_artifact(workspace) -> None:
@@ -240,11 +242,15 @@ def test_cli_index_runs_the_flow(workspace, capsys, monkeypatch) -> None:
     assert run.parameters["workspace"] == str(ws.resolve())
     rows = json.loads(artifacts(runs.worker())["sync-report-main"].data)
     assert {r["metric"]: r["value"] for r in rows}["added"] == 3
+    # The plan opens the report: what the run was about to embed, then what it did.
+    assert rows[0]["metric"].startswith("plan.")
+    assert {r["metric"]: r["value"] for r in rows}["plan.chunksToEmbed"] == report["chunksEmbedded"] == 3
 
     runs = Runs()
     assert main(["--workspace", str(ws), "index", "--force"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"rebuilt agent main ({ws.resolve()})\n")
+    assert out.startswith("plan: 0 chunks to embed (3 cached), ~0 tokens in 0 requests")
+    assert f"\nrebuilt agent main ({ws.resolve()})\n" in out
     assert "files: 3 scanned, 3 added, 0 changed, 0 removed\n" in out
     assert "chunks: 0 embedded, 3 cache hits, 3 written\n" in out
     assert runs.worker().name.startswith("rebuild-main-")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EmbedderUnavailable, EmbeddingError
 from ..registry import load
-from .base import DownEmbedder, Embedder, EmbedderWrapper
+from .base import DownEmbedder, Embedder, EmbedderWrapper, InputsRejected
 
 if TYPE_CHECKING:
     from ..config import EmbeddingConfig
@@ -28,6 +28,7 @@ __all__ = [
     "EmbedderUnavailable",
     "EmbedderWrapper",
     "EmbeddingError",
+    "InputsRejected",
     "auto_provider",
     "create_embedder",
 ]

@@ -12,6 +12,16 @@ import numpy as np
 from ..errors import EmbeddingError
 
 
+class InputsRejected(EmbeddingError):
+    """The provider refused some inputs on their own (HTTP 400, 413 or 422 for that input alone, even after
+    splitting it), not the request: `vectors` holds every row (zeros for the rejected), `rejected` maps the
+    index of each rejected input to the server's reason. The indexer skips those, warns and goes on."""
+
+    def __init__(self, message: str, vectors: np.ndarray, rejected: dict[int, str]) -> None:
+        super().__init__(message)
+        self.vectors, self.rejected = vectors, rejected
+
+
 class Embedder(Protocol):
     provider: str
     model: str

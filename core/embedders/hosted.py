@@ -23,7 +23,8 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from ..config import EmbeddingConfig
 from ..errors import EmbedderUnavailable, EmbeddingError
-from ..limiter import RateLimiter
+from ..limiter import RateLimiter, request_tokens
+from .base import InputsRejected
 
 REMOTE_TIMEOUT = 120.0
 DEFAULT_CONCURRENCY = 4
@@ -38,6 +39,10 @@ PROBE_TEXT = "memsift probe"
 _SECRET_NAME = re.compile(r"auth|key|token|secret|cookie|password|signature", re.IGNORECASE)
 _SECRET_VALUE = re.compile(r"^(bearer|basic)\s|^[A-Za-z0-9_\-\.=+/]{20,}$", re.IGNORECASE)
 _TRANSIENT_STATUS = {408, 429}
+#: The server refuses the inputs (too long, invalid): halves of the request are tried, a lone input is split.
+_REJECTED_STATUS = {400, 413, 422}
+#: A lone rejected input is split in two at most this many times (up to 4 pieces) before it is skipped.
+SPLIT_DEPTH = 2
 _BACKOFF = wait_exponential_jitter(multiplier=BACKOFF_INITIAL, max=BACKOFF_MAX, jitter=BACKOFF_JITTER)
 
 
@@ -162,7 +167,11 @@ class JsonEndpoint:
                 self._server_message(response), status, retry_after_seconds(response.headers.get("Retry-After"))
             )
         if status >= 400:
-            raise self.failure(f"{self.provider}: HTTP {status} from {self.base_url}: {self._server_message(response)}")
+            failure = self.failure(
+                f"{self.provider}: HTTP {status} from {self.base_url}: {self._server_message(response)}"
+            )
+            failure.status = status  # type: ignore[attr-defined]  # read by HostedEmbedder to split and skip
+            raise failure
         try:
             return response.json()
         except ValueError:
@@ -253,7 +262,8 @@ class HostedEmbedder(JsonEndpoint):
             config.timeoutSeconds or REMOTE_TIMEOUT,
             RateLimiter(config.requestsPerMinute, config.tokensPerMinute),
         )
-        self._pool = ThreadPoolExecutor(config.concurrency or DEFAULT_CONCURRENCY, thread_name_prefix=self.provider)
+        self.concurrency = config.concurrency or DEFAULT_CONCURRENCY
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.provider)
         self.dims = config.dimensions or self.model_dims.get(self.model, 0)
         try:
             probe = self._embed_batch([PROBE_TEXT], query=False)
@@ -298,9 +308,8 @@ class HostedEmbedder(JsonEndpoint):
 
     # -- batching and splitting ------------------------------------------------------------------------
 
-    def _embed(self, texts: list[str], query: bool) -> np.ndarray:
-        """Split oversized texts, pack pieces into requests, run `concurrency` at a time, average the pieces
-        of each text back into one unit vector, in input order."""
+    def _requests(self, texts: list[str]) -> tuple[list[list[str]], list[int]]:
+        """Oversized texts split, the pieces packed into requests: (requests, the text each piece belongs to)."""
         pieces: list[str] = []
         owners: list[int] = []
         for i, text in enumerate(texts):
@@ -316,16 +325,67 @@ class HostedEmbedder(JsonEndpoint):
                 size = 0
             groups[-1].append(piece)
             size += n
-        results = list(self._pool.map(lambda g: self._embed_batch(g, query), groups))
+        return groups, owners
+
+    def document_request_tokens(self, texts: list[str]) -> list[int]:
+        """The tokens (as the rate limiter counts them) of each request `embed_documents(texts)` would send:
+        what `memsift index --dry-run` counts, without sending anything."""
+        groups, _ = self._requests([self.document_prefix + t for t in texts])
+        return [request_tokens(g) for g in groups]
+
+    def _embed(self, texts: list[str], query: bool) -> np.ndarray:
+        """Split oversized texts, pack pieces into requests, run `concurrency` at a time, average the pieces
+        of each text back into one unit vector, in input order."""
+        groups, owners = self._requests(texts)
+        results = list(self._pool.map(lambda g: self._embed_or_split(g, query), groups))
         sums = np.zeros((len(texts), self.dims), dtype=np.float32)
         if results:
-            np.add.at(sums, owners, np.concatenate(results))
-        return _normalise(sums)
+            np.add.at(sums, owners, np.concatenate([rows for rows, _ in results]))
+        rejected: dict[int, str] = {}
+        offset = 0
+        for group, (_, refused) in zip(groups, results):
+            rejected.update((owners[offset + i], reason) for i, reason in refused.items())
+            offset += len(group)
+        vectors = _normalise(sums)
+        if rejected and len(rejected) == len(texts) > 1:
+            # Every input refused on its own: the request is wrong (a parameter, the model), not the inputs.
+            raise EmbeddingError(next(iter(rejected.values())))
+        if rejected:
+            vectors[list(rejected)] = 0.0
+            raise InputsRejected(
+                f"{self.provider}: {len(rejected)} of {len(texts)} inputs rejected: {next(iter(rejected.values()))}",
+                vectors,
+                rejected,
+            )
+        return vectors
+
+    def _embed_or_split(self, texts: list[str], query: bool, depth: int = 0) -> tuple[np.ndarray, dict[int, str]]:
+        """One request's rows, and the inputs the server rejected (index -> reason). When it refuses the
+        request's inputs (HTTP 400/413/422), its halves are tried apart, so one bad input costs a few requests
+        and not the batch; a lone input is split in two (up to SPLIT_DEPTH times: "too long" by the server's
+        count, not ours) and averaged, and one refused even so is left out, its row zeros."""
+        try:
+            return self._embed_batch(texts, query), {}
+        except EmbeddingError as exc:
+            if getattr(exc, "status", None) not in _REJECTED_STATUS or not self.dims:
+                raise  # not the inputs' fault, or the start-up probe: the run stops with the reason
+            reason = str(exc)
+        if len(texts) > 1:
+            mid = len(texts) // 2
+            head, bad_head = self._embed_or_split(texts[:mid], query, depth)
+            tail, bad_tail = self._embed_or_split(texts[mid:], query, depth)
+            return np.concatenate([head, tail]), {**bad_head, **{mid + i: r for i, r in bad_tail.items()}}
+        size = len(texts[0].encode("utf-8"))
+        if depth < SPLIT_DEPTH and size > 1:
+            rows, bad = self._embed_or_split(split_utf8(texts[0], (size + 1) // 2), query, depth + 1)
+            if not bad:
+                return _normalise(rows.sum(axis=0, keepdims=True)), {}
+        return np.zeros((1, self.dims), dtype=np.float32), {0: reason}
 
     def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
         """One request, retried on transient faults; checked and normalised rows."""
         path, body = self._request(texts, query)
-        payload = self._post_retrying(path, body, tokens=max(1, sum(len(t.encode("utf-8")) for t in texts) // 4))
+        payload = self._post_retrying(path, body, tokens=request_tokens(texts))
         try:
             rows = self._vectors(payload)
             vectors = np.asarray(rows, dtype=np.float32)

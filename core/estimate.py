@@ -1,0 +1,179 @@
+"""What a run will embed and cost, before it spends anything: `memsift index --dry-run`, and the plan that
+opens every run's report and Prefect artifact.
+
+The files are read and chunked exactly as the indexer will (core.indexer.read_batch, the same batches), the
+chunk hashes looked up in the index and the shared cache (core.shared_cache, without marking them used), and
+what is left is packed into requests the way the provider will pack them (a hosted provider's
+`document_request_tokens`; the local model counts one request per step of `embedding.batchMaxInputs`). Tokens
+are counted as the rate limiter counts them (UTF-8 bytes / 4).
+
+Seconds come from the provider's configured limits (`requestsPerMinute`, `tokensPerMinute`) and from the
+embedder's measured speed, stored in the shared cache by every run that embedded enough to say (and, for the
+local model on a dry run with no measurement yet, by embedding a small sample now); the slower of the two
+wins. Cost is tokens times `embedding.pricePerMillionTokens`, null when no price is configured.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .config import Config
+from .embedders import Embedder
+from .indexer import SyncPlan, SyncReport, batches, cache_key, embed_step, read_batch, unwrapped
+from .limiter import request_tokens
+from .shared_cache import SharedCache
+from .store import Store
+
+#: The local model's speed is measured on this many chunks of the plan when no run has measured it yet (one
+#: step of the default batchMaxInputs), after WARM_UP_INPUTS untimed: the first calls of a fresh process are
+#: slower (measured: 48 chunks after a 1-chunk warm-up overestimated a 300-chunk run by 24-41%).
+SAMPLE_INPUTS = 96
+WARM_UP_INPUTS = 16
+
+
+@dataclass
+class Estimate:
+    provider: str  # the embedder's ("none": keyword only)
+    rebuild: bool  # the run rebuilds the index (new, forced, or its identity changed)
+    filesToRead: int  # new or modified by size and time: read, hashed and chunked
+    filesToEmbed: int  # of those, files with at least one chunk to embed
+    chunks: int  # chunks of the files read (each distinct text once)
+    chunksToEmbed: int
+    cacheHits: int  # chunks whose vector the index or the shared cache already holds
+    estimatedTokens: int
+    estimatedRequests: int
+    estimatedSeconds: float | None  # None: no limit configured and no measured speed yet
+    estimatedCost: float | None  # None: embedding.pricePerMillionTokens is not set
+    secondsFrom: str | None  # "limits", "measured", "limits+measured"
+    #: The identity changed but the rebuild waits for `--force` (sync.autoRebuild): why. The figures are then
+    #: those of `memsift index --force`; a plain sync embeds nothing.
+    rebuildHeld: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    plan: SyncPlan,
+    cache: SharedCache | None,
+    *,
+    calibrate: bool = False,
+) -> Estimate:
+    """The figures of the run `plan` describes; `calibrate` lets a dry run time the local model on a sample."""
+    seen: set[str] = set()
+    files_to_embed = chunks = hits = tokens = requests = chars = 0
+    todo_all: list[str] = []
+    step = embed_step(config, embedder) if embedder is not None else 1
+    for batch in batches(plan.to_check):
+        files, _ = read_batch(config, batch, plan, SyncReport())
+        texts: dict[str, str] = {}
+        owners: dict[str, int] = {}
+        for n, (_, _, file_chunks) in enumerate(files):
+            for c in file_chunks:
+                if c.hash not in seen and c.hash not in texts:
+                    texts[c.hash] = c.text
+                    owners[c.hash] = n
+        seen.update(texts)
+        chunks += len(texts)
+        if embedder is None:
+            continue
+        key = cache_key(embedder)
+        known = set(store.cache_get(key, texts)) if not plan.rebuild else set()
+        if cache is not None:
+            known |= cache.known(key, [h for h in texts if h not in known])
+        hits += len(known)
+        todo = [h for h in texts if h not in known]
+        files_to_embed += len({owners[h] for h in todo})
+        for i in range(0, len(todo), step):
+            part = [texts[h] for h in todo[i : i + step]]
+            sizes = _request_tokens(embedder, part)
+            requests += len(sizes)
+            tokens += sum(sizes)
+            chars += sum(map(len, part))
+            todo_all.extend(part)
+    seconds, basis = _seconds(config, embedder, cache, requests, tokens, chars, todo_all if calibrate else [])
+    price = config.embedding.pricePerMillionTokens
+    return Estimate(
+        provider=embedder.provider if embedder else "none",
+        rebuild=plan.rebuild,
+        filesToRead=len(plan.to_check),
+        filesToEmbed=files_to_embed,
+        chunks=chunks,
+        chunksToEmbed=len(todo_all),
+        cacheHits=hits,
+        estimatedTokens=tokens,
+        estimatedRequests=requests,
+        estimatedSeconds=None if seconds is None else round(seconds, 1),
+        estimatedCost=None if price is None or embedder is None else round(tokens / 1e6 * price, 6),
+        secondsFrom=basis,
+    )
+
+
+def _request_tokens(embedder: Embedder, texts: list[str]) -> list[int]:
+    """Tokens per request of one `embed_documents(texts)`: as a hosted provider packs them, else one call."""
+    plan = getattr(unwrapped(embedder), "document_request_tokens", None)
+    return plan(texts) if plan is not None else [request_tokens(texts)]
+
+
+def _seconds(
+    config: Config,
+    embedder: Embedder | None,
+    cache: SharedCache | None,
+    requests: int,
+    tokens: int,
+    chars: int,
+    sample: list[str],
+) -> tuple[float | None, str | None]:
+    if embedder is None or requests == 0:
+        return 0.0, None
+    e = config.embedding
+    by_limits = None
+    if e.requestsPerMinute or e.tokensPerMinute:
+        by_limits = max(
+            requests / e.requestsPerMinute * 60 if e.requestsPerMinute else 0.0,
+            tokens / e.tokensPerMinute * 60 if e.tokensPerMinute else 0.0,
+        )
+    measured = cache.throughput(cache_key(embedder)) if cache is not None else None
+    if measured is None and sample and embedder.provider == "local" and cache is not None:
+        measured = _measure(embedder, cache, sample[:SAMPLE_INPUTS])
+    by_speed = chars * measured["seconds"] / measured["chars"] if measured and measured["chars"] else None
+    found = {name: s for name, s in (("limits", by_limits), ("measured", by_speed)) if s is not None}
+    if not found:
+        return None, None
+    return max(found.values()), "+".join(found)
+
+
+def _measure(embedder: Embedder, cache: SharedCache, sample: list[str]) -> dict[str, float]:
+    """Time the local model on a sample of the texts to embed (after an untimed warm-up call) and store the
+    speed for the next estimates. The vectors are not kept: a dry run embeds nothing."""
+    embedder.embed_documents(sample[-WARM_UP_INPUTS:])
+    started = time.perf_counter()
+    embedder.embed_documents(sample)
+    seconds = time.perf_counter() - started
+    chars = sum(map(len, sample))
+    cache.record_throughput(cache_key(embedder), len(sample), chars, 1, seconds)
+    return {"inputs": len(sample), "chars": chars, "requests": 1, "seconds": seconds}
+
+
+def summary(plan: dict[str, Any]) -> str:
+    """An estimate (`Estimate.to_dict()`) in one line: chunks, tokens, requests, time and cost; what is unknown
+    says how to know it. The CLI and the flow's log open a run's report with it."""
+    seconds = plan["estimatedSeconds"]
+    cost = plan["estimatedCost"]
+    return ", ".join(
+        [
+            f"{plan['chunksToEmbed']} chunks to embed ({plan['cacheHits']} cached)",
+            f"~{plan['estimatedTokens']} tokens in {plan['estimatedRequests']} requests",
+            f"~{seconds:g} s" if seconds is not None else "time unknown (no rate limit set, speed not measured yet)",
+            f"~{cost:.4f} in the price's currency"
+            if cost is not None
+            else "no cost (local)"
+            if plan["provider"] in ("local", "none")
+            else "cost unknown (set embedding.pricePerMillionTokens)",
+        ]
+    )

@@ -1,0 +1,106 @@
+"""`memsift index --dry-run` (core/estimate.py): what a run would embed and cost, before it spends anything.
+
+Against the fake OpenAI-compatible provider, which records every request: the dry run sends nothing but the
+start-up probe, and its chunks, requests and tokens are exactly what the real run then sends (tokens counted
+as the rate limiter counts them); the real run's report opens with the same plan. The local model's speed is
+measured on a sample when no run has measured it yet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from api.cli import main
+from core.limiter import request_tokens
+from tests.fake_provider import FakeProvider
+
+PROBE = "memsift probe"
+
+
+def notes(count: int) -> dict[str, str]:
+    """Notes of a few chunks each at 32-token chunks, some long enough to span several requests."""
+    return {
+        f"memory/note-{n:03d}.md": "".join(
+            f"- Fact {n}.{i}: the relay {n * 10 + i} was moved.\n" for i in range(1 + n % 9)
+        )
+        for n in range(30)
+    }
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    server = FakeProvider()
+    yield server
+    server.close()
+
+
+def hosted(workspace, provider: FakeProvider, extra: str = "") -> Path:
+    ws = workspace(notes(30))
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\n'
+        f"batchMaxInputs = 8\nbatchMaxBytes = 300\nretries = 0\n{extra}"
+        "[chunking]\ntokens = 32\noverlap = 8\n"
+    )
+    return ws
+
+
+def cli_json(capsys, *argv: str | Path) -> dict:
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def sent(provider: FakeProvider) -> list[list[str]]:
+    """The inputs of every embedding request but the start-up probes."""
+    return [r.body["input"] for r in provider.requests if r.body["input"] != [PROBE]]
+
+
+def test_a_dry_run_embeds_nothing_and_predicts_the_run_exactly(capsys, workspace, provider: FakeProvider) -> None:
+    ws = hosted(workspace, provider, "pricePerMillionTokens = 0.02\nrequestsPerMinute = 6000\n")
+    plan = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")
+    assert sent(provider) == []  # nothing but the probe went out
+    assert plan["rebuild"] is True and plan["filesToRead"] == 30 and plan["cacheHits"] == 0
+
+    report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    requests = sent(provider)
+    assert plan["chunksToEmbed"] == report["chunksEmbedded"] == sum(map(len, requests)) > 30
+    assert plan["estimatedRequests"] == len(requests) > plan["chunksToEmbed"] / 8  # batchMaxBytes packs fewer
+    assert plan["estimatedTokens"] == sum(request_tokens(r) for r in requests)
+    assert plan["estimatedCost"] == round(plan["estimatedTokens"] / 1e6 * 0.02, 6)
+    assert plan["estimatedSeconds"] == round(len(requests) / 6000 * 60, 1) and plan["secondsFrom"] == "limits"
+    assert report["plan"] == plan  # the run's report opens with the same figures
+
+    again = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--force", "--json")
+    assert again["chunksToEmbed"] == again["estimatedRequests"] == 0 and again["estimatedCost"] == 0
+    assert again["cacheHits"] == plan["chunksToEmbed"]
+    # The run measured the provider's speed: the next estimate uses it too.
+    (ws / "memory" / "new.md").write_text("- a fact never seen before about the zeppelin hangar\n")
+    incremental = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")
+    assert incremental["rebuild"] is False and incremental["filesToRead"] == 1
+    assert incremental["chunksToEmbed"] == 1 and incremental["secondsFrom"] == "limits+measured"
+
+
+def test_without_a_price_the_cost_is_null_and_the_human_output_says_how_to_know_it(
+    capsys, workspace, provider: FakeProvider
+) -> None:
+    ws = hosted(workspace, provider)
+    assert cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")["estimatedCost"] is None
+    assert main(["--workspace", str(ws), "index", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing was embedded" in out and "cost unknown (set embedding.pricePerMillionTokens)" in out
+    assert "time unknown" in out  # no limit configured, no run measured the provider yet
+
+
+def test_the_local_model_s_speed_is_measured_for_the_estimate(capsys, workspace, memsift_home: Path) -> None:
+    ws = workspace(notes(30))
+    plan = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")
+    assert plan["provider"] == "local" and plan["estimatedCost"] is None
+    assert plan["secondsFrom"] == "measured" and plan["estimatedSeconds"] > 0
+    report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    assert report["chunksEmbedded"] == plan["chunksToEmbed"] and report["cacheHits"] == 0  # the sample was not kept

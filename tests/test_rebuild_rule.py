@@ -1,0 +1,135 @@
+"""No silent spend on a hosted provider (SPEC section 1, `sync.autoRebuild`).
+
+When the index identity changes and the rebuild would embed on a paid provider, a sync leaves the index as it
+is and says why and what `memsift index --force` would cost: in its report, in `status`, in every search's
+`degraded` (which answers keyword-only meanwhile). `--force`, or the Prefect rebuild, does it. The local
+model, and a rebuild the caches serve whole, still rebuild on their own; the key changes either default.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from index_checks import content
+
+from api.cli import main
+from core.config import db_path
+from tests.fake_provider import FakeProvider
+
+PROBE = "memsift probe"
+NOTES = {
+    "MEMORY.md": "# Memory\n- Dana drinks a flat white every morning.\n",
+    "memory/2026-11-24.md": "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the zeppelin host.\n",
+    "memory/2026-11-25.md": "# 2026-11-25\n- Priya moved offline mode to Q2.\n",
+}
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    server = FakeProvider()
+    yield server
+    server.close()
+
+
+def configure(ws: Path, provider: FakeProvider, model: str, extra: str = "") -> None:
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "{model}"\nretries = 0\n'
+        f"pricePerMillionTokens = 0.13\n{extra}"
+    )
+
+
+def cli_json(capsys, *argv: str | Path) -> dict:
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def documents(provider: FakeProvider) -> list[str]:
+    return [t for t in provider.embedded if t != PROBE]
+
+
+def test_a_new_hosted_model_waits_for_force_and_search_says_what_it_would_cost(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    ws = workspace(NOTES)
+    configure(ws, provider, "model-a")
+    cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    db = db_path(memsift_home, "main", ws.resolve())
+    before = content(db)
+    provider.embedded.clear()
+
+    configure(ws, provider, "model-b")
+    report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    assert documents(provider) == [] and content(db) == before  # nothing spent, the same chunks
+    assert report["rebuilt"] is False and "`memsift index --force`" in report["rebuildHeld"]
+    assert "model" in report["rebuildHeld"] and report["plan"]["chunksToEmbed"] == 3
+    assert report["plan"]["estimatedCost"] == round(report["plan"]["estimatedTokens"] / 1e6 * 0.13, 6)
+
+    found = cli_json(capsys, "--workspace", ws, "search", "zeppelin deploy", "--json")
+    assert found["results"] and found["results"][0]["path"] == "memory/2026-11-24.md"  # keyword-only, still there
+    assert "`memsift index --force`" in found["degraded"] and "3 chunks to embed" in found["degraded"]
+    status = cli_json(capsys, "--workspace", ws, "status", "--json")
+    assert status["dirty"] and "`memsift index --force`" in status["dirtyReason"]
+    assert "3 chunks to embed" in status["dirtyReason"] and status["model"] == "model-a"
+    dry = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")
+    assert dry["chunksToEmbed"] == 3 and "`memsift index --force`" in dry["rebuildHeld"]  # the figures of --force
+    assert documents(provider) == []
+
+    forced = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--force", "--json")
+    assert forced["rebuilt"] and forced["chunksEmbedded"] == len(documents(provider)) == 3
+    assert forced["rebuildHeld"] is None
+    found = cli_json(capsys, "--workspace", ws, "search", "zeppelin deploy", "--json")
+    assert "degraded" not in found
+
+
+def test_a_rebuild_the_caches_serve_whole_runs_on_its_own(capsys, workspace, provider: FakeProvider) -> None:
+    ws = workspace(NOTES)
+    configure(ws, provider, "model-a")
+    cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    provider.embedded.clear()
+    configure(ws, provider, "model-a", '[store.fts]\ntokenizer = "trigram"\n')  # the text index only
+    report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    assert report["rebuilt"] and report["rebuildHeld"] is None and report["chunksEmbedded"] == 0
+    assert documents(provider) == []
+
+
+@pytest.mark.parametrize(("policy", "rebuilds"), [("always", True), ("never", False)])
+def test_sync_auto_rebuild_changes_the_default(
+    capsys, workspace, provider: FakeProvider, policy: str, rebuilds: bool
+) -> None:
+    ws = workspace(NOTES)
+    configure(ws, provider, "model-a")
+    cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    configure(ws, provider, "model-b", f'[sync]\nautoRebuild = "{policy}"\n')
+    report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    assert report["rebuilt"] is rebuilds and (report["rebuildHeld"] is None) is rebuilds
+
+
+def test_never_holds_the_local_model_too(capsys, workspace) -> None:
+    ws = workspace(NOTES)
+    cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    (ws / "memsift.toml").write_text('[chunking]\ntokens = 64\noverlap = 8\n[sync]\nautoRebuild = "never"\n')
+    report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    assert not report["rebuilt"] and "chunking" in report["rebuildHeld"]
+    (ws / "memsift.toml").write_text("[chunking]\ntokens = 64\noverlap = 8\n")  # the default: local rebuilds
+    assert cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")["rebuilt"]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_sync_flow_holds_and_a_forced_flow_run_rebuilds(workspace, provider: FakeProvider) -> None:
+    from flows.sync import run_sync
+
+    ws = workspace(NOTES)
+    configure(ws, provider, "model-a")
+    run_sync("main", workspace=str(ws))
+    provider.embedded.clear()
+    configure(ws, provider, "model-b")
+    held = run_sync("main", workspace=str(ws))
+    assert not held.rebuilt and held.rebuildHeld and documents(provider) == []
+    forced = run_sync("main", workspace=str(ws), force=True)
+    assert forced.rebuilt and forced.chunksEmbedded == len(documents(provider)) == 3

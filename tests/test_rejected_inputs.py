@@ -1,0 +1,109 @@
+"""Skip, don't stop: an input the provider refuses (HTTP 400 naming it) never fails the whole run.
+
+The fake provider's `reject` switch answers 400 to any request holding a bad input, as OpenAI does for an
+input over the model's context length. The request's halves are retried apart, a lone input too long by the
+server's count is split and averaged, and one refused even so is indexed for keyword search only, with a
+warning naming its file and lines; transient faults keep their retries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from index_checks import chunks_without_vectors, integrity
+
+from api.cli import main
+from core.config import db_path
+from tests.fake_provider import FakeProvider
+
+PROBE = "memsift probe"
+#: What the fake refuses wherever it is cut: splitting it cannot cure it.
+POISON = "- poison " + "☠ " * 20 + "\n"
+NOTES = {f"memory/note-{n:02d}.md": f"# note {n}\n- The relay {n} sits in bay {n * 3}.\n" for n in range(12)}
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    server = FakeProvider()
+    yield server
+    server.close()
+
+
+def configured(workspace, provider: FakeProvider, files: dict[str, str]) -> Path:
+    ws = workspace(files)
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 2\n'
+    )
+    return ws
+
+
+def index(capsys, ws: Path, *extra: str) -> dict:
+    capsys.readouterr()
+    code = main(["--workspace", str(ws), "index", "--no-prefect", "--json", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_a_refused_input_is_skipped_with_a_warning_naming_its_lines_and_the_run_completes(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    bad = "# bad\n- Fine words first.\n" + POISON
+    ws = configured(workspace, provider, NOTES | {"memory/bad.md": bad})
+    provider.reject = lambda text: "☠" in text
+    provider.fault = lambda n: "503" if n == 2 else None  # and a transient fault, retried as ever
+    report = index(capsys, ws)  # a first index: a rebuild, which used to fail whole on one bad input
+    assert report["rebuilt"] and report["chunksWritten"] == 13
+    assert report["chunksRejected"] == 1 and report["chunksEmbedded"] == 12
+    [warning] = report["warnings"]
+    assert warning.startswith("skipped embedding memory/bad.md:1-3 (keyword search only): openai: HTTP 400")
+    assert "input[" in warning and "maximum context length" in warning
+    db = db_path(memsift_home, "main", ws.resolve())
+    assert integrity(db) == ["ok"] and chunks_without_vectors(db) == 1
+    assert sum(1 for r in provider.requests if r.fault == "503") == 1
+
+    capsys.readouterr()
+    assert main(["--workspace", str(ws), "search", "poison", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["results"][0]["path"] == "memory/bad.md"  # keyword search finds it
+
+    provider.embedded.clear()
+    again = index(capsys, ws, "--force")  # the good vectors are cached; the bad one is tried again, and skipped
+    assert again["chunksRejected"] == 1 and again["chunksEmbedded"] == 0 and again["cacheHits"] == 12
+
+
+def test_an_input_too_long_by_the_server_s_count_is_split_and_embedded(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    long_note = "# long\n" + "".join(f"- Line {i} of a long note about the harbour crane.\n" for i in range(8))
+    ws = configured(workspace, provider, NOTES | {"memory/long.md": long_note})
+    provider.reject = lambda text: len(text.encode()) > 200  # the server counts tighter than our guess
+    report = index(capsys, ws)
+    assert report["chunksRejected"] == 0 and report["chunksEmbedded"] == 13 and not report["warnings"]
+    assert chunks_without_vectors(db_path(memsift_home, "main", ws.resolve())) == 0
+    pieces = [t for r in provider.requests if r.fault is None for t in r.body["input"] if t != PROBE]
+    assert any(t in long_note and t != long_note.strip() for t in pieces)  # it went out in pieces
+
+
+def test_a_request_every_input_of_which_is_refused_stops_the_run(capsys, workspace, provider: FakeProvider) -> None:
+    """Everything refused is the request's fault (a parameter, the model), not the inputs': no silent index
+    without vectors."""
+    ws = configured(workspace, provider, NOTES)
+    provider.reject = lambda text: text != PROBE
+    capsys.readouterr()
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 1
+    assert "HTTP 400" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_flow_completes_and_reports_the_skipped_input(workspace, provider: FakeProvider) -> None:
+    from flows.sync import run_sync
+
+    ws = configured(workspace, provider, NOTES | {"memory/bad.md": POISON})
+    provider.reject = lambda text: "☠" in text
+    report = run_sync("main", workspace=str(ws))
+    assert report.rebuilt and report.chunksRejected == 1 and report.chunksEmbedded == 12
+    assert report.warnings[0].startswith("skipped embedding memory/bad.md:1-1")

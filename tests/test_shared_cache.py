@@ -1,0 +1,211 @@
+"""The shared embedding cache (core/shared_cache.py): nothing paid for is lost, the same text is embedded once.
+
+Driven through the CLI against the fake OpenAI-compatible provider on 127.0.0.1 (tests/fake_provider.py),
+which counts every text it embeds: a first index SIGKILLed at 80% of its requests reruns only what was never
+embedded; a second agent holding the same text embeds only what the first did not; two agents syncing at
+once in two processes both finish with complete indexes; an index from before the cache hands its vectors
+over; `cache.maxEntries` prunes only what no index uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from index_checks import chunks_without_vectors, integrity
+
+from api.cli import main
+from core.config import db_path
+from core.shared_cache import SharedCache, cache_path
+from core.store import Store
+from tests.fake_provider import FakeProvider
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = "memsift probe"
+SLICE = 4  # embedding.batchMaxInputs: one request per slice of four short chunks
+
+
+def notes(prefix: str, count: int) -> dict[str, str]:
+    """`count` one-chunk notes with distinct text."""
+    return {
+        f"memory/{prefix}-{n:03d}.md": f"# {prefix} {n}\n- The {prefix}{n} relay is in bay {n}.\n" for n in range(count)
+    }
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    server = FakeProvider()
+    yield server
+    server.close()
+
+
+def agent_workspace(workspace, provider: FakeProvider, files: dict[str, str], name: str) -> Path:
+    ws = workspace(files, name=name)
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\n'
+        f"batchMaxInputs = {SLICE}\nconcurrency = 1\nretries = 0\n"
+    )
+    return ws
+
+
+def embedded(provider: FakeProvider) -> list[str]:
+    return [t for t in provider.embedded if t != PROBE]
+
+
+def index(capsys, ws: Path, agent: str = "main", *extra: str) -> dict:
+    capsys.readouterr()
+    code = main(["--agent", agent, "--workspace", str(ws), "index", "--no-prefect", "--json", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def cli(ws: Path, agent: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "api.cli",
+        "--agent",
+        agent,
+        "--workspace",
+        str(ws),
+        "index",
+        "--no-prefect",
+        "--json",
+    ]
+
+
+def child_env(home: Path) -> dict[str, str]:
+    return os.environ | {"MEMSIFT_HOME": str(home), "PYTHONPATH": str(ROOT)}
+
+
+def test_a_first_index_killed_at_80_percent_reruns_only_what_it_never_embedded(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    ws = agent_workspace(workspace, provider, notes("alpha", 60), "ws")
+    # Request 1 is the start-up probe, 2..16 the fifteen slices; the 14th request is the 13th slice: 80%.
+    provider.hold_at = 14
+    with subprocess.Popen(cli(ws, "main"), env=child_env(memsift_home), cwd=ROOT) as child:
+        assert provider.held.wait(120), "the child never reached 80%"
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    before_kill = set(embedded(provider))
+    assert len(before_kill) == 48
+    db = db_path(memsift_home, "main", ws.resolve())
+    with Store(db, readonly=True) as store:
+        assert store.identity() is None  # a first index is a rebuild: nothing was swapped in
+    provider.embedded.clear()
+
+    report = index(capsys, ws)
+    again = embedded(provider)
+    assert report["chunksEmbedded"] == len(again) == 12  # 20% of a full run
+    assert report["cacheHits"] == 48 and not set(again) & before_kill
+    assert integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
+    with Store(db, readonly=True) as store:
+        assert store.conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 60
+
+
+def test_a_second_agent_holding_half_the_same_text_embeds_only_the_other_half(
+    capsys, workspace, provider: FakeProvider
+) -> None:
+    shared = notes("shared", 10)
+    first = agent_workspace(workspace, provider, shared | notes("a", 10), "a")
+    second = agent_workspace(workspace, provider, shared | notes("b", 10), "b")
+    assert index(capsys, first, "a")["chunksEmbedded"] == 20
+    provider.embedded.clear()
+    report = index(capsys, second, "b")
+    assert report["chunksEmbedded"] == len(embedded(provider)) == 10 and report["cacheHits"] == 10
+
+
+def test_two_agents_syncing_at_once_in_two_processes_both_complete(
+    workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    provider.delay = 0.01  # so the two runs overlap
+    shared = notes("shared", 24)
+    spaces = {
+        "a": agent_workspace(workspace, provider, shared | notes("a", 24), "a"),
+        "b": agent_workspace(workspace, provider, shared | notes("b", 24), "b"),
+    }
+    children = {
+        agent: subprocess.Popen(
+            [*cli(ws, agent), "--json"], env=child_env(memsift_home), cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
+        for agent, ws in spaces.items()
+    }
+    reports = {}
+    for agent, child in children.items():
+        out, _ = child.communicate(timeout=300)
+        assert child.returncode == 0
+        reports[agent] = json.loads(out)
+    for agent, report in reports.items():
+        assert report["chunksWritten"] == 48 and not report["warnings"]
+        db = db_path(memsift_home, agent, spaces[agent].resolve())
+        assert integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.count() == 72  # 24 shared + 24 + 24, each once
+    assert cache_path(memsift_home).stat().st_size > 0
+
+
+def test_an_index_from_before_the_shared_cache_hands_its_vectors_over(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    ws = agent_workspace(workspace, provider, notes("old", 8), "ws")
+    index(capsys, ws)
+    db = db_path(memsift_home, "main", ws.resolve())
+    with Store(db) as store, store.transaction():  # as an older memsift left it: its own cache, no shared one
+        store.conn.execute("DELETE FROM meta WHERE key = 'shared_cache'")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cache_path(memsift_home)}{suffix}").unlink(missing_ok=True)
+    provider.embedded.clear()
+    report = index(capsys, ws, "main", "--force")
+    assert report["chunksEmbedded"] == len(embedded(provider)) == 0 and report["cacheHits"] == 8
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.count() == 8
+
+
+def test_max_entries_prunes_only_entries_no_index_uses_across_agents(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    a = agent_workspace(workspace, provider, notes("a", 6), "a")
+    b = agent_workspace(workspace, provider, notes("b", 6), "b")
+    index(capsys, b, "b")  # b's entries are the oldest, and in use
+    index(capsys, a, "a")
+    for path in sorted((a / "memory").glob("*.md"))[:3]:
+        path.write_text(path.read_text() + "- revised\n")
+    index(capsys, a, "a")  # 3 of a's old entries are now unused: 15 entries, 12 in use
+    with (a / "memsift.toml").open("a") as fh:
+        fh.write("[cache]\nmaxEntries = 10\n")
+    report = index(capsys, a, "a")
+    assert report["cachePruned"] == 3  # asked to drop 5, only 3 are unused
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.count() == 12
+        kept = {h for (h,) in cache.conn.execute("SELECT hash FROM embeddings")}
+    for agent, ws in (("a", a), ("b", b)):
+        with Store(db_path(memsift_home, agent, ws.resolve()), readonly=True) as store:
+            assert {h for (h,) in store.conn.execute("SELECT hash FROM chunks")} <= kept
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_rebuild_flow_that_fails_at_a_provider_outage_keeps_what_it_embedded(
+    workspace, provider: FakeProvider
+) -> None:
+    from core.embedders import EmbeddingError
+    from flows.sync import run_sync
+
+    ws = agent_workspace(workspace, provider, notes("beta", 40), "ws")
+    provider.fault = lambda n: "503" if n >= 8 else None  # the provider goes down after a few slices
+    with pytest.raises(EmbeddingError):
+        run_sync("main", workspace=str(ws))
+    before = len(embedded(provider))
+    assert 0 < before < 40 and before % SLICE == 0
+    provider.fault = lambda n: None
+    provider.embedded.clear()
+    report = run_sync("main", workspace=str(ws))
+    assert report.rebuilt and report.cacheHits == before
+    assert report.chunksEmbedded == len(embedded(provider)) == 40 - before
