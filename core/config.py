@@ -136,6 +136,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "search.textWeight": (None, _optional(_number(float, 0.0, 1.0))),
     "search.rrfK": (60, _number(int, 1, 10000)),
     "search.candidatePool": (40, _number(int, 1, 200)),
+    "search.candidateMultiplier": (4, _number(int, 1, 50)),
     "search.temporalDecay.enabled": (False, _bool),
     "search.temporalDecay.halfLifeDays": (30.0, _number(float, 0.001)),
     "search.mmr.enabled": (False, _bool),
@@ -223,6 +224,14 @@ class SearchConfig:
     textWeight: float
     rrfK: int
     candidatePool: int
+    candidateMultiplier: int
+
+    @property
+    def fetch(self) -> int:
+        """Candidates each leg fetches: SPEC's `maxResults x candidateMultiplier` on the *configured* maxResults
+        (never a request's), at least `candidatePool`, at most 200. A request's maxResults does not move it, so
+        top-k is monotonic: the first j hits of maxResults k are those of maxResults j."""
+        return min(200, max(self.candidatePool, self.maxResults * self.candidateMultiplier))
     decayEnabled: bool
     halfLifeDays: float
     mmrEnabled: bool
@@ -349,11 +358,6 @@ def _env_key(name: str) -> str:
     return name.replace("_", "").replace(".", "").lower()
 
 
-# Keys of SPEC that memsift replaced, with what to set instead.
-_REPLACED = {
-    "search.candidateMultiplier": "search.candidatePool: each leg fetches that many candidates whatever "
-    "maxResults is, so the first hits of maxResults 1 are those of maxResults 10 (docs/search-and-ranking.md)",
-}
 _ENV_KEYS = {_env_key(k): k for k in _SCHEMA}
 _SECTIONS = {k.split(".")[0].lower() for k in _SCHEMA if "." in k}
 _NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_RERANK_API_KEY"}  # the last: a secret, not a key
@@ -427,8 +431,6 @@ def load_config(
                 raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
             agents[parts[1]] = _resolve(source, _str(key, value))
             continue
-        if key in _REPLACED:
-            raise ConfigError(f"{key}: replaced by {_REPLACED[key]}")
         if key not in _SCHEMA:
             raise ConfigError(f"{key}: no such configuration key")
         values[key] = _SCHEMA[key][1](key, value)
@@ -476,6 +478,7 @@ def load_config(
             textWeight=tw,
             rrfK=values["search.rrfK"],
             candidatePool=values["search.candidatePool"],
+            candidateMultiplier=values["search.candidateMultiplier"],
             decayEnabled=values["search.temporalDecay.enabled"],
             halfLifeDays=values["search.temporalDecay.halfLifeDays"],
             mmrEnabled=values["search.mmr.enabled"],

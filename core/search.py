@@ -117,7 +117,7 @@ def search(
     floor = s.minScore if min_score is None else min_score
     # A pool that does not depend on maxResults: top-k is monotonic (SPEC section 5), the first j hits of
     # maxResults k are those of maxResults j, since every stage before the cut sees the same candidates.
-    fetch = min(MAX_CANDIDATES, s.candidatePool)
+    fetch = min(MAX_CANDIDATES, s.fetch)
     use_learned = learned_wanted(config, rerank, embedder)
     if use_learned:
         fetch = max(fetch, LEARNED_FETCH)

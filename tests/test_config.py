@@ -375,11 +375,13 @@ def test_bad_headers_error_does_not_print_the_secret(ws: Path) -> None:
     assert "sk-secret-123" not in str(err.value)
 
 
-def test_candidate_multiplier_names_its_replacement(ws: Path) -> None:
-    """SPEC's over-fetch by maxResults made top-k depend on k; the pool that replaced it is named."""
-    write(ws / "memsift.toml", "[search]\ncandidateMultiplier = 4\n")
-    with pytest.raises(ConfigError, match=r"^search\.candidateMultiplier: replaced by search\.candidatePool"):
-        load_config(workspace=ws, env={})
+def test_candidate_pool_is_set_by_config_never_by_a_request(ws: Path) -> None:
+    """SPEC's over-fetch (maxResults x candidateMultiplier) counts the configured maxResults, at least the pool."""
+    assert load_config(workspace=ws, env={}).search.fetch == 40  # max(40, 6 x 4)
+    write(ws / "memsift.toml", "[search]\ncandidateMultiplier = 10\nmaxResults = 8\n")
+    assert load_config(workspace=ws, env={}).search.fetch == 80
+    write(ws / "memsift.toml", "[search]\ncandidateMultiplier = 50\nmaxResults = 100\n")
+    assert load_config(workspace=ws, env={}).search.fetch == 200
     write(ws / "memsift.toml", "[search]\ncandidatePool = 120\n")
     assert load_config(workspace=ws, env={}).search.candidatePool == 120
     with pytest.raises(ConfigError, match=r"^search\.candidatePool:"):
