@@ -2,9 +2,10 @@
 
 A valid change is applied in this order (api.config_reload calls `UpApply`): the REST API first, so search
 settings hold from the next search on; then the deployments of agents added, removed or moved; the
-embedding rate limit; the memory watcher, restarted when the set of watched folders changed; a first sync
-of every agent added; and for every agent changed, a rebuild where its index identity changed
-(flows.reload: started for the local model, announced for a hosted provider).
+embedding rate limit; the memory watcher, restarted when the set of watched folders changed; for every
+agent changed, a rebuild where its index identity changed (flows.reload: started for the local model,
+announced for a hosted provider); and a sync of every agent added or moved to other files (workspace,
+exclude) with its identity unchanged.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from api.agents import Agents
-from api.config_reload import ConfigFollower, Configs, api_apply
+from api.config_reload import ConfigFollower, Configs, api_apply, changed_keys
 from core import Config
 from flows.deployments import flow_parameters, rebuild_deployment_name, sync_deployment_name
 from flows.ratelimit import ensure_limit
@@ -116,12 +117,23 @@ class UpApply:
                 f"embedding rate limit: limit {limit['limit']}, {limit['slotDecayPerSecond']:g} slots freed per second"
             )
         self.watching.start(new)
-        added = [agent for agent in new if agent not in old]
-        if added:
-            self.start_syncs(added)
+        to_sync = [agent for agent in new if agent not in old]
         for agent, config in new.items():
-            if agent in old and old[agent] != config:
-                rebuild_if_stale(config, self.rebuilds, self.say, self.ui)
+            before = old.get(agent)
+            if before is None or before == config:
+                continue
+            keys = changed_keys(before, config)
+            stale = any(k.split(".")[0] not in _NOT_IN_IDENTITY for k in keys)  # a hosted provider's probe costs a call
+            if not (stale and rebuild_if_stale(config, self.rebuilds, self.say, self.ui)) and any(
+                k in ("workspace", "exclude") for k in keys
+            ):
+                to_sync.append(agent)  # other files, same identity: a sync brings the index in line
+        if to_sync:
+            self.start_syncs(to_sync)
+
+
+# Config fields no index identity depends on (core.indexer.index_identity): changing them needs no check.
+_NOT_IN_IDENTITY = {"search", "api", "sync", "cache", "workspace", "exclude", "agents", "source"}
 
 
 def _deployed_differently(old: Config, new: Config) -> bool:

@@ -67,21 +67,22 @@ class ServedDeployments:
                 self.runner._deployment_registry._deployment_ids.discard(deployment.id)
 
 
-def rebuild_if_stale(config: Config, rebuilds: SyncRuns, say: Callable[[str], None], ui: str) -> None:
+def rebuild_if_stale(config: Config, rebuilds: SyncRuns, say: Callable[[str], None], ui: str) -> bool:
     """After a change of `config`: rebuild its index when the identity changed and that is free; announce it
-    otherwise. A never-indexed agent is left to its sync."""
+    otherwise. False when the identity still holds (or cannot be known: a never-indexed agent is left to its
+    sync, an embedder that cannot start is reported)."""
     agent = config.agent
     with MemoryIndex(config) as index:
         stored = index.store.identity()
         if stored is None:
-            return
+            return False
         embedder = index.embedder()
         if index.embedder_error:
             say(f"agent {agent}: not checking for a rebuild, the embedder cannot start: {index.embedder_error}")
-            return
+            return False
         wanted = index_identity(config, embedder)
         if stored == wanted:
-            return
+            return False
         chunks = sum(index.store.stats()["chunks"].values())
     what = ", ".join(k for k in wanted if stored.get(k) != wanted[k])
     provider = embedder.provider if embedder is not None else "none"
@@ -91,12 +92,13 @@ def rebuild_if_stale(config: Config, rebuilds: SyncRuns, say: Callable[[str], No
             f"embeds up to {chunks} chunks again (texts already in its cache are free) and is NOT started: "
             f"`prefect deployment run '{rebuild_deployment_name(agent)}'` or `memsift --agent {agent} index --force`"
         )
-        return
+        return True
     started = rebuilds.request([agent])
     if started:
         say(f"agent {agent}: the index identity changed ({what}); rebuild started, {ui}/runs/flow-run/{started[0].id}")
     else:
         say(f"agent {agent}: the index identity changed ({what}); a rebuild follows the one running")
+    return True
 
 
 def publish_state(state: dict[str, Any]) -> None:
