@@ -7,8 +7,9 @@ that shows the change (polled every 20 ms):
 - `weights`: `search.vectorWeight`/`textWeight` swapped; the planted note's top score (best in both legs:
   the sum of the weights) changes in the next search;
 - `invalid`: a TOML syntax error; `/v1/status` names it (and the settings in force keep serving);
-- `chunking`: a new `chunking.tokens` (a different value every round, so every chunk is embedded again);
-  `/v1/status` no longer dirty, i.e. the rebuild run has swapped the new index in;
+- `chunking`: a new `chunking.tokens` (a different value every round, so every chunk is embedded again) and
+  the weights swapped with it (the sign that the API has the new settings); then `/v1/status` no longer
+  dirty, i.e. the rebuild run has swapped the new index in;
 - `agent added`: a new agent with `--agent-files` notes; its `/v1/status` shows its first sync's chunks
   (asking status never indexes, a first search would);
 - `agent removed`: its `/v1/search` answers 404.
@@ -120,9 +121,13 @@ def main() -> int:
             write(tokens, weights)
             until(lambda: status()["config"]["error"] is None, 60, "valid again")
 
-            tokens = 120 + 16 * r
+            # The weights flip too: until the API shows them, `dirty` would still compare the old settings.
+            tokens, weights = 120 + 16 * r, (0.2, 0.3) if weights == (0.35, 0.65) else (0.35, 0.65)
             write(tokens, weights)
-            times["chunking"].append(until(lambda: not status()["dirty"], 900, "the rebuild"))
+            total = sum(weights)
+            times["chunking"].append(
+                until(lambda w=total: abs(top_score() - w) < 1e-6 and not status()["dirty"], 900, "the rebuild")
+            )
 
             agent = f"agent{r}"
             write_files(
