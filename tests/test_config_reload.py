@@ -200,3 +200,38 @@ def test_serve_takes_new_search_settings_and_never_indexes(served) -> None:
     log = proc.stderr.read().decode()
     assert "memsift serve: configuration (file changed): applying main: search.vectorWeight, search.textWeight" in log
     assert log.count("chunking.tokens: 5 is out of range") == 1, log
+
+
+def test_a_hosted_providers_rebuild_is_announced_not_started(workspace, memsift_home: Path) -> None:
+    """Issue 16's rule: on a hosted provider an identity change costs money, so it is said (with how much it
+    would embed) and left to the user; a change that keeps the identity says nothing."""
+    from core import MemoryIndex, load_config
+    from flows.reload import rebuild_if_stale
+    from flows.watch import SyncRuns
+    from tests.fake_provider import FakeProvider
+
+    ws = workspace(NOTES)
+    fake = FakeProvider()
+    try:
+
+        def hosted(**overrides: Any):
+            settings = {"embedding.provider": "openai", "embedding.baseUrl": fake.url, "embedding.model": "fake"}
+            return load_config(workspace=ws, env={"MEMSIFT_HOME": str(memsift_home)}, overrides=settings | overrides)
+
+        with MemoryIndex(hosted()) as index:
+            index.sync()
+            chunks = sum(index.store.stats()["chunks"].values())
+        never = SyncRuns(deployment=lambda agent: pytest.fail(f"a rebuild of {agent} was started"))
+        lines: list[str] = []
+        assert rebuild_if_stale(hosted(**{"search.vectorWeight": 0.9}), never, lines.append, "ui") is False
+        assert lines == []
+        assert (
+            rebuild_if_stale(hosted(**{"chunking.tokens": 48, "chunking.overlap": 0}), never, lines.append, "ui")
+            is True
+        )
+    finally:
+        fake.close()
+    (line,) = lines
+    assert line.startswith("agent main: the index identity changed (chunking); a rebuild on the hosted provider")
+    assert f"embeds up to {chunks} chunks again" in line and "is NOT started" in line
+    assert "prefect deployment run 'memsift-rebuild/main'" in line
