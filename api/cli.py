@@ -14,11 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core import ConfigError, EmbedderUnavailable, GetError, MemoryIndex, SearchError, StoreError, load_config
-from core.config import MODES
-from core.model_graph import GraphBuildError
-
-KNOWN_ERRORS = (ConfigError, EmbedderUnavailable, GetError, SearchError, StoreError, GraphBuildError)
+from core import MemoryIndex, MemsiftError, load_config
+from core.config import FUSIONS, MODES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -103,7 +100,7 @@ def _parser() -> _Parser:
     ev.add_argument("queries", metavar="QUERIES.jsonl")
     ev.add_argument("--k", type=int, default=10)
     ev.add_argument("--mode", choices=MODES)
-    ev.add_argument("--fusion", choices=("minmax", "weighted", "rrf"))
+    ev.add_argument("--fusion", choices=FUSIONS)
     ev.add_argument("--min-score", type=float, default=0.0, metavar="X", help="score floor (default 0: rank only)")
     ev.add_argument("--limit", type=int, metavar="N", help="only the first N queries")
     ev.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="force reranking on/off")
@@ -139,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ.setdefault(key, value)
     try:
         return _COMMANDS[args.command](args)
-    except KNOWN_ERRORS as exc:
+    except MemsiftError as exc:
         return _fail(args, str(exc))
     except KeyboardInterrupt:
         return _fail(args, "interrupted")
@@ -334,8 +331,8 @@ def cmd_ratelimit(args: argparse.Namespace) -> int:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from core.local_embedder import build_optimized_graph
-    from core.model_graph import verification
+    from core.embedders.local import build_optimized_graph
+    from core.embedders.model_graph import verification
 
     path = build_optimized_graph(rebuild=args.rebuild)
     doc = {"graph": str(path), **(verification(path) or {})}

@@ -23,7 +23,7 @@ HOME = Path(tempfile.mkdtemp(prefix="memsift-automation-"))
 os.environ.update(PREFECT_HOME=str(HOME / "client"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
 os.environ.pop("PREFECT_API_URL", None)
 
-from speed import environment, save_result  # noqa: E402
+from harness import environment, save_result  # noqa: E402
 
 from api.prefect_server import PrefectServer, free_port  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Edit to searchable: how long after a save of `memsift.toml` a running `memsift up` serves the change.
 
 One real `memsift up` (its own Prefect server, the local model) over `--files` generated daily notes of
-bench/speed.py plus one planted note. Each round times, from the write of the file to the first REST answer
+bench/corpus.py plus one planted note. Each round times, from the write of the file to the first REST answer
 that shows the change (polled every 20 ms):
 
 - `weights`: `search.vectorWeight`/`textWeight` swapped; the planted note's top score (best in both legs:
@@ -41,7 +41,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from speed import cpu_busy, daily_note, environment, save_result, write_files  # noqa: E402
+from corpus import daily_note, write_files  # noqa: E402
+from harness import cpu_busy, environment, save_result  # noqa: E402
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 PLANTED = "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the staging proxy.\n"

@@ -9,31 +9,25 @@ sync into a fresh file and swaps it in.
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .chunking import chunk_text
 from .config import Config
 from .embedders import Embedder, EmbeddingError
 from .query import FTS_TEXT_VERSION
-from .rerankers import token_capture
-from .scan import FileEntry, scan
-from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
+from .rerankers.local import token_capture
+from .sources import FileEntry, active, read_memory_file
 from .store import SCHEMA_VERSION, Store
 
 if TYPE_CHECKING:
-    from .maxsim import MaxSimReranker
+    from .rerankers.maxsim import MaxSimReranker
 
-MAX_FILE_BYTES = 8 * 1024 * 1024
 BATCH_FILES = 64
 BATCH_BYTES = 512 * 1024
 VECTORS_PENDING = "vectors_pending"  # meta key: JSON {reason, at} while some chunks wait for their vectors
@@ -104,21 +98,23 @@ def plan_sync(
     identity = index_identity(config, embedder)
     rebuild = force or store.identity() != identity
     known = {} if rebuild else store.file_rows()
-    result = scan(config)
-    transcripts, problems = scan_sessions(config)
-    result.files.extend(transcripts)
-    report.warnings.extend(result.warnings + problems)
-    report.filesScanned = len(result.files)
+    sources = active(config)
+    files: list[FileEntry] = []
+    for source in sources.values():
+        found, warnings = source.discover()
+        files.extend(found)
+        report.warnings.extend(warnings)
+    report.filesScanned = len(files)
     to_check = []
-    for entry in result.files:
+    for entry in files:
         old = known.get(entry.path)
         if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns:
             report.unchanged += 1
-        elif old is not None and entry.source == "sessions" and not grew_enough(config, entry, old[0]):
-            report.unchanged += 1  # a transcript that grew by less than a delta: read it later
+        elif old is not None and not sources[entry.source].due(entry, old[0]):
+            report.unchanged += 1  # e.g. a transcript that grew by less than a delta: read it later
         else:
             to_check.append(entry)
-    seen = {f.path for f in result.files}
+    seen = {f.path for f in files}
     removed = [p for p in known if p not in seen]
     return SyncPlan(identity, rebuild, to_check, removed, known)
 
@@ -139,30 +135,6 @@ def batches(entries: list[FileEntry]) -> list[list[FileEntry]]:
     return out
 
 
-def read_memory_file(path: Path) -> tuple[bytes, str | None, str | None]:
-    """(raw bytes, text or None when unusable, warning or None). Never follows a symlink."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as fh:
-        raw = fh.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        return raw, None, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"
-    return (raw, *decode(raw))
-
-
-def decode(raw: bytes) -> tuple[str | None, str | None]:
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        try:
-            return raw.decode("utf-16"), None
-        except UnicodeDecodeError:
-            return None, "not valid UTF-16"
-    if b"\x00" in raw:
-        return None, "binary content (NUL bytes)"
-    try:
-        return raw.decode("utf-8-sig"), None
-    except UnicodeDecodeError:
-        return raw.decode("utf-8-sig", errors="replace"), "invalid UTF-8, bad bytes replaced with U+FFFD"
-
-
 def index_batch(
     store: Store,
     config: Config,
@@ -172,11 +144,13 @@ def index_batch(
     report: SyncReport,
 ) -> None:
     """Read, hash and chunk a batch of files, embed the chunks the cache lacks, write them in one go."""
+    sources = active(config)
     files: list[tuple[FileEntry, str, list]] = []
     touched: list[FileEntry] = []
     for entry in batch:
+        source = sources[entry.source]
         try:
-            raw, text, problem = read_memory_file(source_path(config, entry.path))
+            raw, text, problem = read_memory_file(source.path(entry.path))
         except OSError as exc:
             report.warnings.append(f"skipped {entry.path}: {exc.strerror or exc}")
             continue
@@ -194,12 +168,7 @@ def index_batch(
             continue
         if problem:
             report.warnings.append(f"{entry.path}: {problem}")
-        if entry.source == "sessions":
-            chunks = chunk_transcript(
-                entry.path, text, config.chunking.tokens, config.chunking.overlap, report.warnings
-            )
-        else:
-            chunks = chunk_text(text, config.chunking.tokens, config.chunking.overlap)
+        chunks = source.chunk(entry.path, text, report.warnings)
         files.append((entry, digest, chunks))
         if old is None:
             report.added += 1
@@ -314,7 +283,8 @@ def remove_files(store: Store, paths: list[str], report: SyncReport) -> None:
     report.removed += len(paths)
 
 
-def _direct(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def plain_stage(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The default `stage` hook: each stage runs as a plain call (the Prefect flow passes its own)."""
     return fn
 
 
@@ -325,7 +295,7 @@ def sync(
     *,
     force: bool = False,
     progress: Progress | None = None,
-    stage: Stage = _direct,
+    stage: Stage = plain_stage,
 ) -> SyncReport:
     """Bring the index up to date with the workspace; `force` rebuilds everything (the cache still serves)."""
     started = time.perf_counter()

@@ -1,10 +1,10 @@
-"""Discovery of memory files (core/scan.py): which files a sync sees, and which it never reads."""
+"""Discovery of memory files (core/sources/memory.py): which files a sync sees, and which it never reads."""
 
 from __future__ import annotations
 
 import os
 
-from core.scan import is_memory_path, scan
+from core.sources.memory import is_memory_path, scan
 
 
 def paths(config) -> list[str]:

@@ -1,4 +1,4 @@
-"""Discovery of an agent's memory files.
+"""The `memory` source: an agent's Markdown memory files, always indexed.
 
 `MEMORY.md`, `memory.md`, `memory/**/*.md` and the `extraPaths`, all inside the workspace. Symlinks are
 never followed (neither files nor folders), `exclude` names are never walked, and a file reachable twice
@@ -13,18 +13,46 @@ import stat as statmod
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config
+from ..chunking import Chunk, chunk_text
+from ..config import Config
+from ..errors import GetError
+from .base import FileEntry
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
 
 
-@dataclass(frozen=True)
-class FileEntry:
-    path: str  # workspace-relative, '/' separated
-    size: int
-    mtime_ns: int
-    source: str = "memory"
+class MemorySource:
+    """Markdown files in the workspace, chunked as they are; `get` refuses a path through a symlink."""
+
+    name = "memory"
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def discover(self) -> tuple[list[FileEntry], list[str]]:
+        result = scan(self.config)
+        return result.files, result.warnings
+
+    def due(self, entry: FileEntry, indexed_size: int) -> bool:
+        return True
+
+    def path(self, rel: str) -> Path:
+        return self.config.workspace / rel
+
+    def chunk(self, rel: str, text: str, warnings: list[str]) -> list[Chunk]:
+        return chunk_text(text, self.config.chunking.tokens, self.config.chunking.overlap)
+
+    def owns(self, rel: str) -> bool:
+        return is_memory_path(self.config, rel)
+
+    def resolve(self, rel: str) -> Path:
+        if has_symlink(self.config.workspace, rel):
+            raise GetError(403, f"path {rel!r}: goes through a symlink")
+        return self.path(rel)
+
+    def render(self, text: str) -> str:
+        return text
 
 
 @dataclass
