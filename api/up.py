@@ -15,13 +15,14 @@ into this process's environment before that, so the watcher's thread and the Run
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import importlib.util
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ from api.prefect_server import (
     port_is_free,
     wait_healthy,
 )
-from core import Config, ConfigError, load_config
+from core import Config, ConfigError, MemsiftError, load_config
 
 if TYPE_CHECKING:
     from api.agents import Agents
@@ -70,7 +71,7 @@ def run_up(
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     previous = signal.signal(signal.SIGTERM, _interrupt)  # until `serve` takes SIGTERM over
     try:
-        with ExitStack() as stack:
+        with _only_up(main.home), ExitStack() as stack:
             ui = _prefect_server(stack, port, main.home)
             _serve(configs, stack, ui, load)
     except KeyboardInterrupt:
@@ -79,6 +80,35 @@ def run_up(
         signal.signal(signal.SIGTERM, previous)
     _say("stopped")
     return 0
+
+
+class AlreadyRunning(MemsiftError, RuntimeError):
+    """Another `memsift up` runs on this MEMSIFT_HOME; the message names its pid."""
+
+
+@contextmanager
+def _only_up(home: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on `<home>/up.pid` for the life of this `up`, or refuse at once: a second `up`
+    would start a second Prefect server on the same database and remove the first one's advertisement. The
+    kernel drops the lock when its holder dies, so a crashed `up` never blocks the next one. The file stays
+    (unlinking a locked file would let a third `up` lock a fresh one beside the second)."""
+    path = home / "up.pid"
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise AlreadyRunning(
+                f"memsift up is already running on {home} (pid {holder}); stop it first (Ctrl-C in its terminal, "
+                f"or kill {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

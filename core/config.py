@@ -6,6 +6,7 @@ is an error that names the key before any work starts (SPEC section 2).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -295,10 +296,20 @@ class Config:
 
     @property
     def db_path(self) -> Path:
-        return db_path(self.home, self.agent)
+        return db_path(self.home, self.agent, self.workspace)
 
 
-def db_path(home: Path, agent: str) -> Path:
+def db_path(home: Path, agent: str, workspace: Path) -> Path:
+    """`<home>/memory/<agent>.<folder name>-<hash>.sqlite`: one index per agent and workspace (SPEC section 1).
+    The folder's name keeps the file recognisable; a hash of its resolved path keeps two folders of the same
+    name apart. Agent ids hold no '.', so the name reads back unambiguously."""
+    digest = hashlib.sha256(str(workspace).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in workspace.name)[:40]
+    return home / "memory" / f"{agent}.{name or 'root'}-{digest}.sqlite"
+
+
+def legacy_db_path(home: Path, agent: str) -> Path:
+    """Where indexes were before they were bound to their workspace (core.binding adopts them)."""
     return home / "memory" / f"{agent}.sqlite"
 
 

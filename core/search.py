@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from . import ranking, rerankers
 from .config import MODES, Config
 from .embedders import Embedder
@@ -110,11 +112,14 @@ def search(
         assert embedder is not None
         try:
             qvec = embedder.embed_query(query)
+            problem = None if _usable(qvec) else "the embedder returned a zero (or non-finite) vector for the query"
         except Exception as exc:  # the model or service failed: answer from keywords, say so
-            degraded = f"embedding the query failed ({type(exc).__name__}: {exc}); keyword results only"
+            problem = f"embedding the query failed ({type(exc).__name__}: {exc})"
+        if problem:  # a zero vector has no direction: no cosine (sqlite-vec answers NULL distances)
+            degraded = f"{problem}; keyword results only"
             text_hits = keyword_leg() if mode == "vector" else text_hits
             mode = "keyword"
-        else:
+        if mode != "keyword":
             over = fetch * 4 if path_prefix else fetch
             vector_hits = store.vec_search(qvec, min(over, MAX_CANDIDATES * 4), cache_key(embedder))
             if path_prefix:
@@ -158,6 +163,11 @@ def search(
         tookMs=round((time.perf_counter() - started) * 1000, 2),
         degraded=degraded,
     )
+
+
+def _usable(vector: np.ndarray) -> bool:
+    """A query vector the vector leg can rank by: finite and not all zeros."""
+    return bool(np.isfinite(vector).all() and np.any(vector))
 
 
 def check_request(query: str, max_results: int | None, min_score: float | None) -> None:
