@@ -18,12 +18,12 @@ index is closed rather than pooled when it is given back.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, load_config
-from core.embedders import Embedder, create_embedder
+from core.embedders import create_embedder
 
 DEFAULT_AGENT = "main"
 
@@ -35,14 +35,13 @@ class UnknownAgent(MemsiftError, LookupError):
 
 
 class Agents:
-    def __init__(self, config: Config, wrap_embedder: Callable[[Embedder], Embedder]) -> None:
+    def __init__(self, config: Config) -> None:
         """`config` is the main agent's; the others come from its `agents.<id>.workspace` keys, read from the
-        same file as `memsift --agent ID` would. `wrap_embedder` decorates the shared embedder (metrics)."""
+        same file as `memsift --agent ID` would."""
         self.configs: dict[str, Config] = {DEFAULT_AGENT: config}
         for agent in sorted(config.agents):
             if agent != DEFAULT_AGENT:
                 self.configs[agent] = load_config(config.source, agent=agent)
-        self._wrap = wrap_embedder
         self._idle: dict[str, list[MemoryIndex]] = {agent: [] for agent in self.configs}
         self._lock = threading.Lock()
         self._closed = False
@@ -100,7 +99,7 @@ class Agents:
             embedder = create_embedder(config.embedding)  # the process-wide instance once loaded
         except EmbedderUnavailable:
             return MemoryIndex(config)  # it meets the same error, keeps the reason and searches say it
-        return MemoryIndex(config, embedder=self._wrap(embedder) if embedder is not None else None)
+        return MemoryIndex(config, embedder=embedder)
 
     def warm_up(self) -> None:
         """Load the embedder and run it once (the first call sizes the ONNX session's buffers)."""

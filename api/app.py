@@ -44,7 +44,7 @@ def create_app(config: Config) -> Litestar:
     """The API for the main agent of `config` and its `agents.<id>`; `api.key` (or MEMSIFT_API_KEY) set
     makes every `/v1` route require `Authorization: Bearer <key>`."""
     metrics = Metrics()
-    agents = Agents(config, wrap_embedder=metrics.timed)
+    agents = Agents(config)
     metrics.track_indexes(lambda: agents.names, agents.lease)
     runs = IndexRuns()
     key = config.api.key

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from core import MemoryIndex, MemsiftError, load_config
@@ -117,6 +118,11 @@ def _parser() -> _Parser:
         metavar="KEY=VALUE",
         help="run again with these values on top and print both tables and the difference",
     )
+
+    tr = sub.add_parser("train-ranker", parents=[common], help="fit the learned ranker on labelled query files")
+    tr.add_argument("queries", nargs="+", metavar="QUERIES.jsonl", help="query files in the eval format")
+    tr.add_argument("--out", required=True, type=Path, metavar="PATH", help="where to write the model (JSON)")
+    tr.add_argument("--l2", type=_bounded(float, 0.0, 1e6), default=1.0, metavar="X", help="L2 penalty (default 1)")
     return p
 
 
@@ -277,6 +283,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             head += "  (" + ", ".join(f"{k} {v:.3f}" for k, v in hit.scores.items()) + ")"
         blocks.append(f"{head}\n{hit.snippet}")
     print("\n\n".join(blocks))
+    if args.explain and response.timings:
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in response.timings.items())
+        print(f"\ntook {response.tookMs:.1f} ms ({stages})")
     return 0
 
 
@@ -326,6 +335,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
         _print_json(result)
     else:
         print(format_table(result))
+    return 0
+
+
+def cmd_train_ranker(args: argparse.Namespace) -> int:
+    from core.ranker_training import collect, train
+
+    for path in args.queries:
+        if not Path(path).is_file():
+            return _fail(args, f"{path}: no such query file")
+    data = collect(_config(args), args.queries)
+    try:
+        model = train(data, l2=args.l2, meta={"trainedOn": [Path(p).name for p in args.queries], "l2": args.l2})
+    except ValueError as exc:
+        return _fail(args, str(exc))
+    args.out.write_text(model.to_json() + "\n", encoding="utf-8")
+    doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta}
+    if args.json:
+        _print_json(doc)
+    else:
+        print(
+            f"wrote {args.out}: {doc['questions']} questions, {doc['candidates']} candidates; "
+            f'use it with rerank.rankerModel = "{args.out}"'
+        )
     return 0
 
 
@@ -383,6 +415,7 @@ _COMMANDS = {
     "get": cmd_get,
     "status": cmd_status,
     "eval": cmd_eval,
+    "train-ranker": cmd_train_ranker,
     "up": cmd_up,
     "ratelimit": cmd_ratelimit,
     "model": cmd_model,

@@ -3,9 +3,8 @@
 Requests per route (count and latency) come from Litestar's Prometheus middleware, labelled by the route
 template so `/v1/index/{runId}` is one series; it records into prometheus_client's process-wide registry,
 which also holds the process collectors (RSS, CPU, open files). What is memsift's own lives in a registry per
-app: the time core spends in a search and, within it, embedding the query (the one stage whose cost we can
-measure from outside core for free, by wrapping the embedder), and per agent the index size, chunk count and
-age of the last sync, read when scraped.
+app: the time core spends in a search and in each of its stages (`core.timings`), and per agent the index
+size, chunk count and age of the last sync, read when scraped.
 """
 
 from __future__ import annotations
@@ -16,17 +15,17 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-import numpy as np
 from litestar.plugins.prometheus import PrometheusConfig
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from core import MemoryIndex, StoreError
-from core.embedders import Embedder, EmbedderWrapper
 
 # Searches take milliseconds; the defaults of prometheus_client start at 5 ms.
 SEARCH_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 10.0)
+# A stage can take a fraction of a millisecond.
+STAGE_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, *SEARCH_BUCKETS[1:])
 
 Lease = Callable[[str], AbstractContextManager[MemoryIndex]]
 
@@ -48,10 +47,12 @@ class Metrics:
             buckets=SEARCH_BUCKETS,
             registry=self.registry,
         )
-        self.embed_seconds = Histogram(
-            "memsift_search_embed_query_seconds",
-            "Time spent embedding the query inside a search",
-            buckets=SEARCH_BUCKETS,
+        self.stage_seconds = Histogram(
+            "memsift_search_stage_seconds",
+            "Time one search spent in each stage (core.timings.STAGES: embed, keyword, vector, fusion, rerank, "
+            "shaping); a stage a search skipped is not observed",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
             registry=self.registry,
         )
 
@@ -59,11 +60,11 @@ class Metrics:
         """`agents` is asked at every scrape: a configuration reload may add or remove agents."""
         self.registry.register(IndexCollector(agents, lease))
 
-    def timed(self, embedder: Embedder) -> Embedder:
-        return TimedEmbedder(embedder, self.embed_seconds)
-
-    def observe_search(self, agent: str, mode: str, took_ms: float) -> None:
+    def observe_search(self, agent: str, mode: str, took_ms: float, timings: dict[str, float] | None) -> None:
         self.search_seconds.labels(agent, mode).observe(took_ms / 1000)
+        for stage, ms in (timings or {}).items():
+            if ms:
+                self.stage_seconds.labels(stage).observe(ms / 1000)
 
     def exposition(self) -> bytes:
         """Prometheus text: the process-wide registry (requests, process), then this app's."""
@@ -108,15 +109,3 @@ def _bytes_on_disk(db: Path) -> int:
         except FileNotFoundError:
             pass
     return total
-
-
-class TimedEmbedder(EmbedderWrapper):
-    """The shared embedder, timing each query embedding into a histogram (documents pass straight through)."""
-
-    def __init__(self, inner: Embedder, histogram: Histogram) -> None:
-        super().__init__(inner)
-        self.histogram = histogram
-
-    def embed_query(self, text: str) -> np.ndarray:
-        with self.histogram.time():
-            return self.inner.embed_query(text)

@@ -87,7 +87,7 @@ class MemoryController(Controller):
                 explain=data.explain,
                 rerank=data.rerank,
             )
-        metrics.observe_search(index.config.agent, response.mode, response.tookMs)
+        metrics.observe_search(index.config.agent, response.mode, response.tookMs, response.timings)
         return msgspec.convert(response.to_dict(), SearchAnswer)
 
     @post(

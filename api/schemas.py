@@ -57,6 +57,13 @@ class SearchAnswer(msgspec.Struct):
     model: str | None
     tookMs: float
     degraded: Annotated[str, Meta(description="why the vector leg did not run")] | UnsetType = UNSET
+    timings: (
+        Annotated[
+            dict[str, float],
+            Meta(description="with explain: milliseconds per stage (embed, keyword, vector, fusion, rerank, shaping)"),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class GetRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -125,6 +132,8 @@ class RerankState(msgspec.Struct):
     model: str | None
     candidates: int
     weight: float
+    method: str  # `blend`, or `learned` (the learned ranker)
+    ranker: str | None  # with `learned`: the model's fingerprint (or why it cannot be read)
     tokenBits: int | None
 
 

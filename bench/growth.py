@@ -51,16 +51,19 @@ def measure(size: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     db_bytes = sum(p.stat().st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists())
     timing = harness.TimingEmbedder(emb)
     total, embed = [], []
+    stages: dict[str, list[float]] = {}
     with MemoryIndex(built.config, embedder=timing) as index:
         for q in corpus.make_queries(args.seed + 2, 5):  # warm-up: loads the matrix of a large index
             index.search(q, mode="hybrid")
         for q in corpus.make_queries(args.seed + 1, args.queries):
             t = time.perf_counter()
-            index.search(q, mode="hybrid")
+            response = index.search(q, mode="hybrid", explain=True)
             total.append(time.perf_counter() - t)
             embed.append(timing.last_query_s)
+            for stage, ms in (response.timings or {}).items():
+                stages.setdefault(stage, []).append(ms / 1000)
     rest = [t - e for t, e in zip(total, embed)]
-    proc, base = load.start_server(built.config.workspace, built.config.home, tmp / "serve.log")
+    proc, base = load.start_server(built.config.workspace, built.config.home, tmp / "serve.log", rerank=False)
     try:
         ready = load.memory_of(proc.pid)
         for q in corpus.make_queries(args.seed + 3, args.serve_queries):
@@ -78,6 +81,9 @@ def measure(size: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "embed_query_p50_ms": round(harness.pct(embed, 50) * 1000, 2),
         "search_minus_embed_p50_ms": round(harness.pct(rest, 50) * 1000, 2),
         "search_minus_embed_p95_ms": round(harness.pct(rest, 95) * 1000, 2),
+        # tookMs by stage (core.timings): the keyword leg's p50 / p95 apart, as issue 17 asks
+        "stage_p50_ms": {k: round(harness.pct(v, 50) * 1000, 2) for k, v in stages.items()},
+        "keyword_p95_ms": round(harness.pct(stages.get("keyword", [0.0]), 95) * 1000, 2),
         "serve_rss_ready_mib": ready.get("VmRSS"),
         "serve_rss_mib": served.get("VmRSS"),
         "serve_peak_mib": served.get("VmHWM"),
@@ -112,15 +118,17 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     print(
         "| chunks | vector leg | sync s (vectors cached) | + model s (est.) | DB MiB | hybrid p50 ms | "
-        "query embedding p50 ms | hybrid minus embedding p50 / p95 ms | serve RSS MiB (peak) |"
+        "query embedding p50 ms | hybrid minus embedding p50 / p95 ms | keyword leg p50 / p95 ms | "
+        "vector leg p50 ms | serve RSS MiB (peak) |"
     )
-    print("|---" * 9 + "|")
+    print("|---" * 11 + "|")
     for r in rows.values():
         model_s = f"{r['chunks'] / texts_per_s:,.0f}" if texts_per_s else "?"
         print(
             f"| {r['chunks']:,} | {r['vector_leg']} | {r['sync_s']} | {model_s} | {r['db_mib']} | "
             f"{r['search_p50_ms']} | {r['embed_query_p50_ms']} | {r['search_minus_embed_p50_ms']} / "
-            f"{r['search_minus_embed_p95_ms']} | {r['serve_rss_mib']} ({r['serve_peak_mib']}) |"
+            f"{r['search_minus_embed_p95_ms']} | {r['stage_p50_ms'].get('keyword')} / {r['keyword_p95_ms']} | "
+            f"{r['stage_p50_ms'].get('vector')} | {r['serve_rss_mib']} ({r['serve_peak_mib']}) |"
         )
     print(
         f"\nmodel speed in this run: {texts_per_s or 0:.1f} chunks/s; CPUs busy before: {busy:.0%}; "

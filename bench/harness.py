@@ -82,6 +82,8 @@ def embedder() -> tuple[Any, dict[str, float]]:
 
 # hash -> vector, real model output, filled by section 1 and reused by section 3 for the same texts
 VECTORS: dict[str, np.ndarray] = {}
+# hash -> MaxSim token bits from the same model pass (build_query_index with rerank)
+TOKENS: dict[str, bytes] = {}
 
 
 def free_port() -> int:
@@ -127,14 +129,21 @@ class QueryIndex:
     report: Any
 
 
-def build_query_index(tmp: Path, *, seed: int, chunks: int, distinct: int, noise: float) -> QueryIndex:
+def build_query_index(
+    tmp: Path, *, seed: int, chunks: int, distinct: int, noise: float, rerank: bool = False
+) -> QueryIndex:
     """Section 3's index, also used by bench/load.py: notes until `distinct` chunks, embedded by the real
     model, then perturbed copies (same-length word swaps, vectors = the original's plus noise of norm
     `noise`) until `chunks`, all vectors put in the cache before one normal sync. MEMSIFT_HOME becomes
-    `tmp/s3-home`, the workspace is `tmp/s3-workspace`."""
+    `tmp/s3-home`, the workspace is `tmp/s3-workspace`.
+
+    `rerank=True` builds it for the default configuration (MaxSim rerank on): the base chunks' token bits come
+    from the same model pass as their vectors, and each copy gets its base chunk's bits (the copy's own would
+    differ in a few swapped words; scoring costs the same), planted before the sync so it embeds nothing."""
     from core import MemoryIndex, load_config
     from core.chunking import chunk_text
     from core.indexer import cache_key
+    from core.rerankers.maxsim import MaxSimReranker
     from core.store import Store
 
     emb, _ = embedder()
@@ -155,17 +164,24 @@ def build_query_index(tmp: Path, *, seed: int, chunks: int, distinct: int, noise
         n_base += len(note_chunks)
         i += 1
     texts = {c.hash: c.text for _, _, note_chunks in base for c in note_chunks}
-    missing = [h for h in texts if h not in VECTORS]
+    missing = [h for h in texts if h not in VECTORS or (rerank and h not in TOKENS)]
+    capture = MaxSimReranker.of(emb) if rerank else None
     t = time.perf_counter()
     for k in range(0, len(missing), 96):
         part = missing[k : k + 96]
-        VECTORS.update(zip(part, emb.embed_documents([texts[h] for h in part])))
+        if capture is not None:
+            vectors, bits = capture.document_tokens([texts[h] for h in part])
+            TOKENS.update(zip(part, bits))
+        else:
+            vectors = emb.embed_documents([texts[h] for h in part])
+        VECTORS.update(zip(part, vectors))
         log(f"query: embedded {min(k + 96, len(missing))}/{len(missing)} base texts")
     embed_s = time.perf_counter() - t
 
     # Perturbed copies: same-length word swaps keep every chunk's line range; each copy's chunk reuses the
     # real vector of its base chunk plus small noise (cosine ~0.99), and is put in the embedding cache.
     cache: dict[str, np.ndarray] = {h: VECTORS[h] for h in texts}
+    bits: dict[str, bytes] = {h: TOKENS[h] for h in texts} if rerank else {}
     total = n_base
     variant = 0
     perturbed = 0
@@ -185,16 +201,20 @@ def build_query_index(tmp: Path, *, seed: int, chunks: int, distinct: int, noise
                     v = VECTORS[c.hash] + jitter
                     cache[vc.hash] = (v / np.linalg.norm(v)).astype(np.float32)
                     perturbed += 1
+                    if rerank:
+                        bits[vc.hash] = TOKENS[c.hash]
             files[f"memory/archive/copy-{variant:02d}/{note_date(n).isoformat()}.md"] = vtext
             total += len(vchunks)
     write_files(ws, files)
 
     use_home(tmp / "s3-home")
-    # No MaxSim rerank: the perturbed copies' vectors are planted in the cache, and the sync would run the
-    # model over every copy for its token bits. Search figures here are the retrieval stages alone.
-    config = load_config(workspace=ws, overrides={"rerank.enabled": False})
+    # Without `rerank`, no MaxSim rerank: the sync would run the model over every copy for its token bits.
+    # Search figures are then the retrieval stages alone.
+    config = load_config(workspace=ws, overrides={} if rerank else {"rerank.enabled": False})
     with Store(config.db_path) as store, store.transaction():
         store.cache_put(cache_key(emb), cache)
+        if capture is not None:
+            store.tokens_put(capture.fingerprint, bits)
     with MemoryIndex(config) as index:
         t = time.perf_counter()
         report = index.sync()

@@ -6,8 +6,13 @@ model, perturbed copies up to 10,000), starts `memsift serve` on a free 127.0.0.
 and for each level runs that many clients (httpx AsyncClients in this process, one connection each, closed
 loop: a client sends its next request when the last one answered) until `--requests` requests have been
 answered. It reports requests/s and p50/p99 latency per level, and the server's RSS (VmRSS and its peak
-VmHWM, from /proc/<pid>/status). Everything is bounded: a fixed request count per level, a timeout per
-request, a deadline for the server's start; the server is stopped by its pid at the end.
+VmHWM, from /proc/<pid>/status). The configuration is the default (MaxSim rerank on; the index is built with
+token bits, `build_query_index(rerank=True)`) unless `--no-rerank`. What bounds a level: the server's CPU
+seconds per request (utime + stime of its process), this script's (the clients'), and the mean time per
+search stage from the server's own `memsift_search_stage_seconds` histograms (scraped from /metrics before
+and after the level); server CPU minus the stages is roughly what HTTP, JSON and threads cost. Everything
+is bounded: a fixed request count per level, a timeout per request, a deadline for the server's start; the
+server is stopped by its pid at the end.
 
     .venv/bin/python bench/load.py                              # defaults: 10,000 chunks, 400 requests a level
     .venv/bin/python bench/load.py --chunks 2000 --distinct 200 --requests 200 --levels 1,8
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -50,6 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     p.add_argument("--seed", type=int, default=7, help="seed of the notes and queries")
     p.add_argument("--noise", type=float, default=0.15, help="norm of the noise added to a copy's vector")
+    p.add_argument("--no-rerank", dest="rerank", action="store_false", help="MaxSim rerank off (runs before 17)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
     p.add_argument("--out", type=Path, default=BENCH / "results", help="folder for the JSON result")
     args = p.parse_args(argv)
@@ -57,10 +64,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def start_server(workspace: Path, home: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(workspace: Path, home: Path, log_path: Path, rerank: bool) -> tuple[subprocess.Popen[bytes], str]:
     port = harness.free_port()
-    # The same configuration the bench index was built with (harness.build_query_index: no MaxSim rerank).
-    env = dict(os.environ, MEMSIFT_HOME=str(home), MEMSIFT_RERANK_ENABLED="false")
+    env = dict(os.environ, MEMSIFT_HOME=str(home))
+    if not rerank:  # the configuration the index was built with
+        env["MEMSIFT_RERANK_ENABLED"] = "false"
     memsift = Path(sys.executable).with_name("memsift")
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
@@ -95,6 +103,22 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stage_sums(base: str) -> dict[str, tuple[float, float]]:
+    """(seconds, count) per search stage from the server's memsift_search_stage_seconds histograms."""
+    found: dict[str, list[float]] = {}
+    for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines():
+        m = re.match(r'memsift_search_stage_seconds_(sum|count)\{stage="(\w+)"\} ([\d.e+-]+)', line)
+        if m:
+            found.setdefault(m[2], [0.0, 0.0])[m[1] == "count"] = float(m[3])
+    return {k: (v[0], v[1]) for k, v in found.items()}
 
 
 def memory_of(pid: int) -> dict[str, float]:
@@ -155,15 +179,18 @@ async def run_level(base: str, queries: list[str], clients: int, requests: int, 
 
 def table(results: dict[str, Any]) -> str:
     rows = [
-        "| clients | requests | requests/s | p50 ms | p99 ms | max ms | core tookMs p50 | failures | RSS after, MiB |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| clients | requests | requests/s | p50 ms | p99 ms | max ms | core tookMs p50 | failures "
+        "| server CPU ms/req | client CPU ms/req | stage ms/req | load avg | RSS after, MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for level in results["levels"]:
         lat = level["latency_ms"]
+        cpu = level["cpu_ms_per_request"]
+        stages = ", ".join(f"{k} {v}" for k, v in level["stage_ms_per_request"].items())
         rows.append(
             f"| {level['clients']} | {level['requests']} | {level['requests_per_s']} | {lat['p50']} | {lat['p99']} "
             f"| {lat['max']} | {level['core_took_ms_p50']} | {sum(level['failures'].values())} "
-            f"| {level['memory_mib']['VmRSS']} |"
+            f"| {cpu['server']} | {cpu['clients']} | {stages} | {level['loadavg']} | {level['memory_mib']['VmRSS']} |"
         )
     mem = results["memory_mib"]
     rows.append("")
@@ -190,16 +217,30 @@ def main(argv: list[str] | None = None) -> int:
     proc = None
     try:
         built = harness.build_query_index(
-            tmp, seed=args.seed, chunks=args.chunks, distinct=args.distinct, noise=args.noise
+            tmp, seed=args.seed, chunks=args.chunks, distinct=args.distinct, noise=args.noise, rerank=args.rerank
         )
         results["index"] = {"chunks": built.chunks, "files": built.files, "embedded_by_model": built.distinct_texts}
-        proc, base = start_server(built.config.workspace, built.config.home, tmp / "serve.log")
+        proc, base = start_server(built.config.workspace, built.config.home, tmp / "serve.log", args.rerank)
         harness.log(f"memsift serve pid {proc.pid} ready at {base}")
         results["memory_mib"] = {"ready": memory_of(proc.pid)}
-        queries = corpus.make_queries(args.seed + 1, 200)
+        # A query is asked once in the whole run: a repeat would be answered from the rerank score cache.
+        pool = list(dict.fromkeys(corpus.make_queries(args.seed + 1, 4 * args.requests * len(args.levels))))
         asyncio.run(run_level(base, corpus.make_queries(args.seed + 2, args.warmup), 1, args.warmup, args.timeout))
-        for clients in args.levels:
+        for n, clients in enumerate(args.levels):
+            queries = pool[n * len(pool) // len(args.levels) : (n + 1) * len(pool) // len(args.levels)]
+            stages0, server0, client0 = stage_sums(base), cpu_seconds(proc.pid), time.process_time()
             level = asyncio.run(run_level(base, queries, clients, args.requests, args.timeout))
+            server1, client1, stages1 = cpu_seconds(proc.pid), time.process_time(), stage_sums(base)
+            answered = level["requests"] - sum(level["failures"].values())
+            level["cpu_ms_per_request"] = {
+                "server": round((server1 - server0) * 1000 / answered, 2),
+                "clients": round((client1 - client0) * 1000 / answered, 2),
+            }
+            level["stage_ms_per_request"] = {
+                stage: round((s1 - stages0.get(stage, (0.0, 0.0))[0]) * 1000 / answered, 2)
+                for stage, (s1, _) in stages1.items()
+            }
+            level["loadavg"] = round(os.getloadavg()[0], 1)
             level["memory_mib"] = memory_of(proc.pid)
             results["levels"].append(level)
             lat = level["latency_ms"]

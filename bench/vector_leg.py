@@ -39,6 +39,9 @@ sys.path.insert(0, str(BENCH.parent))
 import corpus  # noqa: E402  (the seeded notes and queries)
 import harness  # noqa: E402  (timing, the model, the query index, results)
 
+from core.threads import limit_blas  # noqa: E402
+from core.vector_matrix import load_matrix  # noqa: E402
+
 DIMS = 384
 BUCKETS = 1 << 14
 _WORD = re.compile(r"[a-z0-9]+")
@@ -158,6 +161,13 @@ def measure(size: int, vectors: np.ndarray, queries: np.ndarray, args: argparse.
         "binary+rescore": bits.nbytes,
     }
     out: dict[str, Any] = {"exact_p50_ms": round(harness.pct(exact_s, 50) * 1000, 2)}
+    # What the matrix costs after each sync: core.vector_matrix's own load from the cache rows (median of 3).
+    loads = []
+    for _ in range(3):
+        t = time.perf_counter()
+        load_matrix(db.execute("SELECT id, vector FROM cache"), size, DIMS)
+        loads.append(time.perf_counter() - t)
+    out["matrix_load_ms"] = round(harness.pct(loads, 50) * 1000, 1)
     for name, fn in methods.items():
         fn(queries[0])  # warm caches
         answers, seconds = timed(fn, queries)
@@ -183,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=11)
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    limit_blas()  # the thread count a search runs with (core.threads)
     emb = HashEmbedder(args.seed)
     t = time.perf_counter()
     vectors = emb.embed_documents(chunk_texts(args.seed, max(sizes)))
@@ -192,11 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="memsift-bench-vec-") as tmp:
         results = {size: measure(size, vectors, queries, args, Path(tmp)) for size in sizes}
     methods = ("vec0", "numpy-f32", "int8+rescore", "binary+rescore")
-    print(f"| chunks | exact p50 ms | {' | '.join(f'{m} recall@{args.k} / p50 ms' for m in methods)} |")
-    print("|---" * (2 + len(methods)) + "|")
+    print(
+        f"| chunks | exact p50 ms | {' | '.join(f'{m} recall@{args.k} / p50 ms' for m in methods)} | matrix load ms |"
+    )
+    print("|---" * (3 + len(methods)) + "|")
     for size, r in results.items():
         cells = " | ".join(f"{r[m]['recall']:.3f} / {r[m]['p50_ms']}" for m in methods)
-        print(f"| {size:,} | {r['exact_p50_ms']} | {cells} |")
+        print(f"| {size:,} | {r['exact_p50_ms']} | {cells} | {r['matrix_load_ms']} |")
     print(f"\nCPUs busy before: {busy:.0%}; load average {os.getloadavg()[0]:.1f}")
     doc = {"environment": harness.environment(), "busy_before": busy, "args": vars(args), "results": results}
     harness.save_result("vector-leg", doc)

@@ -153,6 +153,11 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "rerank.candidates": (30, _number(int, 1, 200)),
     # The reranker's share of the blend; 1.0 replaces the retrieval order (measured: docs/search-and-ranking.md).
     "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
+    # How a MaxSim rerank orders hits: the blend above (default), or the learned ranker over all candidates,
+    # whose score is a probability (docs/search-and-ranking.md "Learned ranker": not yet the default).
+    "rerank.method": ("blend", _choice("learned", "blend")),
+    # The learned ranker's model file (`memsift train-ranker --out`); unset: the one shipped in the package.
+    "rerank.rankerModel": (None, _optional(_str)),
     # The hosted reranker (docs/search-and-ranking.md): a search waits for it, so a shorter timeout than embeddings'.
     "rerank.dialect": ("cohere", _choice(*DIALECTS)),
     "rerank.headers": ({}, _str_map),
@@ -174,6 +179,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "sessions.deltaBytes": (100_000, _number(int, 0)),
     "sessions.deltaMessages": (50, _number(int, 0)),
 }
+
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
@@ -241,6 +247,8 @@ class RerankConfig:
     weight: float
     dialect: str = "cohere"
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold keys
+    method: str = "blend"
+    rankerModel: str | None = None
     timeoutSeconds: float = 10.0
     retries: int = 1
 

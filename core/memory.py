@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from . import rerankers
+from . import learned, rerankers
 from .binding import check_workspace
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
@@ -329,6 +329,8 @@ class MemoryIndex:
             "model": r.model or (LOCAL_DEFAULT if r.provider == "local" else None),
             "candidates": r.candidates,
             "weight": r.weight,
+            "method": r.method,
+            "ranker": _ranker_identity(r.rankerModel) if r.method == "learned" else None,
             "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,
         }
 
@@ -355,3 +357,11 @@ def _on_fallback(report: SyncReport, record: dict[str, Any]) -> SyncReport:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
+
+
+def _ranker_identity(path: str | None) -> str:
+    """The learned ranker's fingerprint (what searches are scored with), or why its model cannot be read."""
+    try:
+        return learned.model_for(path).fingerprint
+    except learned.RankerModelError as exc:
+        return f"unreadable: {exc}"

@@ -9,20 +9,29 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import date
 from typing import Any
 
 import numpy as np
 
-from . import ranking, rerankers
+from . import learned, ranking, rerankers, threads
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
 from .indexer import cache_key
 from .query import fts_match
 from .rerankers import shortlist
+from .rerankers.local import is_maxsim
 from .store import ChunkRow, Store
+from .timings import StageClock
 
 MAX_CANDIDATES = 200
+#: The learned ranker sees at least this many candidates from each leg, whatever `maxResults`: its features
+#: (ranks, normalised scores) then do not depend on k, and the first hits for k = 1 are those for k = 10.
+LEARNED_FETCH = 40
+
+#: Receives every candidate the learned ranker scored, their chunks and feature rows (`memsift train-ranker`).
+Collector = Callable[[list[ranking.Candidate], dict[int, ChunkRow], np.ndarray], None]
 
 
 @dataclass
@@ -51,6 +60,9 @@ class SearchResponse:
     model: str | None
     tookMs: float
     degraded: str | None = None
+    #: Milliseconds per stage (`core.timings.STAGES`); always measured, shown with `explain`.
+    timings: dict[str, float] | None = None
+    explain: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -62,6 +74,8 @@ class SearchResponse:
         }
         if self.degraded:
             d["degraded"] = self.degraded
+        if self.explain and self.timings is not None:
+            d["timings"] = self.timings
         return d
 
 
@@ -80,8 +94,11 @@ def search(
     make_reranker: Callable[[], rerankers.Reranker] | None = None,
     embedder_error: str | None = None,
     now: float | None = None,
+    collect: Collector | None = None,
 ) -> SearchResponse:
     started = time.perf_counter()
+    clock = StageClock()
+    threads.limit_blas()  # once per process; a pool of BLAS threads is what gave searches their tail
     s = config.search
     check_request(query, max_results, min_score)
     mode = mode or s.mode
@@ -90,6 +107,9 @@ def search(
     limit = max_results or s.maxResults
     floor = s.minScore if min_score is None else min_score
     fetch = min(MAX_CANDIDATES, limit * s.candidateMultiplier)
+    use_learned = learned_wanted(config, rerank, embedder)
+    if use_learned:
+        fetch = max(fetch, LEARNED_FETCH)
 
     identity = store.identity() or {}
     degraded = None
@@ -103,7 +123,8 @@ def search(
     def keyword_leg() -> list[tuple[int, float]]:
         if match is None:
             return []
-        return store.fts_search(match, fetch, path_prefix)
+        with clock.stage("keyword"):
+            return store.fts_search(match, fetch, path_prefix)
 
     text_hits = keyword_leg() if mode != "vector" else []
 
@@ -111,7 +132,8 @@ def search(
     if mode != "keyword":
         assert embedder is not None
         try:
-            qvec = embedder.embed_query(query)
+            with clock.stage("embed"):
+                qvec = embedder.embed_query(query)
             problem = None if _usable(qvec) else "the embedder returned a zero (or non-finite) vector for the query"
         except Exception as exc:  # the model or service failed: answer from keywords, say so
             problem = f"embedding the query failed ({type(exc).__name__}: {exc})"
@@ -120,41 +142,56 @@ def search(
             text_hits = keyword_leg() if mode == "vector" else text_hits
             mode = "keyword"
         if mode != "keyword":
-            over = fetch * 4 if path_prefix else fetch
-            vector_hits = store.vec_search(qvec, min(over, MAX_CANDIDATES * 4), cache_key(embedder))
-            if path_prefix:
-                rows = store.chunks_by_ids(cid for cid, _ in vector_hits)
-                vector_hits = [(c, v) for c, v in vector_hits if rows[c].path.startswith(path_prefix)][:fetch]
+            with clock.stage("vector"):
+                over = fetch * 4 if path_prefix else fetch
+                vector_hits = store.vec_search(qvec, min(over, MAX_CANDIDATES * 4), cache_key(embedder))
+                if path_prefix:
+                    rows = store.chunks_by_ids(cid for cid, _ in vector_hits)
+                    vector_hits = [(c, v) for c, v in vector_hits if rows[c].path.startswith(path_prefix)][:fetch]
 
-    cands = ranking.merge_legs(text_hits, vector_hits)
-    if mode == "hybrid":
-        # Keyword hits the KNN cut left out get their true cosine rather than 0 (+0.7 nDCG@10 on locomo-dev).
-        unscored = {c.id: c for c in cands if c.vector is None}
-        for cid, vec in store.vectors_for(unscored, cache_key(embedder)).items():
-            unscored[cid].vector = float(vec @ qvec)
-        _fuse(cands, config)
+    with clock.stage("fusion"):
+        cands = ranking.merge_legs(text_hits, vector_hits)
+        if mode == "hybrid":
+            # Keyword hits the KNN cut left out get their true cosine rather than 0 (+0.7 nDCG@10 on locomo-dev).
+            unscored = {c.id: c for c in cands if c.vector is None}
+            for cid, vec in store.vectors_for(unscored, cache_key(embedder)).items():
+                unscored[cid].vector = float(vec @ qvec)
+            _fuse(cands, config)
+        else:
+            for c in cands:
+                c.score = (c.text if mode == "keyword" else c.vector) or 0.0
+
+        rows = store.chunks_by_ids(c.id for c in cands)
+        now = now if now is not None else time.time()
+        if s.decayEnabled:
+            _apply_decay(store, cands, rows, s.halfLifeDays, now)
+    if use_learned and mode == "hybrid" and cands:
+        with clock.stage("rerank"):  # the learned ranker's features include the MaxSim score
+            cands, problem = _learned_order(
+                store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
+            )
+        # The score is the probability that the hit is relevant: the floor keeps the likely ones.
+        cands = [c for c in cands if c.score >= floor]
+        if problem:
+            degraded = f"{degraded}; {problem}" if degraded else problem
     else:
-        for c in cands:
-            c.score = (c.text if mode == "keyword" else c.vector) or 0.0
-
-    rows = store.chunks_by_ids(c.id for c in cands)
-    if s.decayEnabled:
-        _apply_decay(store, cands, rows, s.halfLifeDays, now if now is not None else time.time())
-    # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
-    cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
-    if cands and shortlist.wanted(config, rerank, embedder):
-        head, problem = shortlist.rerank_shortlist(
-            store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
-        )
+        with clock.stage("fusion"):
+            # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
+            cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
+    if cands and not use_learned and shortlist.wanted(config, rerank, embedder):
+        with clock.stage("rerank"):
+            head, problem = shortlist.rerank_shortlist(
+                store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
+            )
         cands = head + cands[config.rerank.candidates :]
         if problem:
             degraded = f"{degraded}; {problem}" if degraded else problem
-    # MMR last (SPEC puts it before the rerank): a reranker scores near-duplicates alike and would undo it.
-    if s.mmrEnabled:
-        cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, limit)
-    kept = cands[:limit]
-
-    hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
+    with clock.stage("shaping"):
+        # MMR last (SPEC puts it before the rerank): a reranker scores near-duplicates alike and would undo it.
+        if s.mmrEnabled:
+            cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, limit)
+        kept = cands[:limit]
+        hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
     return SearchResponse(
         results=hits,
         mode=mode,
@@ -162,7 +199,42 @@ def search(
         model=identity.get("model") or (embedder.model if embedder else None),
         tookMs=round((time.perf_counter() - started) * 1000, 2),
         degraded=degraded,
+        timings=clock.ms(),
+        explain=explain,
     )
+
+
+def learned_wanted(config: Config, requested: bool | None, embedder: Embedder | None) -> bool:
+    """Whether this search orders by the learned ranker: a rerank happens and it is local MaxSim (a feature of
+    the model), with `rerank.method = "learned"`. Otherwise the fused order, or the MaxSim blend, as before."""
+    return (
+        config.rerank.method == "learned" and is_maxsim(config.rerank) and shortlist.wanted(config, requested, embedder)
+    )
+
+
+def _learned_order(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    query: str,
+    cands: list[ranking.Candidate],
+    rows: dict[int, ChunkRow],
+    today: date,
+    make_reranker: Callable[[], rerankers.Reranker] | None,
+    collect: Collector | None,
+) -> tuple[list[ranking.Candidate], str | None]:
+    """Every candidate scored by MaxSim and blended (both features), then ordered by the model's probability.
+    Without MaxSim scores the model has no basis: the fused order stands and the reason is returned."""
+    pool = sorted(cands, key=lambda c: (-c.score, c.id))
+    pool, problem = shortlist.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
+    if problem:
+        return pool, problem
+    x = learned.features(query, pool, rows, today)
+    if collect is not None:
+        collect(pool, rows, x)
+    for c, p in zip(pool, learned.model_for(config.rerank.rankerModel).predict(x)):
+        c.score = float(p)
+    return sorted(pool, key=lambda c: (-c.score, c.id)), None
 
 
 def _usable(vector: np.ndarray) -> bool:

@@ -331,8 +331,7 @@ class Store:
 
     def cache_get(self, key: tuple[str, str, str], hashes: Iterable[str]) -> dict[str, np.ndarray]:
         sql = (
-            "SELECT hash, embedding FROM embedding_cache "
-            "WHERE provider = ? AND model = ? AND fingerprint = ? AND hash"
+            "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND fingerprint = ? AND hash"
         )
         return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in self._by_hash(sql, key, hashes)}
 
@@ -480,10 +479,9 @@ class Store:
         of every cached vector (core.vector_matrix), which is also the way without sqlite-vec."""
         query = np.asarray(query, dtype=np.float32)
         vec0 = self.vec_available and self.has_vec_table() and self.get_meta("vec_stale") != "1"
-        tag = (self._inode, key, self.get_meta("vectors_version"))
         found = MATRICES.get(
             str(self.path),
-            tag,
+            self._matrix_tag(key),
             count=lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0],
             rows=lambda: self.conn.execute(_CHUNK_VECTORS, key),
             dims=len(query),
@@ -496,11 +494,19 @@ class Store:
         )
         return [(int(r), 1.0 - float(d)) for r, d in rows]
 
+    def _matrix_tag(self, key: tuple[str, str, str]) -> tuple[Any, ...]:
+        """What an in-memory matrix of this index must match to be current (core.vector_matrix)."""
+        return (self._inode, key, self.get_meta("vectors_version"))
+
     def vectors_for(self, ids: Iterable[int], key: tuple[str, str, str]) -> dict[int, np.ndarray]:
-        """Stored vectors of some chunks, to score candidates the KNN cut left out."""
+        """Stored vectors of some chunks, to score candidates the KNN cut left out: from the in-memory matrix
+        when the vector leg has one loaded, else from SQLite."""
         ids = list(ids)
         if not ids:
             return {}
+        entry = MATRICES.loaded(str(self.path), self._matrix_tag(key))
+        if entry is not None:
+            return entry.vectors_of(ids)
         marks = ",".join("?" * len(ids))
         rows = self.conn.execute(f"{_CHUNK_VECTORS} WHERE c.id IN ({marks})", (*key, *ids))
         return {int(i): np.frombuffer(b, dtype=np.float32) for i, b in rows}

@@ -321,7 +321,8 @@ def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None
     assert 'path="/v1/search",status_code="400"' in text
     assert 'path="/v1/index/{runId}",status_code="404"' in text  # the template, not the id
     assert re.search(r'memsift_search_seconds_count\{agent="main",mode="hybrid"\} 1\.0', text)
-    assert re.search(r"memsift_search_embed_query_seconds_count [1-9]", text)
+    for stage in ("embed", "keyword", "vector", "fusion", "shaping"):
+        assert re.search(r'memsift_search_stage_seconds_count\{stage="' + stage + r'"\} 1\.0', text), stage
     assert re.search(r'memsift_index_chunks\{agent="main"\} [1-9]', text)
     assert re.search(r'memsift_index_size_bytes\{agent="main"\} [1-9]', text)
     assert re.search(r'memsift_index_last_sync_age_seconds\{agent="main"\} \d', text)

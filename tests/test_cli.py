@@ -274,7 +274,7 @@ def test_status_json(capsys, ws: Path) -> None:
     assert doc["cacheEntries"] == 3
     assert doc["rerank"] | {"weight": None} == {
         "enabled": "auto", "active": True, "provider": "local", "model": "maxsim",
-        "candidates": 30, "weight": None, "tokenBits": 3,
+        "candidates": 30, "weight": None, "method": "blend", "ranker": None, "tokenBits": 3,
     }  # fmt: skip
     synced = datetime.fromisoformat(doc["lastSync"])
     assert abs((datetime.now(UTC) - synced).total_seconds()) < 120

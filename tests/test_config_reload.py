@@ -123,7 +123,7 @@ def test_agents_replace_swaps_settings_between_leases(make_config, workspace) ->
     did not change keeps its pooled index."""
     ws = workspace(NOTES)
     old = make_config(ws)
-    agents = Agents(old, wrap_embedder=lambda e: e)
+    agents = Agents(old)
     with agents.lease("main") as before:
         pass
     with agents.lease("main") as again:

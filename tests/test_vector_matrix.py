@@ -9,7 +9,7 @@ import pytest
 from core import MemoryIndex
 from core.indexer import cache_key
 from core.store import Store
-from core.vector_matrix import MATRICES
+from core.vector_matrix import LOAD_BLOCK, MATRICES, load_matrix
 
 NOTES = {
     "MEMORY.md": "# Facts\n\nDana drinks green tea every morning before the standup.\n",
@@ -67,3 +67,33 @@ def test_a_sync_and_a_rebuild_are_seen_by_the_next_search(workspace, make_config
         ids = [c for c, _ in _legs(index, "dentist appointment")]
         rows = index.store.chunks_by_ids(ids)
         assert len(ids) == 3 and all(rows[c].path != "memory/2026-01-06.md" for c in ids)
+
+
+@pytest.mark.parametrize("count", [1, LOAD_BLOCK, 2 * LOAD_BLOCK + 3])
+def test_load_reads_rows_in_blocks_and_stops_at_the_count(count: int) -> None:
+    vectors = np.random.default_rng(count).standard_normal((count + 2, 8)).astype(np.float32)
+    rows = [(100 + i, v.tobytes()) for i, v in enumerate(vectors)]
+    ids, matrix = load_matrix(iter(rows), count, 8)  # two rows more than counted: left for the next reload
+    assert ids.tolist() == list(range(100, 100 + count)) and np.array_equal(matrix, vectors[:count])
+    ids, matrix = load_matrix(iter(rows[: count - 1]), count, 8)  # fewer: a chunk without a cached vector
+    assert ids.tolist() == list(range(100, 99 + count)) and np.array_equal(matrix, vectors[: count - 1])
+
+
+def test_keyword_hits_vectors_come_from_the_loaded_matrix_and_match_sqlite(
+    workspace, make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(workspace(NOTES))
+    with MemoryIndex(config) as index:
+        index.sync()
+        key = cache_key(index.embedder())
+        ids = [cid for (cid,) in index.store.conn.execute("SELECT id FROM chunks ORDER BY id DESC")]
+        MATRICES._entries.pop(str(config.db_path), None)
+        from_sqlite = index.store.vectors_for([*ids, 10_000], key)  # 10,000: no such chunk
+        assert MATRICES.loaded(str(config.db_path), index.store._matrix_tag(key)) is None
+        monkeypatch.setattr("core.store.MATRIX_MIN_CHUNKS", 1)
+        _legs(index, "tea")  # the vector leg loads the matrix
+        entry = MATRICES.loaded(str(config.db_path), index.store._matrix_tag(key))
+        assert entry is not None
+        from_matrix = index.store.vectors_for([*ids, 10_000], key)
+    assert sorted(from_matrix) == sorted(from_sqlite) == sorted(ids)
+    assert all(np.array_equal(from_matrix[c], from_sqlite[c]) for c in ids)

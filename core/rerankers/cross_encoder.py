@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import threads
 from ..errors import RerankError
 
 MODEL_FILES = ("model.onnx", "onnx/model.onnx")
@@ -90,9 +90,7 @@ class CrossEncoderReranker:
             pad_id=pad.get("pad_id", 0), pad_token=pad.get("pad_token", "[PAD]"), pad_type_id=pad.get("pad_type_id", 0)
         )
         tokenizer.enable_truncation(max_length, strategy="longest_first")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = os.cpu_count() or 1
-        options.log_severity_level = 3
+        options = threads.session_options(threads.document_threads())  # a batch of pairs: the batch pool
         try:
             session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime's own exception types are not importable in a stable way

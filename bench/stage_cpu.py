@@ -1,0 +1,100 @@
+#!/usr/bin/env python
+"""CPU time per search stage, run by hand: what bounds throughput, read without the noise of a shared machine.
+
+Wall-clock stage times (`timings`, /metrics) grow with whatever else runs on the cores; the CPU a search's
+thread spends in each stage does not, much. This builds bench/harness.py's 10,000-chunk index for the default
+configuration (`build_query_index(rerank=True)`), runs `--queries` distinct hybrid searches in one thread
+through `MemoryIndex.search`, and reads the thread's CPU clock (`time.thread_time`) around each stage of
+`core.timings` (a wrapper of `StageClock.stage`) and around the whole search. One onnxruntime thread and one
+BLAS thread (the defaults of `core.threads`) run in the caller's thread, so nothing escapes the clock.
+
+    .venv/bin/python bench/stage_cpu.py                 # 10,000 chunks, 300 queries
+    .venv/bin/python bench/stage_cpu.py --chunks 2000 --distinct 100 --queries 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import corpus  # noqa: E402  (the seeded notes and queries)
+import harness  # noqa: E402  (timing, the model, the query index, results)
+
+from core import MemoryIndex, timings  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--chunks", type=int, default=10_000)
+    p.add_argument("--distinct", type=int, default=300, help="chunks embedded by the real model")
+    p.add_argument("--queries", type=int, default=300)
+    p.add_argument("--seed", type=int, default=7)
+    args = p.parse_args(argv)
+    for name in [n for n in os.environ if n.startswith("MEMSIFT_")]:
+        del os.environ[name]
+    tmp = Path(tempfile.mkdtemp(prefix="memsift-stage-cpu-"))
+    cpu: dict[str, float] = {}
+    plain = timings.StageClock.stage
+
+    @contextmanager
+    def stage(self: timings.StageClock, name: str) -> Iterator[None]:
+        started = time.thread_time()
+        try:
+            with plain(self, name):
+                yield
+        finally:
+            cpu[name] = cpu.get(name, 0.0) + time.thread_time() - started
+
+    results: dict[str, Any] = {"environment": harness.environment(), "busy_before": harness.cpu_busy()}
+    try:
+        built = harness.build_query_index(
+            tmp, seed=args.seed, chunks=args.chunks, distinct=args.distinct, noise=0.15, rerank=True
+        )
+        queries = list(dict.fromkeys(corpus.make_queries(args.seed + 5, 20 * args.queries)))[: 20 + args.queries]
+        timings.StageClock.stage = stage  # type: ignore[method-assign]
+        with MemoryIndex(built.config) as index:
+            for q in queries[:20]:
+                index.search(q)
+            cpu.clear()
+            started, wall = time.thread_time(), time.perf_counter()
+            for q in queries[20:]:
+                index.search(q)
+            total, wall = time.thread_time() - started, time.perf_counter() - wall
+        n = len(queries) - 20
+        results |= {
+            "chunks": built.chunks,
+            "searches": n,
+            "cpu_ms_per_search": round(total / n * 1000, 2),
+            "wall_ms_per_search": round(wall / n * 1000, 2),
+            "stage_cpu_ms": {k: round(v / n * 1000, 2) for k, v in cpu.items()},
+            "loadavg": os.getloadavg(),
+        }
+    finally:
+        timings.StageClock.stage = plain  # type: ignore[method-assign]
+        shutil.rmtree(tmp, ignore_errors=True)
+    stages = results["stage_cpu_ms"]
+    rest = round(results["cpu_ms_per_search"] - sum(stages.values()), 2)
+    print("| chunks | CPU ms/search | " + " | ".join(stages) + " | other | wall ms/search | load avg |")
+    print("|---" * (len(stages) + 5) + "|")
+    print(
+        f"| {results['chunks']} | {results['cpu_ms_per_search']} | "
+        + " | ".join(str(v) for v in stages.values())
+        + f" | {rest} | {results['wall_ms_per_search']} | {results['loadavg'][0]:.1f} |"
+    )
+    harness.log(f"wrote {harness.save_result('stage-cpu', results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
