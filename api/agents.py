@@ -9,13 +9,18 @@ than were ever in use at once, which the server's thread limit bounds. Readers n
 
 The embedder is loaded once per process (`LocalEmbedder.shared`) by `warm_up`, which the app runs in a
 thread at start so that liveness answers at once and readiness waits for the model.
+
+A configuration reload (`replace`) swaps the frozen Config objects: a lease taken afterwards gets an index
+with the new settings, a search already running finishes with the index (and settings) it leased, and that
+index is closed rather than pooled when it is given back.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, load_config
 from core.embedders import create_embedder
@@ -42,6 +47,7 @@ class Agents:
         self._closed = False
         self.ready = threading.Event()
         self.embedder_state = "loading"
+        self.config_state: dict[str, Any] | None = None  # set by a configuration reloader (api.config_reload)
 
     @property
     def names(self) -> list[str]:
@@ -55,12 +61,26 @@ class Agents:
             known = ", ".join(self.configs)
             raise UnknownAgent(f"agent {name!r} is not configured (known: {known})") from None
 
+    def replace(self, configs: Mapping[str, Config]) -> None:
+        """Serve these agents with these settings from now on. An agent whose configuration is unchanged keeps
+        its Config object and its pooled indexes; the pooled indexes of the others are closed."""
+        with self._lock:
+            current = {}
+            for agent, config in configs.items():
+                old = self.configs.get(agent)
+                current[agent] = old if old == config else config
+            stale = [i for a, idle in self._idle.items() if current.get(a) is not self.configs[a] for i in idle]
+            self._idle = {a: self._idle[a] if current[a] is self.configs.get(a) else [] for a in current}
+            self.configs = current
+        for index in stale:
+            index.close()
+
     @contextmanager
     def lease(self, agent: str | None) -> Iterator[MemoryIndex]:
         """An index of `agent` for this thread alone until the block ends."""
-        config = self.config(agent)
-        idle = self._idle[config.agent]
         with self._lock:
+            config = self.config(agent)
+            idle = self._idle[config.agent]
             index = idle.pop() if idle else None
         if index is None:
             index = self._open(config)
@@ -68,9 +88,9 @@ class Agents:
             yield index
         finally:
             with self._lock:
-                keep = not self._closed
+                keep = not self._closed and self.configs.get(config.agent) is config  # not replaced meanwhile
                 if keep:
-                    idle.append(index)
+                    self._idle[config.agent].append(index)
             if not keep:
                 index.close()
 

@@ -45,7 +45,7 @@ def create_app(config: Config) -> Litestar:
     makes every `/v1` route require `Authorization: Bearer <key>`."""
     metrics = Metrics()
     agents = Agents(config)
-    metrics.track_indexes(agents.names, agents.lease)
+    metrics.track_indexes(lambda: agents.names, agents.lease)
     runs = IndexRuns()
     key = config.api.key
 

@@ -400,15 +400,24 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from api.serve import run_serve
+    from api.up import agent_configs
 
     main_config = load_config(args.config, workspace=args.workspace)  # it serves every agent: no --agent
-    return run_serve(main_config, host=args.host, port=args.port, insecure=args.insecure)
+    return run_serve(
+        main_config,
+        host=args.host,
+        port=args.port,
+        insecure=args.insecure,
+        load=lambda: agent_configs(args.config, args.workspace),
+    )
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     from api.up import agent_configs, run_up
 
-    return run_up(agent_configs(args.config, args.workspace), args.port)
+    return run_up(
+        agent_configs(args.config, args.workspace), args.port, load=lambda: agent_configs(args.config, args.workspace)
+    )
 
 
 def cmd_ratelimit(args: argparse.Namespace) -> int:

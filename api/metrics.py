@@ -75,7 +75,8 @@ class Metrics:
             registry=self.registry,
         )
 
-    def track_indexes(self, agents: list[str], lease: Lease) -> None:
+    def track_indexes(self, agents: Callable[[], list[str]], lease: Lease) -> None:
+        """`agents` is asked at every scrape: a configuration reload may add or remove agents."""
         self.registry.register(IndexCollector(agents, lease))
 
     def observe_search(self, agent: str, response: SearchResponse) -> None:
@@ -97,7 +98,7 @@ class IndexCollector(Collector):
     """Per agent, at scrape time: bytes on disk (database and WAL), chunks, seconds since the last sync
     (the last two only while the index opens)."""
 
-    def __init__(self, agents: list[str], lease: Lease) -> None:
+    def __init__(self, agents: Callable[[], list[str]], lease: Lease) -> None:
         self.agents = agents
         self.lease = lease
 
@@ -109,7 +110,7 @@ class IndexCollector(Collector):
             "Seconds since the last sync (absent: never synced)",
             labels=["agent"],
         )
-        for agent in self.agents:
+        for agent in self.agents():
             with self.lease(agent) as index:
                 size.add_metric([agent], _bytes_on_disk(index.config.db_path))
                 try:

@@ -25,6 +25,7 @@ from api.schemas import (
     MAX_LINES,
     MAX_QUERY_BYTES,
     AgentId,
+    ConfigState,
     GetAnswer,
     GetRequest,
     Health,
@@ -117,6 +118,8 @@ class MemoryController(Controller):
         with agents.lease(agent) as index:
             doc = index.status(deep=deep)
         doc["rateLimit"] = rate_limit_status(index.config)  # as `memsift status --json` adds it
+        if agents.config_state is not None:
+            doc["config"] = agents.config_state
         return msgspec.convert(doc, Status)
 
     @post(
@@ -174,7 +177,8 @@ class HealthController(Controller):
     def readyz(self, agents: NamedDependency[Agents]) -> Response[Readiness]:
         indexes = agents.check()
         ready = agents.ready.is_set() and all(state == "ok" for state in indexes.values())
-        answer = Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes)
+        config = UNSET if agents.config_state is None else msgspec.convert(agents.config_state, ConfigState)
+        answer = Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes, config=config)
         return Response(answer, status_code=200 if ready else 503)
 
     @get("/metrics", sync_to_thread=True, summary="Prometheus metrics", media_type=CONTENT_TYPE_LATEST)

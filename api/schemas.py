@@ -153,6 +153,17 @@ class SharedCacheState(msgspec.Struct):
     entries: int
 
 
+class ConfigState(msgspec.Struct):
+    """The configuration a long-running server (`serve`, `up`) follows: the file, when its settings were last
+    applied and, while the file is invalid, why (naming the key) and since when; the applied settings still
+    serve meanwhile."""
+
+    file: str | None
+    appliedAt: str
+    error: str | None = None
+    errorAt: str | None = None
+
+
 class Status(msgspec.Struct):
     """The document of `memsift status --json`: MemoryIndex.status and the embedding rate limit."""
 
@@ -177,6 +188,7 @@ class Status(msgspec.Struct):
     vectorsPending: VectorsPending | None = None
     rerank: RerankState | None = None
     sharedCache: SharedCacheState | None = None
+    config: ConfigState | UnsetType = UNSET  # from a server that follows its configuration (not the CLI)
 
 
 class IndexRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -210,6 +222,10 @@ class Readiness(msgspec.Struct):
     ready: bool
     embedder: Annotated[str, Meta(description="loading, loaded, none (keyword only) or why it is unavailable")]
     agents: Annotated[dict[str, str], Meta(description="per agent: ok, or why its index cannot be opened")]
+    config: Annotated[
+        ConfigState | UnsetType,
+        Meta(description="an invalid configuration file does not make the server unready: the last valid one serves"),
+    ] = UNSET
 
 
 class Health(msgspec.Struct):

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import uvicorn
@@ -17,7 +20,17 @@ from api.app import create_app
 from core import Config, ConfigError
 
 
-def run_serve(config: Config, *, host: str | None, port: int | None, insecure: bool) -> int:
+def run_serve(
+    config: Config,
+    *,
+    host: str | None,
+    port: int | None,
+    insecure: bool,
+    load: Callable[[], Mapping[str, Config]] | None = None,
+) -> int:
+    """Serve until Ctrl-C or SIGTERM. With `load` (every agent's configuration, read again), the server follows
+    its configuration file and SIGHUP (api.config_reload): search settings and agents change in place; it
+    never indexes on a change (`memsift up` does)."""
     host = host or config.api.host
     port = port or config.api.port
     if not config.api.key and not insecure and not is_loopback(host):
@@ -29,14 +42,27 @@ def run_serve(config: Config, *, host: str | None, port: int | None, insecure: b
     # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
     # Prefect server an in-process index run may have started) rather than in death by signal.
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    app = create_app(config)
+    stop = threading.Event()
     try:
+        if load is not None:
+            from api.config_reload import follow_api
+
+            follower = follow_api(app.state.agents, load, _say)
+            follower.start(stop)
+            _say(f"following {follower.file} (and SIGHUP)")
         # Access lines would cost more than a search under load; the request metrics count every request.
-        uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="info")
+        uvicorn.run(app, host=host, port=port, access_log=False, log_level="info")
     except KeyboardInterrupt:
         pass
     finally:
+        stop.set()
         signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _say(line: str) -> None:
+    print(f"memsift serve: {line}", file=sys.stderr, flush=True)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

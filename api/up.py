@@ -2,7 +2,8 @@
 
 The process starts a local Prefect server as a child (unless `PREFECT_API_URL` names one), applies every
 agent's deployments, starts an initial sync of each agent through them, the file watcher and the REST API
-(when `api.app` exists), then serves the deployments with Prefect's `serve` in the main thread: its Runner
+(when `api.app` exists) and the follower of its configuration file, then serves the deployments with a Prefect
+Runner in the main thread (what Prefect's `serve` does, with the Runner kept for configuration changes): it
 runs each flow run in a subprocess and takes Ctrl-C there. On Ctrl-C or SIGTERM everything stops in the
 reverse order of starting, the server last (its process group, by pid), so the Runner can still pause its
 schedules on the way out.
@@ -13,6 +14,7 @@ into this process's environment before that, so the watcher's thread and the Run
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import importlib.util
 import os
@@ -22,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api.prefect_server import (
     DEFAULT_PORT,
@@ -34,6 +36,9 @@ from api.prefect_server import (
     wait_healthy,
 )
 from core import Config, ConfigError, MemsiftError, load_config
+
+if TYPE_CHECKING:
+    from api.agents import Agents
 
 SERVER_START_TIMEOUT = 120.0  # a first start migrates a fresh database: ~10 s on 2 cores, more when busy
 EXTERNAL_SERVER_TIMEOUT = 30.0
@@ -54,9 +59,12 @@ def agent_configs(config_path: str | None, workspace: str | None) -> dict[str, C
     return configs
 
 
-def run_up(configs: Mapping[str, Config], port: int | None) -> int:
+def run_up(
+    configs: Mapping[str, Config], port: int | None, load: Callable[[], Mapping[str, Config]] | None = None
+) -> int:
     """Run until Ctrl-C or SIGTERM; 0 when stopped that way. Errors (ConfigError, ServerError) propagate
-    after everything started so far has been stopped."""
+    after everything started so far has been stopped. With `load` (`configs` read again), `up` follows its
+    configuration file and SIGHUP (api.config_reload, api.up_reload)."""
     main = configs["main"]
     _check_rest_api(main)
     os.environ.setdefault("PREFECT_HOME", str(main.home / "prefect"))
@@ -65,7 +73,7 @@ def run_up(configs: Mapping[str, Config], port: int | None) -> int:
     try:
         with _only_up(main.home), ExitStack() as stack:
             ui = _prefect_server(stack, port, main.home)
-            _serve(configs, stack, ui)
+            _serve(configs, stack, ui, load)
     except KeyboardInterrupt:
         pass
     finally:
@@ -140,58 +148,70 @@ def _stop_server(server: PrefectServer) -> None:
     _say(f"Prefect server (pid {server.pid}) stopped")
 
 
-def _serve(configs: Mapping[str, Config], stack: ExitStack, ui: str) -> None:
-    from prefect import serve
+def _serve(
+    configs: Mapping[str, Config], stack: ExitStack, ui: str, load: Callable[[], Mapping[str, Config]] | None
+) -> None:
+    from prefect.exceptions import TerminationSignal
+    from prefect.runner import Runner
 
-    from flows.deployments import agent_deployments, rebuild_deployment_name, sync_deployment_name
+    from api.up_reload import MemoryWatching, UpApply, describe, follow_up
+    from flows.deployments import sync_deployment_name
     from flows.ratelimit import ensure_limit
-    from flows.watch import SyncRuns, watch
+    from flows.reload import ServedDeployments, config_rebuilds
+    from flows.watch import SyncRuns
 
     main = configs["main"]
     if main.embedding.requestsPerMinute is not None:
         limit = ensure_limit(main.embedding.requestsPerMinute)
         _say(f"embedding rate limit: limit {limit['limit']}, {limit['slotDecayPerSecond']:g} slots freed per second")
 
-    deployments = [d for config in configs.values() for d in agent_deployments(config)]
-    for deployment in deployments:  # `serve` applies them too; the initial syncs need them now
-        deployment.apply()
-    for agent, config in configs.items():
-        every = f", every {config.sync.intervalMinutes:g} min" if config.sync.intervalMinutes > 0 else ""
-        names = f"'{sync_deployment_name(agent)}'{every}, '{rebuild_deployment_name(agent)}'"
-        _say(f"agent {agent} ({config.workspace}): deployments {names}")
+    # Prefect's `serve`, with the Runner kept: a configuration change adds or removes deployments while it runs.
+    kwargs = {} if os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY") else {"query_seconds": RUNNER_POLL_SECONDS}
+    runner = Runner(**kwargs)
+    deployments = ServedDeployments(runner)
+    for config in configs.values():  # applied now: the initial syncs need them
+        deployments.add(config)
+        _say(describe(config))
 
     runs = SyncRuns()
     _report_runs("initial sync", runs.request, ui)(configs)
 
-    watched = {agent: config for agent, config in configs.items() if config.sync.watch}
-    if watched:
-        stop = threading.Event()
-        thread = threading.Thread(
-            target=watch,
-            args=(watched, _report_runs("files changed", runs.request, ui), stop, main.sync.watchDebounceMs),
-            kwargs={"on_tick": _report_runs("follow-up", runs.poll, ui)},
-            name="memsift-watch",
-            daemon=True,
-        )
-        thread.start()
-        stack.callback(thread.join, 10)
-        stack.callback(stop.set)
-        _say(f"watching {', '.join(sorted(watched))} (debounce {main.sync.watchDebounceMs} ms)")
-    else:
-        _say("not watching files (sync.watch = false)")
+    watching = MemoryWatching(
+        _report_runs("files changed", runs.request, ui), _report_runs("follow-up", runs.poll, ui), _say
+    )
+    watching.start(configs)
+    stack.callback(watching.stop)
 
-    api = _rest_api(main, stack)
+    api, agents = _rest_api(main, stack)
+    if load is not None:
+        rebuilds = config_rebuilds()
+        apply = UpApply(
+            deployments=deployments,
+            watching=watching,
+            runs=runs,
+            rebuilds=rebuilds,
+            start_syncs=_report_runs("agent added", runs.request, ui),
+            agents=agents,
+            ui=ui,
+            say=_say,
+        )
+        follower = follow_up(load, configs, apply, _report_runs("config change", rebuilds.poll, ui, "rebuild"))
+        stop = threading.Event()
+        stack.callback(follower.start(stop).join, 10)
+        stack.callback(stop.set)
+        _say(f"following {follower.file} (and SIGHUP)")
     _say(f"Prefect UI: {ui}")
     _say(f"REST API: {api}")
     api_url = os.environ["PREFECT_API_URL"]
     _say(f"a sync now: PREFECT_API_URL={api_url} prefect deployment run '{sync_deployment_name('main')}'")
     _say("Ctrl-C stops everything")
+    try:
+        asyncio.run(runner.start())
+    except TerminationSignal:
+        pass
 
-    kwargs = {} if os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY") else {"query_seconds": RUNNER_POLL_SECONDS}
-    serve(*deployments, print_starting_message=False, **kwargs)
 
-
-def _report_runs(why: str, start: Callable[..., list[Any]], ui: str) -> Callable[..., None]:
+def _report_runs(why: str, start: Callable[..., list[Any]], ui: str, kind: str = "sync") -> Callable[..., None]:
     """Wrap a run-starting call for the watcher thread: print what it started, and print (not raise) a
     failure, so one unreachable moment of the server does not end the watching."""
 
@@ -199,10 +219,10 @@ def _report_runs(why: str, start: Callable[..., list[Any]], ui: str) -> Callable
         try:
             started = start(*args)
         except Exception as exc:
-            _say(f"{why}: could not start a sync run: {type(exc).__name__}: {exc}")
+            _say(f"{why}: could not start a {kind} run: {type(exc).__name__}: {exc}")
             return
         for run in started:
-            _say(f"{why}: sync of {run.parameters.get('agent')} started, {ui}/runs/flow-run/{run.id}")
+            _say(f"{why}: {kind} of {run.parameters.get('agent')} started, {ui}/runs/flow-run/{run.id}")
 
     return call
 
@@ -224,10 +244,11 @@ def _check_rest_api(config: Config) -> None:
         )
 
 
-def _rest_api(config: Config, stack: ExitStack) -> str:
-    """Start the REST API in a thread when `api.app` exists; its address, or why it is not there."""
+def _rest_api(config: Config, stack: ExitStack) -> tuple[str, Agents | None]:
+    """Start the REST API in a thread when `api.app` exists; its address (or why it is not there) and its
+    agents (a configuration change replaces their settings)."""
     if not _has_rest_api():
-        return "not started: the REST API (api.app) is not part of this installation"
+        return "not started: the REST API (api.app) is not part of this installation", None
     import uvicorn
 
     from api.app import create_app
@@ -245,7 +266,7 @@ def _rest_api(config: Config, stack: ExitStack) -> str:
         time.sleep(0.05)
     stack.callback(thread.join, 10)
     stack.callback(setattr, server, "should_exit", True)
-    return f"http://{config.api.host}:{config.api.port}"
+    return f"http://{config.api.host}:{config.api.port}", app.state.agents
 
 
 def ratelimit(config: Config) -> dict[str, Any] | None:

@@ -332,25 +332,37 @@ class MemoryIndex:
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
             return search(
-                store, self.config, embedder, query, embedder_error=error, make_reranker=self.reranker, **options
+                store,
+                self.config,
+                embedder,
+                query,
+                embedder_error=error,
+                make_reranker=lambda: self.reranker(embedder),  # not self.embedder(): it may reopen `store`
+                **options,
             )
 
-    def reranker(self) -> rerankers.Reranker:
+    def reranker(self, embedder: Embedder | None = _CONFIGURED) -> rerankers.Reranker:
         """The configured reranker, built on first use and kept: a hosted one holds an HTTP client (one per
         search would be a TLS handshake per query), a cross-encoder a model. A failure to build it is not
-        kept: search degrades and the next search tries again."""
+        kept: search degrades and the next search tries again. `embedder`: the one a search already holds."""
         if self._reranker is None:
-            self._reranker = rerankers.create_reranker(self.config.rerank, self.embedder())
+            self._reranker = rerankers.create_reranker(
+                self.config.rerank, self.embedder() if embedder is _CONFIGURED else embedder
+            )
         return self._reranker
 
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
         return get_lines(self.config, path, start, count)
 
     def status(self, *, deep: bool = False) -> dict[str, Any]:
+        # Everything that reads `self.store` first: a rebuild's swap makes the next `self.store` close the
+        # connection held below, so once it is taken only `store` is read (one state of the index).
+        fallback = self.fallback_record()
+        embedder = self.embedder() or (self._stand_in() if fallback is None else None)
+        embedder_error = self.embedder_error
         store = self.store
         identity = store.identity()
         stats = store.stats()
-        embedder = self.embedder() or (self._stand_in() if self.fallback_record() is None else None)
         dirty_reason = None
         if identity is None:
             dirty_reason = "never indexed"
@@ -391,8 +403,8 @@ class MemoryIndex:
             "cacheEntries": stats["cacheEntries"],
             "sharedCache": self._shared_cache_status(),
             "lastSync": _iso(float(last)) if last else None,
-            "embedderError": self.embedder_error,
-            "fallback": self.fallback_record(),
+            "embedderError": embedder_error,
+            "fallback": fallback,
             "vectorsPending": {"reason": pending["reason"], "at": _iso(pending["at"])} if pending else None,
             "rerank": self._rerank_status(store, embedder),
         }

@@ -45,11 +45,15 @@ def _as_task(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run_name(kind: str) -> Callable[[], str]:
+    """`sync-main-2026-12-01T01:10`; a run started with a `reason` says it: `rebuild-main-config-change-...`
+    (the engine renames every run by this template, so a name given at creation would not last)."""
+
     def name() -> str:
         from prefect.runtime import flow_run
 
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M")
-        return f"{kind}-{flow_run.parameters.get('agent', 'main')}-{stamp}"
+        reason = flow_run.parameters.get("reason")
+        return f"{kind}-{flow_run.parameters.get('agent', 'main')}-{f'{reason}-' if reason else ''}{stamp}"
 
     return name
 
@@ -88,8 +92,11 @@ def sync_flow(
 
 
 @flow(name="memsift-rebuild", flow_run_name=_run_name("rebuild"), persist_result=False, log_prints=False)
-def rebuild_flow(agent: str = "main", workspace: str | None = None, config_path: str | None = None) -> dict[str, Any]:
-    """Re-index everything into a temp file (cached vectors reused) and swap it in atomically."""
+def rebuild_flow(
+    agent: str = "main", workspace: str | None = None, config_path: str | None = None, reason: str | None = None
+) -> dict[str, Any]:
+    """Re-index everything into a temp file (cached vectors reused) and swap it in atomically. `reason` (a
+    slug such as `config-change`) only names the run."""
     with _open(agent, workspace, config_path, fan_out_embedding=True) as index:
         report = index.rebuild(progress=_progress_for(agent, "rebuild"), stage=_as_task)
     _publish(agent, "rebuild", report)

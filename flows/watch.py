@@ -7,7 +7,8 @@ memory files, because renaming or moving a folder reports the folder alone. The 
 a batch is handed over once no new change arrived for `debounce_ms` (and at the latest `MAX_DELAY_FACTOR`
 times that after its first change, so a file written to without pause still gets synced).
 
-`SyncRuns` starts the runs through the agents' sync deployments. It coalesces: a change while a run is still
+`SyncRuns` starts the runs through the agents' sync deployments (or, given another name, their rebuild
+deployments: a configuration change's rebuilds coalesce the same way). It coalesces: a change while a run is still
 waiting to start needs nothing more (that run will see it); a change while a run is running marks the agent,
 and one more run starts when that one has finished, instead of a second sync queueing on the writer lock.
 """
@@ -18,6 +19,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import watchfiles
@@ -94,12 +96,23 @@ def watch(
 
 
 class SyncRuns:
-    """Sync runs through the deployments `memsift-sync/<agent>`, at most one running and one waiting per agent."""
+    """Runs of the deployments `memsift-sync/<agent>` (or `deployment(agent)`, with these `parameters`), at most
+    one running and one waiting per agent."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, deployment: Callable[[str], str] = sync_deployment_name, parameters: dict[str, Any] | None = None
+    ) -> None:
+        self._deployment = deployment
+        self._parameters = parameters
         self._last: dict[str, UUID] = {}
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
+
+    def forget(self, agent: str) -> None:
+        """An agent removed from the configuration: no follow-up run of a deployment that is gone."""
+        with self._lock:
+            self._dirty.discard(agent)
+            self._last.pop(agent, None)
 
     def request(self, agents: Iterable[str]) -> list[FlowRun]:
         """Sync these agents; the runs started now (none for an agent whose run is pending or running)."""
@@ -132,6 +145,6 @@ class SyncRuns:
             return client.read_flow_run(run_id).state
 
     def _start(self, agent: str) -> FlowRun:
-        run = run_deployment(sync_deployment_name(agent), timeout=0, as_subflow=False)
+        run = run_deployment(self._deployment(agent), parameters=self._parameters, timeout=0, as_subflow=False)
         self._last[agent] = run.id
         return run

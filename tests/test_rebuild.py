@@ -252,3 +252,34 @@ def test_swapped_in_file_is_not_in_wal_mode_and_has_no_stale_side_files(ws, make
     conn = apsw.Connection(str(config.db_path), flags=apsw.SQLITE_OPEN_READONLY)
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     conn.close()
+
+
+class SwappingEmbedder(CountingEmbedder):
+    """The real model; the first query it embeds is preceded by a forced rebuild of `config`'s index through
+    another MemoryIndex, i.e. a swap in the middle of a search (after the search took its store)."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.config = config
+        self.swapped = False
+
+    def embed_query(self, text: str):
+        if not self.swapped:
+            self.swapped = True
+            with MemoryIndex(self.config, embedder=CountingEmbedder()) as writer:
+                assert writer.sync(force=True).rebuilt
+        return super().embed_query(text)
+
+
+def test_a_swap_during_a_search_does_not_close_the_store_it_reads(ws, make_config, counting_embedder):
+    """The reranker is built during the first search; building it must not reopen the index (closing the
+    connection the search reads) when a rebuild swapped a new file in meanwhile."""
+    config = make_config(ws, **{"rerank.enabled": True})
+    MemoryIndex(config, embedder=counting_embedder).sync()
+    embedder = SwappingEmbedder(config)
+    with MemoryIndex(config, embedder=embedder) as reader:
+        before = config.db_path.stat().st_ino
+        hits = reader.search("deploy failed ERR_SSL_PROTOCOL", rerank=True).results
+        assert embedder.swapped and config.db_path.stat().st_ino != before
+        assert hits[0].path == "memory/2026-11-24.md"
+        assert reader.search("flat white").results[0].path == "MEMORY.md"  # and the next one reads the new file

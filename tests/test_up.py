@@ -31,9 +31,11 @@ from prefect.client.schemas.filters import (
     DeploymentFilter,
     DeploymentFilterName,
     FlowRunFilter,
+    FlowRunFilterDeploymentId,
     FlowRunFilterParentFlowRunId,
 )
 from prefect.client.schemas.objects import FlowRun
+from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from api.prefect_server import PrefectServer, free_port
@@ -326,3 +328,104 @@ def test_up_refuses_before_starting_anything(tmp_path: Path, workspace, memsift_
     assert busy.returncode == 1
     assert busy.stderr == f"memsift: error: --port: port {port} on 127.0.0.1 is in use\n"
     assert not (memsift_home / "prefect" / "server.log").exists()
+
+
+# ---------------------------------------------------------------- configuration changes under a running `up`
+
+LONG_NOTE = "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the staging proxy.\n" + "".join(
+    f"- Line {i}: the quarterly planning notes mention item number {i} and its owner.\n" for i in range(40)
+)
+QUERY = "ERR_SSL_PROTOCOL staging proxy deploy failed"
+
+
+def deployment_runs(client: SyncPrefectClient, name: str) -> list[FlowRun]:
+    """The runs of deployment `name` (none while it does not exist)."""
+    try:
+        deployment = client.read_deployment_by_name(name)
+    except ObjectNotFound:
+        return []
+    return client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id]))
+    )
+
+
+def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: Path) -> None:
+    """Under a running `up`: a weight change is used by the next search; a syntax error leaves the settings in
+    force serving, with the error in `status`; a chunking change starts a rebuild run named for it, search
+    answers while it runs and its hits have the new spans after; an agent added is searchable after its first
+    sync through its new deployment; an agent removed loses its deployments and its API routes."""
+    port, api_port = free_port(), free_port()
+    base = f"[sync]\nwatchDebounceMs = 200\n[api]\nport = {api_port}\n[rerank]\nenabled = false\n"
+    ws = workspace(NOTES | {"memory/2026-11-24.md": LONG_NOTE, "memsift.toml": base})
+    other = workspace({"memory/2026-11-30.md": "# 2026-11-30\n- The zanzibarite sample arrived.\n"}, name="ws2")
+    api = f"http://127.0.0.1:{api_port}"
+    env = _env(memsift_home, prefect_home=None)
+
+    def status(agent: str = "main") -> dict[str, Any] | None:
+        r = httpx.get(f"{api}/v1/status", params={"agent": agent}, timeout=60)
+        return r.json() if r.status_code == 200 else None
+
+    def search(agent: str = "main", query: str = QUERY) -> httpx.Response:
+        return httpx.post(f"{api}/v1/search", json={"query": query, "agent": agent}, timeout=60)
+
+    def top() -> dict[str, Any]:
+        return search().json()["results"][0]
+
+    with Up(["--workspace", str(ws), "up", "--port", str(port)], env, tmp_path / "up.log") as up:
+        wait_for(lambda: "Ctrl-C stops everything" in up.output or up.process.poll() is not None, 180, "up to start")
+        assert up.process.poll() is None and f"following {ws / 'memsift.toml'} (and SIGHUP)" in up.output, up.output
+        wait_for(lambda: (s := status()) and sum(s["chunks"].values()) and not s["dirty"], 180, "the first index")
+        first = top()
+        assert first["score"] == 1.0  # best in both legs: vectorWeight + textWeight (0.35 + 0.65)
+
+        weights = base + "[search]\nvectorWeight = 0.2\ntextWeight = 0.3\n"
+        (ws / "memsift.toml").write_text(weights)
+        wait_for(lambda: top()["score"] == 0.5, 60, "the new weights in the next search")
+
+        (ws / "memsift.toml").write_text(weights + "[chunking\n")
+        error = wait_for(lambda: status()["config"]["error"], 60, "the error in status")
+        assert error.startswith(f"{ws / 'memsift.toml'}: not valid TOML")
+        assert top()["score"] == 0.5  # the settings in force stay
+        cli = subprocess.run(
+            [MEMSIFT, "--workspace", str(ws), "status"], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert cli.returncode == 1 and "not valid TOML" in cli.stderr
+
+        (ws / "memsift.toml").write_text(weights + "[chunking]\ntokens = 48\noverlap = 0\n")
+        with prefect_client(f"http://127.0.0.1:{port}/api") as c:
+            (run,) = wait_for(lambda: deployment_runs(c, "memsift-rebuild/main"), 60, "the rebuild run")
+            answers = []
+
+            def rebuilt() -> FlowRun | None:
+                answers.append(search().status_code)
+                return finished(c, run.id)
+
+            done = wait_for(rebuilt, 300, "the rebuild run to end")
+        assert done.state.is_completed(), done.state
+        assert re.match(r"^rebuild-main-config-change-\d{4}-\d\d-\d\dT\d\d:\d\d$", done.name)
+        assert answers and set(answers) == {200}
+        after = top()
+        assert after["endLine"] - after["startLine"] < first["endLine"] - first["startLine"]  # the new, smaller chunks
+        assert status()["config"]["error"] is None and not status()["dirty"]
+
+        agents = weights + "[chunking]\ntokens = 48\noverlap = 0\n"
+        (ws / "memsift.toml").write_text(agents + f"[agents.second]\nworkspace = '{other}'\n")
+        with prefect_client(f"http://127.0.0.1:{port}/api") as c:
+            (sync,) = wait_for(lambda: deployment_runs(c, "memsift-sync/second"), 60, "the new agent's first sync")
+            assert wait_for(lambda: finished(c, sync.id), 180, "its end").state.is_completed()
+        hits = search("second", "zanzibarite").json()["results"]
+        assert [h["path"] for h in hits] == ["memory/2026-11-30.md"]
+
+        (ws / "memsift.toml").write_text(agents)
+        wait_for(lambda: search("second", "zanzibarite").status_code == 404, 60, "the removed agent's routes to go")
+        with prefect_client(f"http://127.0.0.1:{port}/api") as c:
+            wait_for(lambda: not any("second" in d.name for d in c.read_deployments()), 60, "its deployments to go")
+            assert {d.name for d in c.read_deployments()} == {"main"}
+
+        wait_for(lambda: not flow_run_processes(up.process.pid), 30, "the flow runs' processes to exit")
+        tree = descendants(up.process.pid)
+        assert up.stop(signal.SIGINT) == 0, up.output
+    assert alive(tree) == set(), up.output
+    assert up.output.count("not valid TOML") == 1
+    assert "agent main: the index identity changed (chunking); rebuild started" in up.output
+    assert "agent second removed: deployments deleted" in up.output
