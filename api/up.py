@@ -201,6 +201,7 @@ def _rest_api(config: Config, stack: ExitStack) -> str:
     import uvicorn
 
     from api.app import create_app
+    from api.docs import DOCS_PATH
 
     app = create_app(config)
     server = uvicorn.Server(
@@ -215,7 +216,8 @@ def _rest_api(config: Config, stack: ExitStack) -> str:
         time.sleep(0.05)
     stack.callback(thread.join, 10)
     stack.callback(setattr, server, "should_exit", True)
-    return f"http://{config.api.host}:{config.api.port}"
+    address = f"http://{config.api.host}:{config.api.port}"
+    return f"{address} (docs: {address}{DOCS_PATH})"
 
 
 def ratelimit(config: Config) -> dict[str, Any] | None:

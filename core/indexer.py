@@ -26,7 +26,7 @@ from .config import Config
 from .embedders import Embedder, EmbeddingError
 from .query import FTS_TEXT_VERSION
 from .rerankers import token_capture
-from .scan import FileEntry, scan
+from .scan import FileEntry, nothing_found, scan
 from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
 from .store import SCHEMA_VERSION, Store
 
@@ -108,6 +108,8 @@ def plan_sync(
     transcripts, problems = scan_sessions(config)
     result.files.extend(transcripts)
     report.warnings.extend(result.warnings + problems)
+    if not result.files and not transcripts:
+        report.warnings.append(nothing_found(config.workspace))
     report.filesScanned = len(result.files)
     to_check = []
     for entry in result.files:

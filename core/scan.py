@@ -17,6 +17,7 @@ from .config import Config
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
+LOOKED_FOR = "MEMORY.md, memory.md, memory/**/*.md and the extraPaths entries"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,12 @@ def scan(config: Config) -> ScanResult:
             warnings.append(f"skipped extraPaths entry {extra!r}: not a folder or a .md file")
     files.sort(key=lambda f: f.path)
     return ScanResult(files, warnings)
+
+
+def nothing_found(workspace: Path) -> str:
+    """The warning for a workspace without memory files: most often a mistyped --workspace, which would
+    otherwise index nothing and answer "No matches." in silence."""
+    return f"no memory files in {workspace}: memsift looks for {LOOKED_FOR}"
 
 
 def _walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str]) -> None:

@@ -16,6 +16,7 @@ from .config import Config
 from .embedders import Embedder
 from .indexer import cache_key
 from .query import fts_match
+from .snippets import snippet
 from .store import ChunkRow, Store
 
 MAX_CANDIDATES = 200
@@ -234,7 +235,7 @@ def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: boo
         startLine=row.start_line,
         endLine=row.end_line,
         score=round(c.score, 6),
-        snippet=row.text[:snippet_chars],
+        snippet=snippet(row.text, snippet_chars),
         source=row.source,
         citation=f"{row.path}#L{row.start_line}-L{row.end_line}" if citations else None,
         scores=scores,

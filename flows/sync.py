@@ -9,6 +9,7 @@ rebuild of 10,000 files took 74 s in the flow against 0.8 s in core before that;
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -43,11 +44,14 @@ def _as_task(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run_name(kind: str) -> Callable[[], str]:
+    """`sync-main-2026-12-01T01:09:18-3fa2`: the UTC second the run started and four random hex digits, so
+    runs started in the same second (the watcher's follow-ups, a second terminal) still read apart."""
+
     def name() -> str:
         from prefect.runtime import flow_run
 
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M")
-        return f"{kind}-{flow_run.parameters.get('agent', 'main')}-{stamp}"
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{kind}-{flow_run.parameters.get('agent', 'main')}-{stamp}-{secrets.token_hex(2)}"
 
     return name
 

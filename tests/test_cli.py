@@ -287,7 +287,7 @@ def test_status_human(capsys, ws: Path) -> None:
     code, out, _ = run(capsys, "--workspace", ws, "status")
     assert code == 0
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.splitlines())
-    assert rows["provider"] == "local" and rows["dims"] == "384" and rows["dirty"] == "False"
+    assert rows["provider"] == "local" and rows["dims"] == "384" and rows["dirty"] == "no"
     assert rows["files"] == "memory=3" and rows["cacheEntries"] == "3"
 
 

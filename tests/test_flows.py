@@ -34,7 +34,7 @@ from flows.sync import run_sync
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
-RUN_NAME = re.compile(r"^sync-main-(\d{4}-\d\d-\d\dT\d\d:\d\d)$")
+RUN_NAME = re.compile(r"^sync-main-(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)-[0-9a-f]{4}$")
 
 
 def _flow_run_ids(flow: str) -> set[UUID]:
@@ -152,7 +152,7 @@ def test_flow_run_is_named_completed_coarse_and_reported(workspace) -> None:
     assert run.state is not None and run.state.is_completed() and run.state_name == "Completed"
     m = RUN_NAME.match(run.name)
     assert m, run.name
-    stamp = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M").replace(tzinfo=UTC)
+    stamp = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
     assert abs(run.start_time - stamp) < timedelta(minutes=2)
     assert run.parameters == {"agent": "main", "workspace": str(ws), "config_path": None, "force": False}
 

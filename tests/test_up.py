@@ -283,7 +283,7 @@ def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, works
                 "main/flows.sync.sync_flow",
                 "main/flows.sync.rebuild_flow",
             }
-        assert f"REST API: http://127.0.0.1:{api_port}\n" in up.output
+        assert f"REST API: http://127.0.0.1:{api_port} (docs: http://127.0.0.1:{api_port}/docs)\n" in up.output
         assert httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code == 200
         assert (memsift_home / "prefect" / "server.log").is_file()  # PREFECT_HOME defaults under MEMSIFT_HOME
 
