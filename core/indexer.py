@@ -24,6 +24,7 @@ import numpy as np
 from .chunking import chunk_text
 from .config import Config
 from .embedders import Embedder, EmbeddingError
+from .progress import Progress, ProgressTracker
 from .query import FTS_TEXT_VERSION
 from .rerankers import token_capture
 from .scan import FileEntry, nothing_found, scan
@@ -38,7 +39,6 @@ BATCH_FILES = 64
 BATCH_BYTES = 512 * 1024
 VECTORS_PENDING = "vectors_pending"  # meta key: JSON {reason, at} while some chunks wait for their vectors
 
-Progress = Callable[[int, int], None]
 Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
 
 
@@ -165,6 +165,32 @@ def decode(raw: bytes) -> tuple[str | None, str | None]:
         return raw.decode("utf-8-sig", errors="replace"), "invalid UTF-8, bad bytes replaced with U+FFFD"
 
 
+def chunk_file(config: Config, entry: FileEntry, text: str, warnings: list[str]) -> list:
+    """A memory file's chunks, or a transcript's (from its rendering)."""
+    if entry.source == "sessions":
+        return chunk_transcript(entry.path, text, config.chunking.tokens, config.chunking.overlap, warnings)
+    return chunk_text(text, config.chunking.tokens, config.chunking.overlap)
+
+
+def count_to_embed(store: Store, config: Config, embedder: Embedder | None, plan: SyncPlan) -> int:
+    """How many chunks this sync will embed: those of the new or changed files that the cache lacks. Reads
+    and chunks those files once more than the sync itself does, so it runs only when someone shows progress
+    (bench/README.md has its cost against the embedding it measures)."""
+    if embedder is None or not plan.to_check:
+        return 0
+    hashes: set[str] = set()
+    for entry in plan.to_check:
+        try:
+            raw, text, _ = read_memory_file(source_path(config, entry.path))
+        except OSError:
+            continue
+        old = plan.known.get(entry.path)
+        if text is None or (old is not None and old[2] == hashlib.sha256(raw).hexdigest()):
+            continue
+        hashes.update(c.hash for c in chunk_file(config, entry, text, []))
+    return len(hashes - store.cache_known(cache_key(embedder), hashes))
+
+
 def index_batch(
     store: Store,
     config: Config,
@@ -172,6 +198,7 @@ def index_batch(
     batch: list[FileEntry],
     plan: SyncPlan,
     report: SyncReport,
+    progress: ProgressTracker | None = None,
 ) -> None:
     """Read, hash and chunk a batch of files, embed the chunks the cache lacks, write them in one go."""
     files: list[tuple[FileEntry, str, list]] = []
@@ -196,12 +223,7 @@ def index_batch(
             continue
         if problem:
             report.warnings.append(f"{entry.path}: {problem}")
-        if entry.source == "sessions":
-            chunks = chunk_transcript(
-                entry.path, text, config.chunking.tokens, config.chunking.overlap, report.warnings
-            )
-        else:
-            chunks = chunk_text(text, config.chunking.tokens, config.chunking.overlap)
+        chunks = chunk_file(config, entry, text, report.warnings)
         files.append((entry, digest, chunks))
         if old is None:
             report.added += 1
@@ -219,7 +241,7 @@ def index_batch(
         report.cacheHits += len(vectors)
         try:
             todo = {h: t for h, t in texts.items() if h not in vectors}
-            embed_missing(embedder, config, todo, fresh, report, capture, tokens)
+            embed_missing(embedder, config, todo, fresh, report, capture, tokens, progress)
         except EmbeddingError as exc:
             if plan.rebuild or config.embedding.fallback != "none":
                 raise  # a rebuild is thrown away whole; MemoryIndex hands the index to the fallback
@@ -249,6 +271,8 @@ def index_batch(
                 vecs = np.stack([vectors[c.hash] for c in chunks])
             store.replace_file(entry.path, entry.source, entry.size, entry.mtime_ns, digest, rows, vecs)
             report.chunksWritten += len(chunks)
+    if progress is not None:
+        progress.written(len(batch))
 
 
 def embed_missing(
@@ -259,10 +283,11 @@ def embed_missing(
     report: SyncReport,
     capture: MaxSimReranker | None = None,
     tokens: dict[str, bytes] | None = None,
+    progress: ProgressTracker | None = None,
 ) -> None:
     """Embed `texts` (hash -> text) in requests of batchMaxInputs, adding each answer to `into` as it comes,
     so what was embedded before a failure is kept (and cached). With `capture`, the same pass of the local
-    model also yields each chunk's MaxSim token bits, added to `tokens`."""
+    model also yields each chunk's MaxSim token bits, added to `tokens`. `progress` hears of each request."""
     missing = list(texts)
     step = config.embedding.batchMaxInputs
     for i in range(0, len(missing), step):
@@ -278,6 +303,8 @@ def embed_missing(
         report.embeddingCalls += embedder.calls - calls
         into.update(zip(part, embedded))
         report.chunksEmbedded += len(part)
+        if progress is not None:
+            progress.embedded(len(part))
 
 
 def _keyword_only(report: SyncReport, error: EmbeddingError) -> str:
@@ -337,12 +364,12 @@ def sync(
     pending_before = embedder is not None and bool(store.get_meta(VECTORS_PENDING))
     if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
         store.reset(plan.identity, config.store.fts_tokenize)
-    done = 0
+    tracker = None
+    if progress is not None:
+        chunks = stage("count-chunks", count_to_embed)(store, config, embedder, plan) if plan.to_check else 0
+        tracker = ProgressTracker(progress, len(plan.to_check), chunks)
     for batch in batches(plan.to_check):
-        if progress:
-            progress(done, len(plan.to_check))
-        stage("index-batch", index_batch)(store, config, embedder, batch, plan, report)
-        done += len(batch)
+        stage("index-batch", index_batch)(store, config, embedder, batch, plan, report, tracker)
     if plan.removed:
         stage("remove-vanished", remove_files)(store, plan.removed, report)
     if pending_before and not report.vectorsPending:  # the embedder answered this sync: catch up
@@ -351,7 +378,7 @@ def sync(
         store.rebuild_vec(cache_key(embedder), embedder.dims)
     with store.transaction():
         store.set_meta("last_sync", str(time.time()))
-    if progress:
-        progress(len(plan.to_check), len(plan.to_check))
+    if tracker is not None:
+        tracker.emit()
     report.seconds = round(time.perf_counter() - started, 3)
     return report

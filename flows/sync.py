@@ -28,7 +28,8 @@ from prefect.utilities.annotations import quote
 
 from core import EmbedderUnavailable, MemoryIndex, load_config
 from core.embedders import EmbeddingError
-from core.indexer import Progress, SyncReport
+from core.indexer import SyncReport
+from core.progress import Progress, ProgressEvent
 from flows.fanout import fan_out, task_runner
 from flows.ratelimit import limited_embedder
 
@@ -98,17 +99,26 @@ def rebuild_flow(agent: str = "main", workspace: str | None = None, config_path:
     return report.to_dict()
 
 
+ARTIFACT_EVERY_SECONDS = 1.0  # a progress event comes per embedding request; the server hears at most this often
+
+
 def _progress_for(agent: str, kind: str) -> Progress:
-    """Progress to a Prefect progress artifact, and to the caller's callback (a terminal bar) if any."""
+    """Progress to a Prefect progress artifact (the percentage, and its description: chunks embedded of
+    chunks to embed, rate, ETA), and to the caller's callback (a terminal bar) if any."""
     artifact = create_progress_artifact(
-        0.0, key=f"{kind}-progress-{_artifact_key(agent)}", description=f"{kind} of {agent}"
+        0.0, key=f"{kind}-progress-{_artifact_key(agent)}", description=f"{kind} of {agent}: starting"
     )
     local = _progress.get()
+    sent_at = [float("-inf")]
 
-    def update(done: int, total: int) -> None:
-        update_progress_artifact(artifact, 100.0 * done / total if total else 100.0)
+    def update(event: ProgressEvent) -> None:
+        finished = event.fraction >= 1.0
+        if finished or event.seconds - sent_at[0] >= ARTIFACT_EVERY_SECONDS:
+            sent_at[0] = event.seconds
+            update_progress_artifact(artifact, 100.0 * event.fraction, description=f"{kind} of {agent}: "
+                                     + event.describe())  # fmt: skip
         if local:
-            local(done, total)
+            local(event)
 
     return update
 

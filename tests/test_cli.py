@@ -503,4 +503,6 @@ def test_progress_bar_goes_to_the_terminal_not_stdout(ws: Path, memsift_home: Pa
     assert proc.returncode == 0
     assert proc.stdout.decode().startswith(f"rebuilt agent main ({ws.resolve()})\n")
     assert b"\x1b" not in proc.stdout
-    assert b"indexing" in b"".join(chunks)
+    shown = b"".join(chunks)
+    assert b"indexing" in shown
+    assert b"3/3 chunks embedded" in shown  # chunks, not files: what costs the time
