@@ -295,7 +295,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         head = f"{hit.score:.3f} {hit.path}:{hit.startLine}-{hit.endLine}"
         if hit.scores:
             head += "  (" + ", ".join(f"{k} {v:.3f}" for k, v in hit.scores.items()) + ")"
-        blocks.append(f"{head}\n{hit.snippet}")
+        # search.citations = "on" (SPEC section 2): each hit ends with its source, to quote in an answer.
+        blocks.append(f"{head}\n{hit.snippet}" + (f"\nSource: {hit.citation}" if hit.citation else ""))
     print("\n\n".join(blocks))
     return 0
 

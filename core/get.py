@@ -1,7 +1,8 @@
 """`get`: an exact line range of one memory file, and nothing else.
 
 The path is checked as text first (no absolute path, no `..`, no backslash, no NUL), then against the
-discovery rules (only MEMORY.md, memory.md, memory/**/*.md and extraPaths), then on disk (no component may
+discovery rules (only MEMORY.md, memory.md, memory/**/*.md and extraPaths; a file of an entry outside the
+workspace by its index name `extra/<h>/...`, and only once indexed), then on disk (no component may
 be a symlink, and the file is opened with O_NOFOLLOW). A memory file that does not exist yet reads as
 empty text, as OpenClaw's does. A transcript (`sessions/<name>.jsonl`, when sessions are a source) is read
 from `sessions.dir` and returned as its rendering (core/sessions.py), line for line with the JSONL.
@@ -10,10 +11,13 @@ from `sessions.dir` and returned as its rendering (core/sessions.py), line for l
 from __future__ import annotations
 
 import stat as statmod
+from collections.abc import Callable
 from typing import Any
 
 from .chunking import split_lines
 from .config import Config
+from .extra import PREFIX as EXTERNAL
+from .extra import external_file
 from .indexer import read_memory_file
 from .scan import has_symlink, is_memory_path
 from .sessions import is_session_path, source_path, transcript_text
@@ -27,8 +31,9 @@ class GetError(Exception):
         self.status = status
 
 
-def check_path(config: Config, path: str) -> str:
-    """The workspace-relative path if `get` may read it; GetError otherwise."""
+def check_path(config: Config, path: str, indexed: Callable[[str], bool] | None = None) -> str:
+    """The workspace-relative path if `get` may read it; GetError otherwise. A file outside the workspace
+    (an `extraPaths` entry's, `extra/<h>/...`) is read only once the index holds it, when `indexed` says."""
     if not isinstance(path, str) or not path.strip():
         raise GetError(400, "path: must not be blank")
     if "\x00" in path:
@@ -42,6 +47,12 @@ def check_path(config: Config, path: str) -> str:
         raise GetError(403, f"path {path!r}: '.', '..' and empty components are refused")
     if is_session_path(config, path):
         return path  # a transcript: read from sessions.dir, by name only (no '/' in it), never through a symlink
+    if path.startswith(EXTERNAL) and external_file(config, path) is not None:
+        # A file of an extraPaths entry outside the workspace, by the name the index gave it; external_file
+        # refused symlinks, excluded folders and non-Markdown names inside the entry.
+        if indexed is not None and not indexed(path):
+            raise GetError(404, f"path {path!r}: not in the index (run `memsift index` after adding it)")
+        return path
     if not is_memory_path(config, path):
         raise GetError(403, f"path {path!r}: not a memory file (MEMORY.md, memory.md, memory/**/*.md, extraPaths)")
     if has_symlink(config.workspace, path):
@@ -49,8 +60,10 @@ def check_path(config: Config, path: str) -> str:
     return path
 
 
-def get_lines(config: Config, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
-    rel = check_path(config, path)
+def get_lines(
+    config: Config, path: str, start: int = 1, count: int | None = None, indexed: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
+    rel = check_path(config, path, indexed)
     if start < 1:
         raise GetError(400, f"from: must be 1 or more, got {start}")
     if count is not None and count < 0:

@@ -24,6 +24,7 @@ import numpy as np
 from .chunking import chunk_text
 from .config import Config
 from .embedders import Embedder, EmbeddingError
+from .extra import scan_external
 from .progress import Progress, ProgressTracker
 from .query import FTS_TEXT_VERSION
 from .rerankers import token_capture
@@ -105,10 +106,11 @@ def plan_sync(
     rebuild = force or store.identity() != identity
     known = {} if rebuild else store.file_rows()
     result = scan(config)
+    external, outside = scan_external(config)
     transcripts, problems = scan_sessions(config)
-    result.files.extend(transcripts)
-    report.warnings.extend(result.warnings + problems)
-    if not result.files and not transcripts:
+    result.files.extend(external + transcripts)
+    report.warnings.extend(result.warnings + outside + problems)
+    if not result.files:
         report.warnings.append(nothing_found(config.workspace))
     report.filesScanned = len(result.files)
     to_check = []

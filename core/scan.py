@@ -1,6 +1,7 @@
 """Discovery of an agent's memory files.
 
-`MEMORY.md`, `memory.md`, `memory/**/*.md` and the `extraPaths`, all inside the workspace. Symlinks are
+`MEMORY.md`, `memory.md`, `memory/**/*.md` and the `extraPaths` inside the workspace (those outside it:
+core/extra.py). Symlinks are
 never followed (neither files nor folders), `exclude` names are never walked, and a file reachable twice
 (hard link, case-insensitive file system) is kept once. Only `stat` is called here: a sync that finds
 nothing changed reads no file contents.
@@ -54,30 +55,29 @@ def scan(config: Config) -> ScanResult:
         files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
 
     for name in ROOT_FILES:
-        st = _lstat(ws / name)
+        st = lstat(ws / name)
         if st is not None and statmod.S_ISREG(st.st_mode):
             add(name, st)
         elif st is not None:
             warnings.append(_not_regular(name, st.st_mode))
-    st = _lstat(ws / MEMORY_DIR)
+    st = lstat(ws / MEMORY_DIR)
     if st is not None and statmod.S_ISDIR(st.st_mode):
-        _walk(ws, MEMORY_DIR, exclude, add, warnings)
+        walk(ws, MEMORY_DIR, exclude, add, warnings)
     elif st is not None and statmod.S_ISLNK(st.st_mode):
         warnings.append(_not_regular(MEMORY_DIR, st.st_mode))
 
     for extra in config.extra_paths:
-        rel = _extra_relpath(ws, extra)
+        rel = extra_relpath(ws, extra)
         if rel is None:
-            warnings.append(f"skipped extraPaths entry {extra!r}: it is outside the workspace")
-            continue
+            continue  # outside the workspace: core.extra indexes it under extra/<h>/
         if has_symlink(ws, rel):
             warnings.append(f"skipped extraPaths entry {extra!r}: it goes through a symlink")
             continue
-        st = _lstat(ws / rel)
+        st = lstat(ws / rel)
         if st is None:
             warnings.append(f"skipped extraPaths entry {extra!r}: it does not exist")
         elif statmod.S_ISDIR(st.st_mode):
-            _walk(ws, rel, exclude, add, warnings)
+            walk(ws, rel, exclude, add, warnings)
         elif statmod.S_ISREG(st.st_mode) and rel.lower().endswith(".md"):
             add(rel, st)
         else:
@@ -92,7 +92,7 @@ def nothing_found(workspace: Path) -> str:
     return f"no memory files in {workspace}: memsift looks for {LOOKED_FOR}"
 
 
-def _walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str]) -> None:
+def walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str]) -> None:
     stack = [rel_dir]
     while stack:
         rel = stack.pop()
@@ -122,14 +122,14 @@ def _not_regular(rel: str, mode: int) -> str:
     return f"skipped {rel!r}: not a regular file"
 
 
-def _lstat(path: Path) -> os.stat_result | None:
+def lstat(path: Path) -> os.stat_result | None:
     try:
         return path.lstat()
     except OSError:
         return None
 
 
-def _extra_relpath(ws: Path, extra: str) -> str | None:
+def extra_relpath(ws: Path, extra: str) -> str | None:
     """The workspace-relative form of an extraPaths entry, or None when it leaves the workspace."""
     joined = os.path.normpath(os.path.join(ws, os.path.expanduser(extra)))
     rel = os.path.relpath(joined, ws)
@@ -145,7 +145,7 @@ def has_symlink(ws: Path, rel: str) -> bool:
     current = ws
     for part in [p for p in rel.split("/") if p]:
         current = current / part
-        st = _lstat(current)
+        st = lstat(current)
         if st is not None and statmod.S_ISLNK(st.st_mode):
             return True
     return False
@@ -159,7 +159,7 @@ def is_memory_path(config: Config, rel: str) -> bool:
         return False
 
     def walked_from(root: str) -> bool:
-        # As `_walk` does: `exclude` applies to the folders below the walk's root, not to the root itself.
+        # As `walk` does: `exclude` applies to the folders below the walk's root, not to the root itself.
         if root and not rel.startswith(root + "/"):
             return False
         inner = rel[len(root) + 1 :] if root else rel
@@ -168,7 +168,7 @@ def is_memory_path(config: Config, rel: str) -> bool:
     if walked_from(MEMORY_DIR):
         return True
     for extra in config.extra_paths:
-        base = _extra_relpath(config.workspace, extra)
+        base = extra_relpath(config.workspace, extra)
         if base is not None and (rel == base or walked_from(base)):
             return True
     return False

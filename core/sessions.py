@@ -25,6 +25,7 @@ from typing import Any
 
 from .chunking import Chunk, chunk_text, split_lines
 from .config import Config
+from .extra import external_file
 from .scan import FileEntry
 
 PREFIX = "sessions/"
@@ -44,11 +45,12 @@ def is_session_path(config: Config, rel: str) -> bool:
 
 
 def source_path(config: Config, rel: str) -> Path:
-    """Where the file an index path names lives: a transcript in `sessions.dir`, else in the workspace."""
+    """Where the file an index path names lives: a transcript in `sessions.dir`, a file of an extraPaths entry
+    outside the workspace where that entry is (core/extra.py), else in the workspace."""
     if is_session_path(config, rel):
         assert config.sessions is not None
         return config.sessions.dir / rel[len(PREFIX) :]
-    return config.workspace / rel
+    return external_file(config, rel) or config.workspace / rel
 
 
 def scan_sessions(config: Config) -> tuple[list[FileEntry], list[str]]:
