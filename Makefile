@@ -10,6 +10,9 @@ EXAMPLE := examples/workspace
 # files (a temporary server's database, its settings) live inside it, so `make clean` removes them too.
 export MEMSIFT_HOME ?= $(CURDIR)/.memsift-home
 export PREFECT_HOME ?= $(MEMSIFT_HOME)/prefect
+# A fresh PREFECT_HOME makes the first temporary Prefect server create its database: on a busy machine that
+# takes longer than Prefect's default 20 s wait.
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
 .PHONY: install run test bench eval lock clean
 
@@ -43,4 +46,4 @@ lock:
 	$(BIN)/uv pip compile pyproject.toml --extra test -o requirements.lock --python-version 3.11
 
 clean:
-	rm -rf $(VENV) .memsift-home .pytest_cache
+	rm -rf $(VENV) .memsift-home .pytest_cache .ruff_cache memsift.egg-info
