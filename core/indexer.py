@@ -177,7 +177,7 @@ def chunk_file(config: Config, entry: FileEntry, text: str, warnings: list[str])
 def count_to_embed(store: Store, config: Config, embedder: Embedder | None, plan: SyncPlan) -> int:
     """How many chunks this sync will embed: those of the new or changed files that the cache lacks. Reads
     and chunks those files once more than the sync itself does, so it runs only when someone shows progress
-    (bench/README.md has its cost against the embedding it measures)."""
+    (bench/progress_count.py: 0.035 s against the 194 s first sync of 128 locomo-dev notes)."""
     if embedder is None or not plan.to_check:
         return 0
     hashes: set[str] = set()
