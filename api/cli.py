@@ -323,22 +323,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     width = max(len(k) for k in doc)
     for key, value in doc.items():
-        if isinstance(value, dict):
-            text = ", ".join(f"{k}={_word(v)}" for k, v in value.items()) or "—"
-        elif key == "lastSync" and value is None:
-            text = "never"
-        else:
-            text = _word(value)
-        print(f"{key:<{width}}  {text}")
+        print(f"{key:<{width}}  {'never' if key == 'lastSync' and value is None else _word(value)}")
     return 0
 
 
 def _word(value: Any) -> str:
-    """A status value as a person reads it: yes/no rather than Python's True/False, a dash for nothing."""
+    """A status value as a person reads it: yes/no rather than Python's True/False, a dash for nothing,
+    a table as `key=value, ...` (nested ones in parentheses)."""
     if value is None:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, dict):
+        return (
+            ", ".join(f"{k}={_word(v) if not isinstance(v, dict) else f'({_word(v)})'}" for k, v in value.items())
+            or "—"
+        )
     return str(value)
 
 

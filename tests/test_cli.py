@@ -128,13 +128,16 @@ def test_search_human_output_format(capsys, ws: Path) -> None:
     code, out, err = run(capsys, *argv)
     assert code == 0
     expected = "\n\n".join(
-        f"{r['score']:.3f} {r['path']}:{r['startLine']}-{r['endLine']}\n{r['snippet']}" for r in results
+        f"{r['score']:.3f} {r['path']}:{r['startLine']}-{r['endLine']}\n{r['snippet']}\nSource: {r['citation']}"
+        for r in results
     )
     assert out == expected + "\n"
     blocks = out.rstrip("\n").split("\n\n")
     assert len(blocks) == 3
     for block, r in zip(blocks, results):
         head, snippet = block.split("\n", 1)
+        snippet, source = snippet.rsplit("\n", 1)
+        assert source == f"Source: {r['path']}#L{r['startLine']}-L{r['endLine']}"  # search.citations = "on"
         m = HEAD.match(head)
         assert m, head
         path, start, end = m.group(2), int(m.group(3)), int(m.group(4))

@@ -291,3 +291,14 @@ def test_the_progress_artifact_counts_chunks_with_rate_and_eta(workspace, monkey
     artifact = artifacts(runs.worker())["rebuild-progress-main"]
     assert artifact.type == "progress" and float(artifact.data) == 100.0
     assert re.fullmatch(r"rebuild of main: 40/40 chunks embedded, [\d.]+ chunks/s", artifact.description)
+
+
+def test_runs_started_in_the_same_minute_have_distinct_names(workspace) -> None:
+    ws = workspace(notes(2))
+    run_sync("main", workspace=str(ws))
+    runs = Runs()
+    run_sync("main", workspace=str(ws))  # two no-op syncs, seconds apart at most
+    run_sync("main", workspace=str(ws))
+    names = [r.name for r in runs.new()]
+    assert len(names) == 2 and len(set(names)) == 2, names
+    assert all(RUN_NAME.match(n) for n in names), names
