@@ -17,14 +17,16 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from core import Config, EmbedderUnavailable, MemoryIndex, load_config
+from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, load_config
 from core.embedders import Embedder, create_embedder
 
 DEFAULT_AGENT = "main"
 
 
-class UnknownAgent(LookupError):
+class UnknownAgent(MemsiftError, LookupError):
     """The request names an agent the configuration does not have (404)."""
+
+    status = 404
 
 
 class Agents:

@@ -27,28 +27,18 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from litestar.types import Guard
 
-from api.agents import Agents, UnknownAgent
+from api.agents import Agents
 from api.docs import DESCRIPTION, STATIC_DIR, STATIC_PATH, OfflineRedoc, docs_page
 from api.metrics import Metrics, request_metrics
 from api.routes import PROBLEM_MEDIA_TYPE, HealthController, MemoryController
-from api.runs import IndexRuns, PrefectUnavailable
+from api.runs import IndexRuns
 from api.schemas import Problem
 from api.strict import strict_body
-from core import Config, GetError, SearchError, StoreError
-from core.locking import LockTimeout
+from core import Config, MemsiftError
 
 MAX_BODY_BYTES = 64 * 1024
 
 log = logging.getLogger("memsift.api")
-
-# Errors of core and of this package, by the status they answer with (GetError carries its own).
-_STATUS: dict[type[Exception], int] = {
-    SearchError: 400,
-    UnknownAgent: 404,
-    LockTimeout: 503,  # a sync holds the writer lock while a never-indexed agent's first search waits
-    StoreError: 503,
-    PrefectUnavailable: 503,
-}
 
 
 def create_app(config: Config) -> Litestar:
@@ -89,7 +79,7 @@ def create_app(config: Config) -> Litestar:
         state=State({"agents": agents, "runs": runs, "metrics": metrics}),
         exception_handlers={
             HTTPException: _http_problem,
-            **{kind: _problem_of for kind in (*_STATUS, GetError, Exception)},
+            **{kind: _problem_of for kind in (MemsiftError, Exception)},
         },
         middleware=[request_metrics().middleware],
         logging_config=None,  # the server's (uvicorn's) logging stays as it is; the app adds no handlers
@@ -152,11 +142,8 @@ def _field_error(error: dict[str, Any]) -> str:
 
 
 def _problem_of(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
-    if isinstance(exc, GetError):
+    if isinstance(exc, MemsiftError) and exc.status is not None:
         return problem(exc.status, str(exc))
-    for kind, status in _STATUS.items():
-        if isinstance(exc, kind):
-            return problem(status, str(exc))
     if isinstance(exc, RecursionError):  # msgspec decoding a deeply nested JSON body; Litestar lets it through
         return problem(400, "body: JSON nested too deeply to decode")
     log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)

@@ -14,12 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core import ConfigError, EmbedderUnavailable, GetError, MemoryIndex, SearchError, StoreError, load_config
-from core.config import MODES, default
-from core.model_graph import GraphBuildError
-from core.scan import nothing_found
-
-KNOWN_ERRORS = (ConfigError, EmbedderUnavailable, GetError, SearchError, StoreError, GraphBuildError)
+from core import MemoryIndex, MemsiftError, load_config
+from core.config import FUSIONS, MODES, default
+from core.sources.memory import nothing_found
 
 
 class _Parser(argparse.ArgumentParser):
@@ -143,7 +140,7 @@ def _parser() -> _Parser:
     ev.add_argument("--mode", choices=MODES, help=f"search mode (default: search.mode, {default('search.mode')})")
     ev.add_argument(
         "--fusion",
-        choices=("minmax", "weighted", "rrf"),
+        choices=FUSIONS,
         help=f"how the two legs are fused (default: search.fusion, {default('search.fusion')})",
     )
     ev.add_argument("--min-score", type=float, default=0.0, metavar="X", help="score floor (default 0: rank only)")
@@ -187,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ.setdefault(key, value)
     try:
         return _COMMANDS[args.command](args)
-    except KNOWN_ERRORS as exc:
+    except MemsiftError as exc:
         return _fail(args, str(exc))
     except KeyboardInterrupt:
         return _fail(args, "interrupted")
@@ -390,8 +387,8 @@ def cmd_ratelimit(args: argparse.Namespace) -> int:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from core.local_embedder import build_optimized_graph
-    from core.model_graph import verification
+    from core.embedders.local import build_optimized_graph
+    from core.embedders.model_graph import verification
 
     path = build_optimized_graph(rebuild=args.rebuild)
     doc = {"graph": str(path), **(verification(path) or {})}

@@ -22,8 +22,7 @@ import anyio
 import mcp_types as types
 from mcp.server import Server
 
-from api.cli import KNOWN_ERRORS
-from core import Config, ConfigError
+from core import Config, ConfigError, MemsiftError
 from core.memory import MemoryIndex
 
 SERVER_NAME = "memsift"
@@ -80,7 +79,7 @@ TOOLS = [
 ]
 
 
-class ToolArgumentError(ValueError):
+class ToolArgumentError(MemsiftError, ValueError):
     """An argument is missing, unknown or of the wrong type; the message names it."""
 
 
@@ -155,7 +154,7 @@ class MemoryTools:
             with self._lock:
                 return handler(args), False
         except Exception as exc:  # the agent gets the reason as data; nothing escapes as a protocol error
-            reason = str(exc) if isinstance(exc, (ToolArgumentError, *KNOWN_ERRORS)) else f"{type(exc).__name__}: {exc}"
+            reason = str(exc) if isinstance(exc, MemsiftError) else f"{type(exc).__name__}: {exc}"
             answer: dict[str, Any] = {"unavailable": True, "reason": reason}
             if name == "memory_search":
                 answer["results"] = []

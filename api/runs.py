@@ -23,15 +23,17 @@ from uuid import UUID
 
 import httpx
 
-from core import Config
+from core import Config, MemsiftError
 
 MAX_KEPT = 1000
 REPORT_PREFIX = "sync-report-"
 PROBE_SECONDS = 2.0  # a Prefect server that does not answer this fast is treated as absent
 
 
-class PrefectUnavailable(RuntimeError):
+class PrefectUnavailable(MemsiftError, RuntimeError):
     """The Prefect server that holds the deployment does not answer about a run (503)."""
+
+    status = 503
 
 
 @dataclass
@@ -154,7 +156,7 @@ def _refresh_from_prefect(run: Run) -> bool:
     )
     from prefect.exceptions import ObjectNotFound
 
-    from flows.sync import _artifact_key
+    from flows.sync import artifact_key
 
     flow_run_id = UUID(run.id)
     try:
@@ -167,7 +169,7 @@ def _refresh_from_prefect(run: Run) -> bool:
                 )
                 reports = client.read_artifacts(
                     artifact_filter=ArtifactFilter(
-                        key=ArtifactFilterKey(any_=[REPORT_PREFIX + _artifact_key(run.agent)]),
+                        key=ArtifactFilterKey(any_=[REPORT_PREFIX + artifact_key(run.agent)]),
                         flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id, *(c.id for c in children)]),
                     )
                 )

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """A rebuild's embedding on each `sync.taskRunner`, run by hand (never as a timed test).
 
-One generated workspace (`--files` daily notes of bench/speed.py, ~2 chunks each) is rebuilt through the real
+One generated workspace (`--files` daily notes of bench/corpus.py, ~2 chunks each) is rebuilt through the real
 rebuild flow (`run_sync(force=True)` against a local `prefect server start`) into an empty MEMSIFT_HOME each
 time, so every chunk is embedded, with:
 
@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from speed import cpu_busy, daily_note, write_files  # noqa: E402
+from corpus import daily_note, write_files  # noqa: E402
+from harness import cpu_busy  # noqa: E402
 
 from api.prefect_server import PrefectServer, free_port  # noqa: E402
 

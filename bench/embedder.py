@@ -2,7 +2,7 @@
 """The local embedder's two graphs side by side, run by hand: `shipped` against `optimized`.
 
 Each measurement runs in a fresh child process (so resident memory is the graph's own): load the graph,
-warm up, embed `--passages` passages of 1,600 characters of the seeded daily notes (bench/speed.py), time
+warm up, embed `--passages` passages of 1,600 characters of the seeded daily notes (bench/corpus.py), time
 `--queries` single queries, and report passages/s, windows/s, query p50 and the process's VmRSS / VmHWM.
 Rounds alternate ABBA (shipped, optimized, optimized, shipped ...) so a drift of the shared machine's speed
 hits both; medians are reported with the ratio optimized / shipped. The parent also reports the cosine of
@@ -31,20 +31,21 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-import speed  # noqa: E402  (the seeded note and query generators, helpers)
+import corpus  # noqa: E402  (the seeded notes and queries)
+import harness  # noqa: E402  (timing, the model, the query index, results)
 from load import memory_of  # noqa: E402
 
 PASSAGE_CHARS = 1600
 
 
 def passages(seed: int, n: int) -> list[str]:
-    text = "".join(speed.daily_note(seed, i) for i in range(n // 2 + 2))
+    text = "".join(corpus.daily_note(seed, i) for i in range(n // 2 + 2))
     return [text[i * PASSAGE_CHARS : (i + 1) * PASSAGE_CHARS] for i in range(n)]
 
 
 def child(graph: str, n: int, queries: int, seed: int, vectors_out: Path) -> dict[str, Any]:
     """One graph in this process: load, warm up, time documents and queries, resident memory."""
-    from core.local_embedder import LocalEmbedder
+    from core.embedders.local import LocalEmbedder
 
     t = time.perf_counter()
     emb = LocalEmbedder(graph=graph)
@@ -58,7 +59,7 @@ def child(graph: str, n: int, queries: int, seed: int, vectors_out: Path) -> dic
     docs_s = time.perf_counter() - t
     np.save(vectors_out, vectors)
     query_s = []
-    for q in speed.make_queries(seed, queries):
+    for q in corpus.make_queries(seed, queries):
         t = time.perf_counter()
         emb.embed_query(q)
         query_s.append(time.perf_counter() - t)
@@ -68,7 +69,7 @@ def child(graph: str, n: int, queries: int, seed: int, vectors_out: Path) -> dic
         "passages_per_s": round(n / docs_s, 2),
         "windows_per_s": round(windows / docs_s, 2),
         "windows": windows,
-        "query_p50_ms": round(speed.pct(query_s, 50) * 1000, 2),
+        "query_p50_ms": round(harness.pct(query_s, 50) * 1000, 2),
         **memory_of(os.getpid()),
     }
 
@@ -96,17 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="memsift-bench-embedder-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSIFT_")}
         env.update(MEMSIFT_HOME=str(Path(tmp) / "home"), MEMSIFT_MODEL_CACHE=str(Path(tmp) / "models"))
-        speed.log("building the optimised graph into a fresh cache")
+        harness.log("building the optimised graph into a fresh cache")
         t = time.perf_counter()
         subprocess.run([sys.executable, "-m", "api.cli", "model", "build"], env=env, cwd=BENCH.parent, check=True)
         build_s = time.perf_counter() - t
-        busy = speed.cpu_busy()
+        busy = harness.cpu_busy()
         runs: dict[str, list[dict[str, Any]]] = {"shipped": [], "optimized": []}
         for r in range(args.rounds):
             order = ("shipped", "optimized") if r % 2 == 0 else ("optimized", "shipped")
             for graph in order + order[::-1]:
                 runs[graph].append(run_child(args, graph, Path(tmp) / f"{graph}.npy", env))
-                speed.log(f"{graph}: {runs[graph][-1]}")
+                harness.log(f"{graph}: {runs[graph][-1]}")
         cosines = (np.load(Path(tmp) / "shipped.npy") * np.load(Path(tmp) / "optimized.npy")).sum(axis=1)
 
     def median(graph: str, key: str) -> float:
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
     keys = ("passages_per_s", "windows_per_s", "query_p50_ms", "VmRSS", "VmHWM", "load_s")
     result = {
-        "environment": speed.environment(),
+        "environment": harness.environment(),
         "busy_before": busy,
         "load_average": os.getloadavg(),
         "args": {k: v for k, v in vars(args).items() if k not in ("child", "vectors")},
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\ncosine optimized vs shipped over {args.passages} passages: {result['cosine']}; "
         f"build {build_s:.1f} s; CPUs busy before: {busy:.0%}; load average {os.getloadavg()[0]:.1f}"
     )
-    speed.save_result("embedder", result)
+    harness.save_result("embedder", result)
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How cost grows with the index, run by hand: 1,000 / 10,000 / 100,000 chunks.
 
-For each size it builds bench/speed.py's query index (`build_query_index`: `--distinct` chunks embedded by the
+For each size it builds bench/harness.py's query index (`build_query_index`: `--distinct` chunks embedded by the
 real model, perturbed copies up to the size with their vectors put in the embedding cache before one normal
 `MemoryIndex(config).sync()`), then reports:
 
@@ -34,26 +34,27 @@ import httpx
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+import corpus  # noqa: E402  (the seeded notes and queries)
+import harness  # noqa: E402  (timing, the model, the query index, results)
 import load  # noqa: E402  (start_server, stop_server, memory_of)
-import speed  # noqa: E402  (build_query_index, TimingEmbedder, the query generator, helpers)
 
 
 def measure(size: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from core import MemoryIndex
     from core.vector_matrix import MATRIX_MIN_CHUNKS
 
-    emb, _ = speed.embedder()
-    built = speed.build_query_index(
+    emb, _ = harness.embedder()
+    built = harness.build_query_index(
         tmp, seed=args.seed, chunks=size, distinct=min(size, args.distinct), noise=args.noise
     )
     db = built.config.db_path
     db_bytes = sum(p.stat().st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists())
-    timing = speed.TimingEmbedder(emb)
+    timing = harness.TimingEmbedder(emb)
     total, embed = [], []
     with MemoryIndex(built.config, embedder=timing) as index:
-        for q in speed.make_queries(args.seed + 2, 5):  # warm-up: loads the matrix of a large index
+        for q in corpus.make_queries(args.seed + 2, 5):  # warm-up: loads the matrix of a large index
             index.search(q, mode="hybrid")
-        for q in speed.make_queries(args.seed + 1, args.queries):
+        for q in corpus.make_queries(args.seed + 1, args.queries):
             t = time.perf_counter()
             index.search(q, mode="hybrid")
             total.append(time.perf_counter() - t)
@@ -62,7 +63,7 @@ def measure(size: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     proc, base = load.start_server(built.config.workspace, built.config.home, tmp / "serve.log")
     try:
         ready = load.memory_of(proc.pid)
-        for q in speed.make_queries(args.seed + 3, args.serve_queries):
+        for q in corpus.make_queries(args.seed + 3, args.serve_queries):
             httpx.post(f"{base}/v1/search", json={"query": q, "mode": "hybrid"}, timeout=60).raise_for_status()
         served = load.memory_of(proc.pid)
     finally:
@@ -73,10 +74,10 @@ def measure(size: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "vector_leg": "numpy matrix" if built.chunks >= MATRIX_MIN_CHUNKS else "vec0",
         "sync_s": round(built.build_s, 1),
         "db_mib": round(db_bytes / 2**20, 1),
-        "search_p50_ms": round(speed.pct(total, 50) * 1000, 2),
-        "embed_query_p50_ms": round(speed.pct(embed, 50) * 1000, 2),
-        "search_minus_embed_p50_ms": round(speed.pct(rest, 50) * 1000, 2),
-        "search_minus_embed_p95_ms": round(speed.pct(rest, 95) * 1000, 2),
+        "search_p50_ms": round(harness.pct(total, 50) * 1000, 2),
+        "embed_query_p50_ms": round(harness.pct(embed, 50) * 1000, 2),
+        "search_minus_embed_p50_ms": round(harness.pct(rest, 50) * 1000, 2),
+        "search_minus_embed_p95_ms": round(harness.pct(rest, 95) * 1000, 2),
         "serve_rss_ready_mib": ready.get("VmRSS"),
         "serve_rss_mib": served.get("VmRSS"),
         "serve_peak_mib": served.get("VmHWM"),
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         del os.environ[name]
     tmp = Path(tempfile.mkdtemp(prefix="memsift-growth-"))
     os.environ["MEMSIFT_MODEL_CACHE"] = str(tmp / "models")
-    busy = speed.cpu_busy()
+    busy = harness.cpu_busy()
     rows: dict[int, dict[str, Any]] = {}
     texts_per_s = None
     try:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             rows[size] = measure(size, args, tmp / f"n{size}")
             if rows[size]["model_texts_embedded"]:
                 texts_per_s = rows[size]["model_texts_embedded"] / rows[size]["model_embed_s"]
-            speed.log(f"{size}: {rows[size]}")
+            harness.log(f"{size}: {rows[size]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(
@@ -126,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         f"load average {os.getloadavg()[0]:.1f}"
     )
     doc = {
-        "environment": speed.environment(),
+        "environment": harness.environment(),
         "busy_before": busy,
         "args": vars(args),
         "rows": rows,
         "model_chunks_per_s": texts_per_s,
     }
-    speed.save_result("growth", doc)
+    harness.save_result("growth", doc)
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Load test of the REST API, run by hand: `POST /v1/search` (hybrid) at 1, 8 and 32 concurrent clients.
 
-It builds bench/speed.py's ~10,000-chunk index (`build_query_index`: ~1,000 chunks embedded by the real
+It builds bench/harness.py's ~10,000-chunk index (`build_query_index`: ~1,000 chunks embedded by the real
 model, perturbed copies up to 10,000), starts `memsift serve` on a free 127.0.0.1 port in its own process,
 and for each level runs that many clients (httpx AsyncClients in this process, one connection each, closed
 loop: a client sends its next request when the last one answered) until `--requests` requests have been
@@ -34,7 +34,8 @@ import httpx
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-import speed  # noqa: E402  (bench/speed.py: the index builder, the query generator, helpers)
+import corpus  # noqa: E402  (the seeded notes and queries)
+import harness  # noqa: E402  (timing, the model, the query index, results)
 
 START_SECONDS = 120
 
@@ -57,8 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def start_server(workspace: Path, home: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = speed.free_port()
-    # The same configuration the bench index was built with (speed.build_query_index: no MaxSim rerank).
+    port = harness.free_port()
+    # The same configuration the bench index was built with (harness.build_query_index: no MaxSim rerank).
     env = dict(os.environ, MEMSIFT_HOME=str(home), MEMSIFT_RERANK_ENABLED="false")
     memsift = Path(sys.executable).with_name("memsift")
     with open(log_path, "wb") as log_file:
@@ -143,12 +144,12 @@ async def run_level(base: str, queries: list[str], clients: int, requests: int, 
         "seconds": round(wall, 2),
         "requests_per_s": round(len(latencies) / wall, 1),
         "latency_ms": {
-            "p50": round(speed.pct(ms, 50), 1),
-            "p99": round(speed.pct(ms, 99), 1),
+            "p50": round(harness.pct(ms, 50), 1),
+            "p99": round(harness.pct(ms, 99), 1),
             "max": round(max(ms), 1),
             "mean": round(statistics.fmean(ms), 1),
         },
-        "core_took_ms_p50": round(speed.pct(core_ms, 50), 1) if core_ms else None,
+        "core_took_ms_p50": round(harness.pct(core_ms, 50), 1) if core_ms else None,
     }
 
 
@@ -182,27 +183,27 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "started": started.isoformat(timespec="seconds"),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "environment": speed.environment(),
-        "busy_before": speed.cpu_busy(),
+        "environment": harness.environment(),
+        "busy_before": harness.cpu_busy(),
         "levels": [],
     }
     proc = None
     try:
-        built = speed.build_query_index(
+        built = harness.build_query_index(
             tmp, seed=args.seed, chunks=args.chunks, distinct=args.distinct, noise=args.noise
         )
         results["index"] = {"chunks": built.chunks, "files": built.files, "embedded_by_model": built.distinct_texts}
         proc, base = start_server(built.config.workspace, built.config.home, tmp / "serve.log")
-        speed.log(f"memsift serve pid {proc.pid} ready at {base}")
+        harness.log(f"memsift serve pid {proc.pid} ready at {base}")
         results["memory_mib"] = {"ready": memory_of(proc.pid)}
-        queries = speed.make_queries(args.seed + 1, 200)
-        asyncio.run(run_level(base, speed.make_queries(args.seed + 2, args.warmup), 1, args.warmup, args.timeout))
+        queries = corpus.make_queries(args.seed + 1, 200)
+        asyncio.run(run_level(base, corpus.make_queries(args.seed + 2, args.warmup), 1, args.warmup, args.timeout))
         for clients in args.levels:
             level = asyncio.run(run_level(base, queries, clients, args.requests, args.timeout))
             level["memory_mib"] = memory_of(proc.pid)
             results["levels"].append(level)
             lat = level["latency_ms"]
-            speed.log(
+            harness.log(
                 f"{clients} clients: {level['requests_per_s']} requests/s, p50 {lat['p50']} ms, p99 {lat['p99']} ms"
             )
         results["memory_mib"]["end"] = memory_of(proc.pid)
@@ -210,14 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         if proc is not None:
             stop_server(proc)
         if args.keep:
-            speed.log(f"kept {tmp}")
+            harness.log(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     results["seconds"] = round((datetime.now(UTC) - started).total_seconds(), 1)
     md = table(results)
     print(md)
-    out = speed.save_result("load", results | {"table": md}, args.out)
-    speed.log(f"wrote {out}")
+    out = harness.save_result("load", results | {"table": md}, args.out)
+    harness.log(f"wrote {out}")
     return 0
 
 

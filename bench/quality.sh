@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The retrieval-quality table of README "Retrieval quality": every searcher on ../shared/bench/locomo-dev,
+# The retrieval-quality table of docs/search-and-ranking.md "Retrieval quality": every searcher on ../shared/bench/locomo-dev,
 # k = 10, no floor. Indexes go to $MEMSIFT_HOME (default /tmp/memsift-quality); the first run builds them.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))  # tests.fake_rerank, when run as a script
 
 from core.chunking import chunk_text  # noqa: E402
 from core.config import RerankConfig  # noqa: E402
-from core.cross_encoder import CrossEncoderReranker  # noqa: E402
-from core.local_embedder import _tokenizer_path  # noqa: E402
-from core.rerank_http import CohereReranker  # noqa: E402
+from core.embedders.local import tokenizer_path  # noqa: E402
+from core.rerankers.cohere import CohereReranker  # noqa: E402
+from core.rerankers.cross_encoder import CrossEncoderReranker  # noqa: E402
 from tests.fake_rerank import FakeReranker  # noqa: E402
 
 LOCOMO = ROOT.parent / "shared" / "bench" / "locomo-dev"
@@ -74,7 +74,7 @@ def minilm_cross_encoder(folder: Path, max_length: int) -> Path:
     graph.output.append(helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["batch", 1]))
     folder.mkdir(parents=True)
     onnx.save(model, folder / "model.onnx")
-    shutil.copy(_tokenizer_path(), folder / "tokenizer.json")
+    shutil.copy(tokenizer_path(), folder / "tokenizer.json")
     (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": max_length}))
     return folder
 

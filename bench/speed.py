@@ -22,33 +22,38 @@ end unless --keep. Prints a markdown table and writes JSON to bench/results/spee
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
-import platform
-import random
-import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from corpus import daily_note, make_queries, note_date, tiny_note, write_files
+from harness import (
+    ROOT,
+    VECTORS,
+    TimingEmbedder,
+    build_query_index,
+    cpu_busy,
+    embedder,
+    environment,
+    free_port,
+    log,
+    save_result,
+    summary_ms,
+    use_home,
+)
 
 SECTIONS = ("index", "noop", "query")
+
 FULL = dict(
     chunks=400,
     rounds=2,
@@ -60,344 +65,10 @@ FULL = dict(
     queries=200,
     warmup=10,
 )
+
 QUICK = dict(
     chunks=96, rounds=1, files=1_000, noop_runs=3, flow_runs=2, query_chunks=1_000, distinct=150, queries=40, warmup=5
 )
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Text generation: daily notes of ~40 lines of varied English, deterministic per (seed, note number)
-# ------------------------------------------------------------------------------------------------------------
-
-# Categories whose words section 3 swaps for same-length words of the same category, to make perturbed copies
-# whose chunks keep the same line ranges (chunk boundaries depend only on line lengths).
-SWAP = {
-    "person": "Dana Omar Sven Ravi Hiro Zara Ines Theo Marco Priya Kenji Lucia Aisha Tomas Elena Nadia Felix "
-    "Jonas Mateo Yusuf Chloe Ingrid Amelia Rafael Soraya Dmitri Leilani Beatriz Gunnar".split(),
-    "city": "Oslo Rome Kyiv Lima Paris Osaka Porto Turin Quito Berlin Lisbon Madrid Vienna Zurich Dublin Warsaw "
-    "Nairobi Seville Toronto Glasgow".split(),
-    "system": "billing checkout payments ledger gateway reports mailer search invoices catalog scheduler "
-    "profiles".split(),
-    "tool": "Postgres Kafka Redis Nginx Terraform Docker Grafana Sentry Airflow Prefect Ansible Jenkins".split(),
-    "food": "ramen sushi tacos pasta curry pho falafel risotto paella dumplings gnocchi".split(),
-    "drink": "coffee matcha oolong cocoa chai espresso lemonade".split(),
-    "weekday": "Monday Friday Sunday Tuesday Thursday Saturday Wednesday".split(),
-    "month": "March April June July August October November".split(),
-}
-_SWAP_WORD = {w: cat for cat, words in SWAP.items() for w in words}
-
-ERRORS = [
-    "ERR_SSL_PROTOCOL",
-    "ECONNRESET",
-    "OOMKilled",
-    "504 Gateway Timeout",
-    "deadlock detected",
-    "disk quota exceeded",
-    "certificate has expired",
-    "too many open files",
-    "CrashLoopBackOff",
-]
-PLACES = ["river path", "old harbour", "city park", "canal towpath", "hill trail", "beach promenade"]
-TOPICS = [
-    "habit formation",
-    "distributed consensus",
-    "sourdough hydration",
-    "the history of maps",
-    "negotiation",
-    "sleep and memory",
-    "urban gardening",
-    "compound interest",
-    "Roman aqueducts",
-]
-BOOKS = [
-    "Thinking in Systems",
-    "The Design of Everyday Things",
-    "Salt Fat Acid Heat",
-    "Deep Work",
-    "The Overstory",
-    "Designing Data-Intensive Applications",
-    "A Pattern Language",
-]
-ITEMS = [
-    "a fountain pen",
-    "noise-cancelling headphones",
-    "a cast-iron pan",
-    "a board game",
-    "hiking boots",
-    "a ceramic teapot",
-    "a puzzle of 1000 pieces",
-    "a subscription to a bakery",
-]
-ALLERGENS = ["peanuts", "shellfish", "gluten", "sesame", "kiwi", "lactose"]
-FEATURES = ["TLS 1.0", "legacy webhooks", "the v1 API", "basic auth", "SOAP endpoints", "IPv4-only routing"]
-ACTIVITIES = [
-    "swimming lessons",
-    "violin practice",
-    "football training",
-    "a climbing session",
-    "a chess club",
-    "a pottery class",
-]
-CAUSES = [
-    "race condition in the retry loop",
-    "missing index on created_at",
-    "stale DNS cache",
-    "timezone bug in the cron parser",
-    "connection pool that never shrank",
-    "off-by-one in pagination",
-]
-WEATHER = ["rainy and cold", "foggy all day", "unusually warm", "windy with hail", "sunny but freezing"]
-GAMES = ["Carcassonne", "Azul", "Codenames", "Wingspan", "Ticket to Ride", "Dixit"]
-FACTS = [
-    "octopuses have three hearts",
-    "the Eiffel Tower grows in summer",
-    "honey never spoils",
-    "bananas are berries but strawberries are not",
-    "a day on Venus is longer than its year",
-    "the first computer bug was a real moth",
-]
-HEADINGS = [
-    "Work",
-    "Family",
-    "Health",
-    "Reading",
-    "Errands",
-    "Ideas",
-    "Follow-ups",
-    "Meetings",
-    "Money",
-    "Travel",
-    "Home",
-    "Learning",
-]
-
-TEMPLATES = [
-    "{person} said the {system} deploy failed with `{error}` right after the {tool} upgrade.",
-    "Decided to move the {system} review to {weekday} at {time} so {person} can join from {city}.",
-    "{person} prefers {drink} in the morning and is not really talkative before {time}.",
-    "Bought {item} for {person}'s birthday; it cost {price} euros at the shop near the {place}.",
-    "Reminder: renew the passport before {month} {day}; the consulate in {city} needs two weeks.",
-    "The {system} p95 latency went from {n} ms to {m} ms after we turned on {tool} connection pooling.",
-    'Read {pages} pages of "{book}"; the chapter about {topic} was the best part so far.',
-    "{person} recommended a small {food} place in {city}, said the lunch menu is worth the queue.",
-    "Ran {km} km along the {place} in {minutes} minutes; the left knee felt fine this time.",
-    "Open question: should the {system} service keep raw events for {days} days or only {days2}?",
-    "TODO: ask {person} about the {system} budget, the last estimate was {price} euros per month.",
-    "{person} is allergic to {allergen}, so order the {food} without it next time we eat together.",
-    "Paired with {person} on the {system} bug; the root cause was a {cause}.",
-    "Call with the {tool} vendor: they will drop support for {feature} in {month}.",
-    "The kids have {activity} on {weekday}; {person} picks them up at {time}.",
-    "Learned today that {fact}, which {person} did not believe at first.",
-    "Plan for the weekend: {activity} with {person}, then {food} for dinner in {city}.",
-    "The {tool} migration is {percent}% done; the remaining jobs are blocked on {person}'s review.",
-    "Weather in {city} was {weather}, so we stayed in and played {game} until late.",
-    "Spent {minutes} minutes on the {system} runbook; it still assumes {tool} runs on a single host.",
-    "{person} will be on leave from {month} {day}, so {person2} owns the {system} on-call rotation.",
-    "Note to self: {drink} after {time} ruins my sleep, switch to herbal tea in the afternoon.",
-    "Grocery list: {food} ingredients, oat milk, lemons, {drink}, and batteries for the smoke alarm.",
-    "Budget check: spent {price} euros on {item}; still {percent}% left for the {month} trip to {city}.",
-    "Retro notes: the {system} incident lasted {minutes} minutes and paged {person} three times.",
-    "Idea: write a small script that summarises {tool} alerts per week and posts them to the team chat.",
-    "{person} and {person2} disagree about moving {system} off {tool}; decision postponed to {weekday}.",
-    "Dentist appointment on {weekday} {month} {day} at {time}; remember to bring the insurance card.",
-]
-
-
-def _fill(rng: random.Random, template: str) -> str:
-    person, person2 = rng.sample(SWAP["person"], 2)
-    slots = dict(
-        person=person,
-        person2=person2,
-        city=rng.choice(SWAP["city"]),
-        system=rng.choice(SWAP["system"]),
-        tool=rng.choice(SWAP["tool"]),
-        food=rng.choice(SWAP["food"]),
-        drink=rng.choice(SWAP["drink"]),
-        weekday=rng.choice(SWAP["weekday"]),
-        month=rng.choice(SWAP["month"]),
-        error=rng.choice(ERRORS),
-        place=rng.choice(PLACES),
-        topic=rng.choice(TOPICS),
-        book=rng.choice(BOOKS),
-        item=rng.choice(ITEMS),
-        allergen=rng.choice(ALLERGENS),
-        feature=rng.choice(FEATURES),
-        activity=rng.choice(ACTIVITIES),
-        cause=rng.choice(CAUSES),
-        weather=rng.choice(WEATHER),
-        game=rng.choice(GAMES),
-        fact=rng.choice(FACTS),
-        time=f"{rng.randint(7, 21)}:{rng.choice(['00', '15', '30', '45'])}",
-        price=rng.randint(12, 2400),
-        n=rng.randint(120, 900),
-        m=rng.randint(40, 300),
-        pages=rng.randint(8, 80),
-        km=rng.randint(3, 21),
-        minutes=rng.randint(15, 140),
-        days=rng.choice([7, 14, 30, 90]),
-        days2=rng.choice([180, 365]),
-        day=rng.randint(1, 28),
-        percent=rng.randint(5, 95),
-    )
-    return template.format(**slots)
-
-
-def note_date(i: int) -> date:
-    return date(2025, 1, 1) + timedelta(days=i)
-
-
-def daily_note(seed: int, i: int) -> str:
-    """Note number i: a date heading and 4-6 sections, about 40 lines in all."""
-    rng = random.Random(seed * 1_000_003 + i)
-    d = note_date(i)
-    lines = [f"# {d.isoformat()} ({d.strftime('%A')})", ""]
-    for heading in rng.sample(HEADINGS, rng.randint(4, 6)):
-        lines.append(f"## {heading}")
-        for _ in range(rng.randint(5, 7)):
-            lines.append("- " + _fill(rng, rng.choice(TEMPLATES)))
-        lines.append("")
-    return "\n".join(lines) + "\n"
-
-
-_SWAP_RE = re.compile(r"\b(" + "|".join(sorted(_SWAP_WORD, key=len, reverse=True)) + r")\b")
-
-
-def swap_map(seed: int, variant: int) -> dict[str, str]:
-    """For one variant: each swappable word -> a word of the same category and the same length."""
-    rng = random.Random(seed * 7_919 + variant)
-    out: dict[str, str] = {}
-    for words in SWAP.values():
-        by_len: dict[int, list[str]] = {}
-        for w in words:
-            by_len.setdefault(len(w), []).append(w)
-        for group in by_len.values():
-            shuffled = group[:]
-            rng.shuffle(shuffled)
-            out.update(zip(group, shuffled))
-    return out
-
-
-def perturb(text: str, mapping: dict[str, str]) -> str:
-    return _SWAP_RE.sub(lambda m: mapping[m[1]], text)
-
-
-def tiny_note(i: int) -> tuple[str, str]:
-    rng = random.Random(i)
-    d = date(2024, 1, 1) + timedelta(days=i % 1000)
-    rel = f"memory/{d.year}/{d.month:02d}/note-{i}.md"
-    return rel, f"# Note {i}\n\n- {_fill(rng, rng.choice(TEMPLATES))}\n"
-
-
-QUERY_TEMPLATES = [
-    "what did {person} say about the {system} deploy",
-    "{error}",
-    "why did {system} fail with {error}",
-    "when is {person}'s birthday and what did I buy",
-    "{food} recommendation in {city}",
-    "how far did I run along the {place}",
-    "what is {person} allergic to",
-    "which vendor drops support for {feature}",
-    "{system} p95 latency after {tool} change",
-    "book chapter about {topic}",
-    "{system} budget estimate",
-    "who picks up the kids after {activity}",
-    "root cause of the {system} bug",
-    "{tool} migration progress",
-    "what does {person} drink in the morning",
-    "passport renewal deadline {city}",
-    "plans for the weekend with {person}",
-    "who is on call for {system} while {person} is on leave",
-    "dentist appointment",
-    "how long did the {system} incident last",
-    "something interesting I learned about animals",
-    "what made the website slow last month",
-    "gift ideas for a friend who likes cooking",
-    "should we keep raw events or delete them sooner",
-    "what did we decide about moving off {tool}",
-    "retention policy",
-    "sleep problems caffeine",
-    "what is it",
-    "{person} {person2} disagreement",
-    "I need to remember the grocery list and what was on it before the trip to {city} in {month}",
-]
-
-
-def make_queries(seed: int, n: int) -> list[str]:
-    rng = random.Random(seed)
-    return [
-        _fill(
-            rng, QUERY_TEMPLATES[i % len(QUERY_TEMPLATES)] if i < len(QUERY_TEMPLATES) else rng.choice(QUERY_TEMPLATES)
-        )
-        for i in range(n)
-    ]
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Helpers
-# ------------------------------------------------------------------------------------------------------------
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values, dtype=float), q))
-
-
-def summary_ms(values_s: list[float]) -> dict[str, float]:
-    ms = [v * 1000 for v in values_s]
-    return {
-        "p50": round(pct(ms, 50), 2),
-        "p95": round(pct(ms, 95), 2),
-        "max": round(max(ms), 2),
-        "mean": round(statistics.fmean(ms), 2),
-        "n": len(ms),
-    }
-
-
-def write_files(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-
-
-def use_home(path: Path) -> Path:
-    """Point MEMSIFT_HOME at `path` (load_config reads it on each call)."""
-    os.environ["MEMSIFT_HOME"] = str(path)
-    return path
-
-
-_EMBEDDER: dict[str, Any] = {}
-
-
-def embedder() -> tuple[Any, dict[str, float]]:
-    """The shared local model, loaded and warmed once per process; load and warm-up times reported."""
-    if not _EMBEDDER:
-        from core.local_embedder import LocalEmbedder
-
-        t = time.perf_counter()
-        emb = LocalEmbedder.shared()
-        load_s = time.perf_counter() - t
-        t = time.perf_counter()
-        # A few texts, short and chunk-sized (two windows), so first-use costs of the larger shapes are not timed.
-        # From a seed no section uses, so no timed text is embedded here.
-        from core.chunking import chunk_text
-
-        long = [c.text for i in range(4) for c in chunk_text(daily_note(-1, i))][:8]
-        emb.embed_documents(["warm-up text one", "a second, slightly longer warm-up sentence for the model"])
-        emb.embed_documents(long)
-        emb.embed_query("warm-up query")
-        warm_s = time.perf_counter() - t
-        _EMBEDDER["emb"] = emb
-        _EMBEDDER["info"] = {"load_s": round(load_s, 3), "first_calls_s": round(warm_s, 3)}
-        log(f"model loaded in {load_s:.2f} s (warm-up calls {warm_s:.2f} s)")
-    return _EMBEDDER["emb"], _EMBEDDER["info"]
-
-
-# hash -> vector, real model output, filled by section 1 and reused by section 3 for the same texts
-VECTORS: dict[str, np.ndarray] = {}
 
 
 def indexer_embedding_plan(config: Any) -> tuple[list[list[str]], list[str], int]:
@@ -406,7 +77,7 @@ def indexer_embedding_plan(config: Any) -> tuple[list[list[str]], list[str], int
     split by embedding.batchMaxInputs. Returns (slices, hashes in order, chunk count)."""
     from core.chunking import chunk_text
     from core.indexer import batches
-    from core.scan import scan
+    from core.sources.memory import scan
 
     slices: list[list[str]] = []
     order: list[str] = []
@@ -434,9 +105,9 @@ def token_stats(texts: list[str]) -> dict[str, float]:
     """Word pieces per text and model windows (256 pieces with CLS/SEP) per text, as the local embedder sees it."""
     from tokenizers import Tokenizer
 
-    from core.local_embedder import MAX_TOKENS, _tokenizer_path
+    from core.embedders.local import MAX_TOKENS, tokenizer_path
 
-    tok = Tokenizer.from_file(str(_tokenizer_path()))
+    tok = Tokenizer.from_file(str(tokenizer_path()))
     tok.no_truncation()
     tok.no_padding()
     lens = [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
@@ -449,11 +120,6 @@ def token_stats(texts: list[str]) -> dict[str, float]:
         "windows_total": sum(windows),
         "chars_mean": round(statistics.fmean(len(t) for t in texts), 1),
     }
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Section 1: index throughput vs raw embedder throughput
-# ------------------------------------------------------------------------------------------------------------
 
 
 def section_index(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -555,11 +221,6 @@ def section_index(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     }
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Section 2: no-op sync of many small files, core and Prefect
-# ------------------------------------------------------------------------------------------------------------
-
-
 class ReadCounter:
     """Counts calls of core.indexer.read_memory_file (the only place a sync reads a memory file)."""
 
@@ -653,12 +314,6 @@ def section_noop(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     if not args.no_prefect:
         out["prefect"] = prefect_noop(args, tmp, ws, out)
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def prefect_noop(args: argparse.Namespace, tmp: Path, ws: Path, core: dict[str, Any]) -> dict[str, Any]:
@@ -786,140 +441,6 @@ def stop_group(proc: subprocess.Popen) -> None:
     log(f"noop: prefect server pid {proc.pid} stopped")
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Section 3: query latency at ~10,000 chunks
-# ------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TimingEmbedder:
-    """Delegates to the real embedder and records how long each embed_query took inside a search."""
-
-    inner: Any
-    last_query_s: float = 0.0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return self.inner.embed_documents(texts)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        t = time.perf_counter()
-        out = self.inner.embed_query(text)
-        self.last_query_s = time.perf_counter() - t
-        return out
-
-
-@dataclass
-class QueryIndex:
-    """An index of about `chunks` chunks built by `build_query_index`, and how it was made."""
-
-    config: Any
-    files: int
-    chunks: int
-    distinct_texts: int
-    reused_texts: int
-    embedded_texts: int
-    embed_s: float
-    variants: int
-    perturbed_vectors: int
-    build_s: float
-    report: Any
-
-
-def build_query_index(tmp: Path, *, seed: int, chunks: int, distinct: int, noise: float) -> QueryIndex:
-    """Section 3's index, also used by bench/load.py: notes until `distinct` chunks, embedded by the real
-    model, then perturbed copies (same-length word swaps, vectors = the original's plus noise of norm
-    `noise`) until `chunks`, all vectors put in the cache before one normal sync. MEMSIFT_HOME becomes
-    `tmp/s3-home`, the workspace is `tmp/s3-workspace`."""
-    from core import MemoryIndex, load_config
-    from core.chunking import chunk_text
-    from core.indexer import cache_key
-    from core.store import Store
-
-    emb, _ = embedder()
-    ws = tmp / "s3-workspace"
-    rng = np.random.default_rng(seed)
-    base_target = min(distinct, chunks)
-
-    # Base notes (the same generator and seed as section 1, so its vectors are reused for the same texts).
-    base: list[tuple[int, str, list]] = []
-    files: dict[str, str] = {}
-    n_base = 0
-    i = 0
-    while n_base < base_target:
-        text = daily_note(seed, i)
-        note_chunks = chunk_text(text)
-        base.append((i, text, note_chunks))
-        files[f"memory/{note_date(i).isoformat()}.md"] = text
-        n_base += len(note_chunks)
-        i += 1
-    texts = {c.hash: c.text for _, _, note_chunks in base for c in note_chunks}
-    missing = [h for h in texts if h not in VECTORS]
-    t = time.perf_counter()
-    for k in range(0, len(missing), 96):
-        part = missing[k : k + 96]
-        VECTORS.update(zip(part, emb.embed_documents([texts[h] for h in part])))
-        log(f"query: embedded {min(k + 96, len(missing))}/{len(missing)} base texts")
-    embed_s = time.perf_counter() - t
-
-    # Perturbed copies: same-length word swaps keep every chunk's line range; each copy's chunk reuses the
-    # real vector of its base chunk plus small noise (cosine ~0.99), and is put in the embedding cache.
-    cache: dict[str, np.ndarray] = {h: VECTORS[h] for h in texts}
-    total = n_base
-    variant = 0
-    perturbed = 0
-    while total < chunks:
-        variant += 1
-        mapping = swap_map(seed, variant)
-        for n, text, note_chunks in base:
-            if total >= chunks:
-                break
-            vtext = perturb(text, mapping)
-            vchunks = chunk_text(vtext)
-            if [(c.start_line, c.end_line) for c in vchunks] != [(c.start_line, c.end_line) for c in note_chunks]:
-                raise SystemExit("query: a perturbed copy changed the chunk boundaries")
-            for c, vc in zip(note_chunks, vchunks):
-                if vc.hash not in cache:
-                    jitter = rng.standard_normal(emb.dims).astype(np.float32) * (noise / np.sqrt(emb.dims))
-                    v = VECTORS[c.hash] + jitter
-                    cache[vc.hash] = (v / np.linalg.norm(v)).astype(np.float32)
-                    perturbed += 1
-            files[f"memory/archive/copy-{variant:02d}/{note_date(n).isoformat()}.md"] = vtext
-            total += len(vchunks)
-    write_files(ws, files)
-
-    use_home(tmp / "s3-home")
-    # No MaxSim rerank: the perturbed copies' vectors are planted in the cache, and the sync would run the
-    # model over every copy for its token bits. Search figures here are the retrieval stages alone.
-    config = load_config(workspace=ws, overrides={"rerank.enabled": False})
-    with Store(config.db_path) as store, store.transaction():
-        store.cache_put(cache_key(emb), cache)
-    with MemoryIndex(config) as index:
-        t = time.perf_counter()
-        report = index.sync()
-        build_s = time.perf_counter() - t
-        stats = index.store.stats()
-    if report.chunksEmbedded:
-        raise SystemExit(f"query: the sync embedded {report.chunksEmbedded} texts; the cache was meant to hold all")
-    n_chunks = sum(stats["chunks"].values())
-    log(f"query: index of {len(files)} files, {n_chunks} chunks built in {build_s:.1f} s (all vectors cached)")
-    return QueryIndex(
-        config=config,
-        files=len(files),
-        chunks=n_chunks,
-        distinct_texts=len(texts),
-        reused_texts=len(texts) - len(missing),
-        embedded_texts=len(missing),
-        embed_s=embed_s,
-        variants=variant,
-        perturbed_vectors=perturbed,
-        build_s=build_s,
-        report=report,
-    )
-
-
 def section_query(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from core import MemoryIndex
 
@@ -978,11 +499,6 @@ def section_query(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "queries_with_no_result": empty,
         "model": load_info,
     }
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Report
-# ------------------------------------------------------------------------------------------------------------
 
 
 def table(results: dict[str, Any]) -> str:
@@ -1080,66 +596,6 @@ def table(results: dict[str, Any]) -> str:
     out = ["| Section | Metric | Value |", "| --- | --- | --- |"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(out)
-
-
-def cpu_busy(seconds: float = 1.0) -> float:
-    """Share of all CPUs busy over `seconds` while this process sleeps: the load of other processes."""
-
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat") as fh:
-            fields = [int(x) for x in fh.readline().split()[1:]]
-        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
-
-    try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
-    except OSError:
-        return float("nan")
-    return round(1 - (idle1 - idle0) / max(1, total1 - total0), 3)
-
-
-def save_result(kind: str, doc: dict[str, Any], folder: Path | None = None) -> Path:
-    """Write a bench's result as `<folder>/<kind>-<UTC time>.json` (default bench/results/, git-ignored)."""
-    folder = folder or ROOT / "bench" / "results"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(doc, indent=2, default=float) + "\n", encoding="utf-8")
-    return path
-
-
-def environment() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
-    try:
-        import apsw
-        import onnxruntime
-
-        info["sqlite"] = apsw.sqlite_lib_version()
-        info["onnxruntime"] = onnxruntime.__version__
-    except ImportError:
-        pass
-    try:
-        git = ["git", "-C", str(ROOT)]
-        commit = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "core", "flows", "api"], capture_output=True, text=True, check=False
-        ).stdout.split("\n")
-        diff = subprocess.run(
-            [*git, "diff", "HEAD", "--", "core", "flows", "api"], capture_output=True, check=False
-        ).stdout
-        info["commit"] = commit + ("+dirty" if any(dirty) else "")
-        # The code measured is the work tree: name what differs from the commit, and a digest of the diff.
-        info["modified"] = [line[3:] for line in dirty if line]
-        info["diff_sha256"] = hashlib.sha256(diff).hexdigest()[:16] if diff else None
-    except OSError:
-        pass
-    return info
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -11,8 +11,8 @@ Methods, each against the exact answer of a float32 numpy scan (the physical ref
   binary+rescore  sign bits (48 bytes a row), a Hamming shortlist, then the same float re-scoring
 
 Vectors come from a cheap deterministic embedder (hashed bag of words through a fixed random projection,
-`--seed`) over blocks of bench/speed.py's seeded daily notes, so similar texts get similar vectors as with a
-real model, and the size test needs no hours of model time. Queries: bench/speed.py's query generator through
+`--seed`) over blocks of bench/corpus.py's seeded daily notes, so similar texts get similar vectors as with a
+real model, and the size test needs no hours of model time. Queries: bench/corpus.py's query generator through
 the same embedder. Reports recall@k against exact, p50/p95 ms per method and size, and memory per method.
 
     .venv/bin/python bench/vector_leg.py                          # 1k, 10k, 100k; 200 queries (~3 min)
@@ -36,7 +36,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-import speed  # noqa: E402
+import corpus  # noqa: E402  (the seeded notes and queries)
+import harness  # noqa: E402  (timing, the model, the query index, results)
 
 DIMS = 384
 BUCKETS = 1 << 14
@@ -81,7 +82,7 @@ def chunk_texts(seed: int, n: int) -> list[str]:
     out: list[str] = []
     i = 0
     while len(out) < n:
-        lines = speed.daily_note(seed, i).splitlines()
+        lines = corpus.daily_note(seed, i).splitlines()
         out += ["\n".join(lines[k : k + 8]) for k in range(0, len(lines), 8)]
         i += 1
     return out[:n]
@@ -156,18 +157,18 @@ def measure(size: int, vectors: np.ndarray, queries: np.ndarray, args: argparse.
         "int8+rescore": codes.nbytes + scale.nbytes,
         "binary+rescore": bits.nbytes,
     }
-    out: dict[str, Any] = {"exact_p50_ms": round(speed.pct(exact_s, 50) * 1000, 2)}
+    out: dict[str, Any] = {"exact_p50_ms": round(harness.pct(exact_s, 50) * 1000, 2)}
     for name, fn in methods.items():
         fn(queries[0])  # warm caches
         answers, seconds = timed(fn, queries)
         recall = np.mean([len(set(a.tolist()) & set(e.tolist())) / k for a, e in zip(answers, exact)])
         out[name] = {
             "recall": round(float(recall), 4),
-            "p50_ms": round(speed.pct(seconds, 50) * 1000, 2),
-            "p95_ms": round(speed.pct(seconds, 95) * 1000, 2),
+            "p50_ms": round(harness.pct(seconds, 50) * 1000, 2),
+            "p95_ms": round(harness.pct(seconds, 95) * 1000, 2),
             "memory_mib": round(memory[name] / 2**20, 1),
         }
-        speed.log(f"{size}: {name} {out[name]}")
+        harness.log(f"{size}: {name} {out[name]}")
     db.close()
     return out
 
@@ -185,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     emb = HashEmbedder(args.seed)
     t = time.perf_counter()
     vectors = emb.embed_documents(chunk_texts(args.seed, max(sizes)))
-    speed.log(f"{len(vectors)} vectors in {time.perf_counter() - t:.1f} s")
-    queries = np.stack([emb.embed_query(q) for q in speed.make_queries(args.seed + 1, args.queries)])
-    busy = speed.cpu_busy()
+    harness.log(f"{len(vectors)} vectors in {time.perf_counter() - t:.1f} s")
+    queries = np.stack([emb.embed_query(q) for q in corpus.make_queries(args.seed + 1, args.queries)])
+    busy = harness.cpu_busy()
     with tempfile.TemporaryDirectory(prefix="memsift-bench-vec-") as tmp:
         results = {size: measure(size, vectors, queries, args, Path(tmp)) for size in sizes}
     methods = ("vec0", "numpy-f32", "int8+rescore", "binary+rescore")
@@ -197,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = " | ".join(f"{r[m]['recall']:.3f} / {r[m]['p50_ms']}" for m in methods)
         print(f"| {size:,} | {r['exact_p50_ms']} | {cells} |")
     print(f"\nCPUs busy before: {busy:.0%}; load average {os.getloadavg()[0]:.1f}")
-    doc = {"environment": speed.environment(), "busy_before": busy, "args": vars(args), "results": results}
-    speed.save_result("vector-leg", doc)
+    doc = {"environment": harness.environment(), "busy_before": busy, "args": vars(args), "results": results}
+    harness.save_result("vector-leg", doc)
     return 0
 
 

@@ -3,13 +3,11 @@
 No Prefect and no HTTP server here; `flows/` and `api/` build on this package.
 """
 
-from .config import Config, ConfigError, load_config
-from .embedders import EmbedderUnavailable
-from .get import GetError
+from .config import Config, load_config
+from .errors import ConfigError, EmbedderUnavailable, GetError, MemsiftError, SearchError, StoreError
 from .indexer import SyncReport
 from .memory import MemoryIndex
-from .search import SearchError, SearchResponse
-from .store import StoreError
+from .search import SearchResponse
 
 __all__ = [
     "Config",
@@ -17,6 +15,7 @@ __all__ = [
     "EmbedderUnavailable",
     "GetError",
     "MemoryIndex",
+    "MemsiftError",
     "SearchError",
     "SearchResponse",
     "StoreError",

@@ -13,15 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .embedders import PROVIDERS
+from .errors import ConfigError
+from .ranking import FUSIONS
+from .rerankers import RERANKERS
+from .sources import SOURCES
+
 DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox")
-PROVIDERS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none")
 MODES = ("hybrid", "keyword", "vector")
-FUSIONS = ("minmax", "weighted", "rrf")
-SOURCES = ("memory", "sessions")
-
-
-class ConfigError(ValueError):
-    """A configuration key is unknown or has a bad value; the message names the key."""
+LOCAL_GRAPHS = ("optimized", "shipped")
+DIALECTS = ("cohere", "jina", "voyage", "tei")  # the hosted reranker's request shapes (core/rerankers/cohere.py)
 
 
 def _str(key: str, v: Any) -> str:
@@ -100,7 +101,8 @@ def _str_map(key: str, v: Any) -> dict[str, str]:
     return dict(v)
 
 
-# dotted key -> (default, parser). Defaults match SPEC section 2 unless the README says why not.
+# dotted key -> (default, parser). Defaults match SPEC section 2 unless docs/ says why not
+# (docs/configuration.md lists every key; tests/test_docs.py checks it).
 _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "workspace": (None, _optional(_str)),
     "extraPaths": ((), _str_list),
@@ -120,7 +122,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "embedding.tokensPerMinute": (None, _optional(_number(float, 1))),
     "embedding.timeoutSeconds": (None, _optional(_number(float, 0.001))),
     "embedding.retries": (3, _number(int, 0, 20)),
-    "embedding.localGraph": ("optimized", _choice("optimized", "shipped")),
+    "embedding.localGraph": ("optimized", _choice(*LOCAL_GRAPHS)),
     "chunking.tokens": (400, _number(int, 16, 8192)),
     "chunking.overlap": (80, _number(int, 0, 4096)),
     "search.maxResults": (6, _number(int, 1, 100)),
@@ -141,16 +143,17 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "store.fts.stemmer": ("porter", _choice("porter", "none")),
     # Read by the parts that use them (the REST API, the watcher and scheduler, the reranker); validated here
     # so that a file setting them is checked before any work.
-    # auto: rerank when it is cheap, i.e. local MaxSim over an index the local model built (README: "Rerankers").
+    # auto: rerank when it is cheap, i.e. local MaxSim over an index the local model built
+    # (docs/search-and-ranking.md, "Rerankers").
     "rerank.enabled": ("auto", _bool_or_auto),
-    "rerank.provider": ("local", _choice("local", "cohere")),
+    "rerank.provider": ("local", _choice(*RERANKERS)),
     "rerank.model": (None, _optional(_str)),
     "rerank.baseUrl": (None, _optional(_str)),
     "rerank.candidates": (30, _number(int, 1, 200)),
-    # The reranker's share of the blended score; 1.0 replaces the retrieval order (measured: README).
+    # The reranker's share of the blend; 1.0 replaces the retrieval order (measured: docs/search-and-ranking.md).
     "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
-    # The hosted reranker (README: "Rerankers"): a search waits for it, so a shorter timeout than embeddings'.
-    "rerank.dialect": ("cohere", _choice("cohere", "jina", "voyage", "tei")),
+    # The hosted reranker (docs/search-and-ranking.md): a search waits for it, so a shorter timeout than embeddings'.
+    "rerank.dialect": ("cohere", _choice(*DIALECTS)),
     "rerank.headers": ({}, _str_map),
     "rerank.timeoutSeconds": (10.0, _number(float, 0.001)),
     "rerank.retries": (1, _number(int, 0, 20)),
@@ -164,16 +167,12 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "api.host": ("127.0.0.1", _str),
     "api.port": (8000, _number(int, 1, 65535)),
     "api.key": (None, _optional(_str)),
-    # Session transcripts (README: "Session transcripts"); OpenClaw's delta defaults.
+    # Session transcripts (docs/indexing-and-prefect.md); OpenClaw's delta defaults.
     "sources": (("memory",), _sources),
     "sessions.dir": (None, _optional(_str)),
     "sessions.deltaBytes": (100_000, _number(int, 0)),
     "sessions.deltaMessages": (50, _number(int, 0)),
 }
-
-# Default leg weights per fusion, chosen on ../shared/bench/locomo-dev (README: "Retrieval quality").
-FUSION_WEIGHTS = {"minmax": (0.35, 0.65), "weighted": (0.7, 0.3), "rrf": (1.0, 1.0)}
-
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
@@ -430,7 +429,7 @@ def load_config(
     if values["chunking.overlap"] >= values["chunking.tokens"]:
         raise ConfigError("chunking.overlap: must be smaller than chunking.tokens")
     fusion = values["search.fusion"]
-    vw, tw = FUSION_WEIGHTS[fusion]
+    vw, tw = FUSIONS[fusion].weights
     vw = values["search.vectorWeight"] if values["search.vectorWeight"] is not None else vw
     tw = values["search.textWeight"] if values["search.textWeight"] is not None else tw
 

@@ -9,33 +9,27 @@ sync into a fresh file and swaps it in.
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .chunking import chunk_text
 from .config import Config
 from .embedders import Embedder, EmbeddingError
-from .extra import scan_external
 from .progress import Progress, ProgressTracker
 from .query import FTS_TEXT_VERSION
-from .rerankers import token_capture
-from .scan import FileEntry, nothing_found, scan
-from .sessions import chunk_transcript, grew_enough, scan_sessions, source_path
+from .rerankers.local import token_capture
+from .sources import FileEntry, active, read_memory_file
+from .sources.memory import nothing_found
 from .store import SCHEMA_VERSION, Store
 
 if TYPE_CHECKING:
-    from .maxsim import MaxSimReranker
+    from .rerankers.maxsim import MaxSimReranker
 
-MAX_FILE_BYTES = 8 * 1024 * 1024
 BATCH_FILES = 64
 BATCH_BYTES = 512 * 1024
 VECTORS_PENDING = "vectors_pending"  # meta key: JSON {reason, at} while some chunks wait for their vectors
@@ -105,24 +99,25 @@ def plan_sync(
     identity = index_identity(config, embedder)
     rebuild = force or store.identity() != identity
     known = {} if rebuild else store.file_rows()
-    result = scan(config)
-    external, outside = scan_external(config)
-    transcripts, problems = scan_sessions(config)
-    result.files.extend(external + transcripts)
-    report.warnings.extend(result.warnings + outside + problems)
-    if not result.files:
+    sources = active(config)
+    files: list[FileEntry] = []
+    for source in sources.values():
+        found, warnings = source.discover()
+        files.extend(found)
+        report.warnings.extend(warnings)
+    if not files:
         report.warnings.append(nothing_found(config.workspace))
-    report.filesScanned = len(result.files)
+    report.filesScanned = len(files)
     to_check = []
-    for entry in result.files:
+    for entry in files:
         old = known.get(entry.path)
         if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns:
             report.unchanged += 1
-        elif old is not None and entry.source == "sessions" and not grew_enough(config, entry, old[0]):
-            report.unchanged += 1  # a transcript that grew by less than a delta: read it later
+        elif old is not None and not sources[entry.source].due(entry, old[0]):
+            report.unchanged += 1  # e.g. a transcript that grew by less than a delta: read it later
         else:
             to_check.append(entry)
-    seen = {f.path for f in result.files}
+    seen = {f.path for f in files}
     removed = [p for p in known if p not in seen]
     return SyncPlan(identity, rebuild, to_check, removed, known)
 
@@ -143,53 +138,24 @@ def batches(entries: list[FileEntry]) -> list[list[FileEntry]]:
     return out
 
 
-def read_memory_file(path: Path) -> tuple[bytes, str | None, str | None]:
-    """(raw bytes, text or None when unusable, warning or None). Never follows a symlink."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as fh:
-        raw = fh.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        return raw, None, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"
-    return (raw, *decode(raw))
-
-
-def decode(raw: bytes) -> tuple[str | None, str | None]:
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        try:
-            return raw.decode("utf-16"), None
-        except UnicodeDecodeError:
-            return None, "not valid UTF-16"
-    if b"\x00" in raw:
-        return None, "binary content (NUL bytes)"
-    try:
-        return raw.decode("utf-8-sig"), None
-    except UnicodeDecodeError:
-        return raw.decode("utf-8-sig", errors="replace"), "invalid UTF-8, bad bytes replaced with U+FFFD"
-
-
-def chunk_file(config: Config, entry: FileEntry, text: str, warnings: list[str]) -> list:
-    """A memory file's chunks, or a transcript's (from its rendering)."""
-    if entry.source == "sessions":
-        return chunk_transcript(entry.path, text, config.chunking.tokens, config.chunking.overlap, warnings)
-    return chunk_text(text, config.chunking.tokens, config.chunking.overlap)
-
-
 def count_to_embed(store: Store, config: Config, embedder: Embedder | None, plan: SyncPlan) -> int:
     """How many chunks this sync will embed: those of the new or changed files that the cache lacks. Reads
     and chunks those files once more than the sync itself does, so it runs only when someone shows progress
     (bench/progress_count.py: 0.035 s against the 194 s first sync of 128 locomo-dev notes)."""
     if embedder is None or not plan.to_check:
         return 0
+    sources = active(config)
     hashes: set[str] = set()
     for entry in plan.to_check:
+        source = sources[entry.source]
         try:
-            raw, text, _ = read_memory_file(source_path(config, entry.path))
+            raw, text, _ = read_memory_file(source.path(entry.path))
         except OSError:
             continue
         old = plan.known.get(entry.path)
         if text is None or (old is not None and old[2] == hashlib.sha256(raw).hexdigest()):
             continue
-        hashes.update(c.hash for c in chunk_file(config, entry, text, []))
+        hashes.update(c.hash for c in source.chunk(entry.path, text, []))
     return len(hashes - store.cache_known(cache_key(embedder), hashes))
 
 
@@ -203,11 +169,13 @@ def index_batch(
     progress: ProgressTracker | None = None,
 ) -> None:
     """Read, hash and chunk a batch of files, embed the chunks the cache lacks, write them in one go."""
+    sources = active(config)
     files: list[tuple[FileEntry, str, list]] = []
     touched: list[FileEntry] = []
     for entry in batch:
+        source = sources[entry.source]
         try:
-            raw, text, problem = read_memory_file(source_path(config, entry.path))
+            raw, text, problem = read_memory_file(source.path(entry.path))
         except OSError as exc:
             report.warnings.append(f"skipped {entry.path}: {exc.strerror or exc}")
             continue
@@ -225,7 +193,7 @@ def index_batch(
             continue
         if problem:
             report.warnings.append(f"{entry.path}: {problem}")
-        chunks = chunk_file(config, entry, text, report.warnings)
+        chunks = source.chunk(entry.path, text, report.warnings)
         files.append((entry, digest, chunks))
         if old is None:
             report.added += 1
@@ -345,7 +313,8 @@ def remove_files(store: Store, paths: list[str], report: SyncReport) -> None:
     report.removed += len(paths)
 
 
-def _direct(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def plain_stage(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The default `stage` hook: each stage runs as a plain call (the Prefect flow passes its own)."""
     return fn
 
 
@@ -356,7 +325,7 @@ def sync(
     *,
     force: bool = False,
     progress: Progress | None = None,
-    stage: Stage = _direct,
+    stage: Stage = plain_stage,
 ) -> SyncReport:
     """Bring the index up to date with the workspace; `force` rebuilds everything (the cache still serves)."""
     started = time.perf_counter()

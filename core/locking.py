@@ -16,11 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import LockTimeout
+
 POLL_SECONDS = 0.05
-
-
-class LockTimeout(RuntimeError):
-    """Another process holds the agent's writer lock; the message names its pid."""
 
 
 @contextmanager

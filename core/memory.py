@@ -17,9 +17,11 @@ from . import rerankers
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
 from .get import get_lines
-from .indexer import VECTORS_PENDING, Progress, Stage, SyncReport, _direct, index_identity, plan_sync, sync
+from .indexer import VECTORS_PENDING, Progress, Stage, SyncReport, index_identity, plain_stage, plan_sync, sync
 from .locking import writer_lock
 from .rebuild import rebuild, remove_orphans
+from .rerankers.local import LOCAL_DEFAULT, token_capture
+from .rerankers.shortlist import wanted
 from .search import SearchResponse, check_request, search
 from .store import Store
 
@@ -151,7 +153,7 @@ class MemoryIndex:
         """True when the index is new or its identity (model, chunking, tokenizer...) no longer matches."""
         return self.store.identity() != index_identity(self.config, self.embedder())
 
-    def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
+    def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = plain_stage) -> SyncReport:
         """Incremental sync, or a rebuild with atomic swap when forced or when the identity changed.
 
         While a fallback switch is recorded the fallback is used and the provider is not tried; `force` tries
@@ -174,7 +176,7 @@ class MemoryIndex:
                     raise
                 return self._switch_to_fallback(exc, progress, stage)
 
-    def rebuild(self, *, progress: Progress | None = None, stage: Stage = _direct) -> SyncReport:
+    def rebuild(self, *, progress: Progress | None = None, stage: Stage = plain_stage) -> SyncReport:
         return self.sync(force=True, progress=progress, stage=stage)
 
     def _sync_with(self, embedder: Embedder | None, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
@@ -220,7 +222,7 @@ class MemoryIndex:
         if self.store.identity() is None:
             with self._writing():
                 if self.store.identity() is None:  # nobody indexed it while we waited
-                    self._rebuild(self.embedder(), None, _direct)
+                    self._rebuild(self.embedder(), None, plain_stage)
         embedder, error = self.embedder(), self.embedder_error
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
@@ -291,12 +293,12 @@ class MemoryIndex:
     def _rerank_status(self, store: Store, embedder: Embedder | None) -> dict[str, Any]:
         """Whether searches rerank by default, with what, and how many chunks have MaxSim token bits."""
         r = self.config.rerank
-        capture = rerankers.token_capture(self.config, embedder)
+        capture = token_capture(self.config, embedder)
         return {
             "enabled": r.enabled,
-            "active": rerankers.wanted(self.config, None, embedder),
+            "active": wanted(self.config, None, embedder),
             "provider": r.provider,
-            "model": r.model or (rerankers.LOCAL_DEFAULT if r.provider == "local" else None),
+            "model": r.model or (LOCAL_DEFAULT if r.provider == "local" else None),
             "candidates": r.candidates,
             "weight": r.weight,
             "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,

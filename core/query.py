@@ -34,7 +34,8 @@ MAX_TERMS = 64
 # Part of the index identity: a change to `fts_text` makes existing FTS rows wrong, so the index is rebuilt.
 FTS_TEXT_VERSION = 2
 
-# A short list: question words and function words that carry no topic. Measured on locomo-dev (README).
+# A short list: question words and function words that carry no topic. Measured on locomo-dev
+# (docs/search-and-ranking.md).
 STOP_WORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below
     between both but by can could did do does doing down during each few for from further had has have

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 
@@ -78,7 +79,7 @@ def _minmax(values: list[float]):
 def blend(cands: list[Candidate], weight: float) -> list[Candidate]:
     """Reranked order: each candidate's retrieval score and rerank score min-max normalised over the shortlist,
     mixed `1 - weight` to `weight`. A blend, not a replacement, so that a strong exact match the reranker
-    undervalues keeps a place near the top (measured on locomo-dev: README "Rerankers").
+    undervalues keeps a place near the top (measured on locomo-dev: docs/search-and-ranking.md, "Rerankers").
 
     The blend orders the shortlist; the score shown is the blend mapped onto the shortlist's range of retrieval
     scores, so a reranked list reads like a fused one (its best hit keeps the best fused score, its last the
@@ -107,6 +108,24 @@ def fuse_rrf(cands: list[Candidate], k: int, vector_weight: float = 1.0, text_we
         if c.id in ranks_v:
             s += vector_weight / (k + ranks_v[c.id])
         c.score = s / top
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """One way to merge the two legs: `fuse(cands, vector_weight, text_weight, rrf_k)` sets each candidate's
+    score; `weights` are its default (vector, text) weights, chosen on ../shared/bench/locomo-dev
+    (docs/search-and-ranking.md, "Retrieval quality")."""
+
+    fuse: Callable[[list[Candidate], float, float, int], None]
+    weights: tuple[float, float]
+
+
+#: `search.fusion` -> its Fusion: the one list of fusion methods (config.py validates against it).
+FUSIONS = {
+    "minmax": Fusion(lambda cands, vw, tw, k: fuse_minmax(cands, vw, tw), (0.35, 0.65)),
+    "weighted": Fusion(lambda cands, vw, tw, k: fuse_weighted(cands, vw, tw), (0.7, 0.3)),
+    "rrf": Fusion(lambda cands, vw, tw, k: fuse_rrf(cands, k, vw, tw), (1.0, 1.0)),
+}
 
 
 def _ranks(cands: list[Candidate], key) -> dict[int, int]:

@@ -22,7 +22,7 @@ import apsw
 
 from .config import Config
 from .embedders import Embedder
-from .indexer import Progress, Stage, SyncReport, _direct, cache_key, sync
+from .indexer import Progress, Stage, SyncReport, cache_key, plain_stage, sync
 from .locking import swap_lock
 from .store import Store
 
@@ -47,7 +47,7 @@ def rebuild(
     embedder: Embedder | None,
     *,
     progress: Progress | None = None,
-    stage: Stage = _direct,
+    stage: Stage = plain_stage,
     use_vec: bool = True,
 ) -> SyncReport:
     """Rebuild the agent's index into a temp file and swap it in. The caller holds the writer lock."""

@@ -12,18 +12,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import ranking, rerankers
-from .config import Config
+from .config import MODES, Config
 from .embedders import Embedder
+from .errors import SearchError
 from .indexer import cache_key
 from .query import fts_match
+from .rerankers import shortlist
 from .snippets import snippet
 from .store import ChunkRow, Store
 
 MAX_CANDIDATES = 200
-
-
-class SearchError(ValueError):
-    """The request itself is wrong (blank query, bad mode); the message says which part."""
 
 
 @dataclass
@@ -86,8 +84,8 @@ def search(
     s = config.search
     check_request(query, max_results, min_score)
     mode = mode or s.mode
-    if mode not in ("hybrid", "keyword", "vector"):
-        raise SearchError(f"mode: {mode!r} is not one of hybrid, keyword, vector")
+    if mode not in MODES:
+        raise SearchError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     limit = max_results or s.maxResults
     floor = s.minScore if min_score is None else min_score
     fetch = min(MAX_CANDIDATES, limit * s.candidateMultiplier)
@@ -140,8 +138,8 @@ def search(
         _apply_decay(store, cands, rows, s.halfLifeDays, now if now is not None else time.time())
     # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
     cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
-    if cands and rerankers.wanted(config, rerank, embedder):
-        head, problem = rerankers.rerank_shortlist(
+    if cands and shortlist.wanted(config, rerank, embedder):
+        head, problem = shortlist.rerank_shortlist(
             store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
         )
         cands = head + cands[config.rerank.candidates :]
@@ -174,12 +172,7 @@ def check_request(query: str, max_results: int | None, min_score: float | None) 
 
 def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
     s = config.search
-    if s.fusion == "weighted":
-        ranking.fuse_weighted(cands, s.vectorWeight, s.textWeight)
-    elif s.fusion == "rrf":
-        ranking.fuse_rrf(cands, s.rrfK, s.vectorWeight, s.textWeight)
-    else:
-        ranking.fuse_minmax(cands, s.vectorWeight, s.textWeight)
+    ranking.FUSIONS[s.fusion].fuse(cands, s.vectorWeight, s.textWeight, s.rrfK)
 
 
 def _vector_problem(identity: dict[str, Any], embedder: Embedder | None, error: str | None) -> str | None:

@@ -26,6 +26,7 @@ from typing import Any
 import apsw
 import numpy as np
 
+from .errors import StoreError
 from .locking import swap_lock
 from .query import fts_text
 from .vector_matrix import MATRICES, MATRIX_MIN_CHUNKS, top_k
@@ -40,10 +41,6 @@ _CHUNK_VECTORS = (
     "SELECT c.id, e.embedding FROM chunks c CROSS JOIN embedding_cache e ON e.hash = c.hash "
     "AND e.provider = ? AND e.model = ? AND e.fingerprint = ?"
 )
-
-
-class StoreError(RuntimeError):
-    """The index file cannot be used (newer schema, corrupt file); the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +160,7 @@ class Store:
                     created_at REAL NOT NULL,
                     PRIMARY KEY (provider, model, fingerprint, hash)
                 ) WITHOUT ROWID;
-                -- token bits for the MaxSim reranker (core/maxsim.py), by reranker fingerprint and text hash
+                -- token bits for the MaxSim reranker (core/rerankers/maxsim.py), by reranker fingerprint and text hash
                 CREATE TABLE IF NOT EXISTS token_cache (
                     fingerprint TEXT NOT NULL,
                     hash TEXT NOT NULL,

@@ -22,11 +22,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from core.chunking import chunk_text
 from core.config import Config, SyncConfig
 from core.embedders import Embedder, EmbedderWrapper
-from core.indexer import cache_key, read_memory_file
-from core.scan import scan
+from core.indexer import cache_key
+from core.sources import active, read_memory_file
 from core.store import Store
 from flows.ratelimit import limited_embedder
 
@@ -87,16 +86,17 @@ class PrecomputedEmbedder(EmbedderWrapper):
 
 
 def texts_to_embed(config: Config, embedder: Embedder) -> list[str]:
-    """The chunk texts of the workspace that the live index's cache lacks, read and chunked as the indexer does
-    (unreadable files are left to the indexer, which reports them)."""
+    """The chunk texts of every active source that the live index's cache lacks, read and chunked by their
+    source as the indexer does (unreadable files and warnings are left to the indexer, which reports them)."""
     texts: dict[str, str] = {}
-    for entry in scan(config).files:
-        try:
-            _, text, _ = read_memory_file(config.workspace / entry.path)
-        except OSError:
-            continue
-        for chunk in chunk_text(text or "", config.chunking.tokens, config.chunking.overlap):
-            texts[chunk.hash] = chunk.text
+    for source in active(config).values():
+        for entry in source.discover()[0]:
+            try:
+                _, text, _ = read_memory_file(source.path(entry.path))
+            except OSError:
+                continue
+            for chunk in source.chunk(entry.path, text or "", []):
+                texts[chunk.hash] = chunk.text
     cached: dict[str, Any] = {}
     if config.db_path.exists():
         live = Store(config.db_path, use_vec=False, readonly=True)

@@ -106,7 +106,7 @@ def _progress_for(agent: str, kind: str) -> Progress:
     """Progress to a Prefect progress artifact (the percentage, and its description: chunks embedded of
     chunks to embed, rate, ETA), and to the caller's callback (a terminal bar) if any."""
     artifact = create_progress_artifact(
-        0.0, key=f"{kind}-progress-{_artifact_key(agent)}", description=f"{kind} of {agent}: starting"
+        0.0, key=f"{kind}-progress-{artifact_key(agent)}", description=f"{kind} of {agent}: starting"
     )
     local = _progress.get()
     sent_at = [float("-inf")]
@@ -134,15 +134,15 @@ def _publish(agent: str, kind: str, report: SyncReport) -> None:
     for warning in report.warnings:
         logger.warning(warning)
     rows = [{"metric": k, "value": v} for k, v in report.to_dict().items() if k != "warnings"]
-    create_table_artifact(key=f"sync-report-{_artifact_key(agent)}", table=rows, description=f"{kind} of {agent}")
+    create_table_artifact(key=f"sync-report-{artifact_key(agent)}", table=rows, description=f"{kind} of {agent}")
     if report.warnings:
         lines = "\n".join(f"- {w}" for w in report.warnings)
         create_markdown_artifact(
-            key=f"sync-warnings-{_artifact_key(agent)}", markdown=f"# Files skipped or repaired\n\n{lines}\n"
+            key=f"sync-warnings-{artifact_key(agent)}", markdown=f"# Files skipped or repaired\n\n{lines}\n"
         )
 
 
-def _artifact_key(agent: str) -> str:
+def artifact_key(agent: str) -> str:
     """Artifact keys allow lower-case letters, digits and dashes only."""
     return "".join(c if c.isalnum() else "-" for c in agent.lower())
 

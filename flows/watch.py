@@ -1,7 +1,7 @@
 """The file watcher of `memsift up`: memory-file changes become debounced sync runs of the agents concerned.
 
 `watch` turns file events (watchfiles, inotify on Linux) into sets of agents to sync. Only events that name a
-memory file by the discovery rules (`core.scan.is_memory_path`: not in an `exclude` folder, Markdown, under
+memory file by the discovery rules (`core.sources.memory.is_memory_path`: not in an `exclude` folder, Markdown, under
 `memory/` or an `extraPaths` entry, or a root `MEMORY.md`) count, plus events on folders that could hold
 memory files, because renaming or moving a folder reports the folder alone. The debounce is watchfiles' own:
 a batch is handed over once no new change arrived for `debounce_ms` (and at the latest `MAX_DELAY_FACTOR`
@@ -26,7 +26,7 @@ from prefect.client.schemas.objects import FlowRun, State
 from prefect.deployments import run_deployment
 
 from core.config import Config
-from core.scan import is_memory_path
+from core.sources.memory import is_memory_path
 from flows.deployments import sync_deployment_name
 
 MAX_DELAY_FACTOR = 10

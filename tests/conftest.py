@@ -29,7 +29,7 @@ import pytest  # noqa: E402
 
 from core import MemoryIndex, load_config  # noqa: E402
 from core.config import Config  # noqa: E402
-from core.local_embedder import LocalEmbedder  # noqa: E402
+from core.embedders.local import LocalEmbedder  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from core import load_config
-from core.cross_encoder import DEFAULT_MAX_LENGTH, CrossEncoderReranker
-from core.local_embedder import _tokenizer_path
+from core.embedders.local import tokenizer_path
 from core.rerankers import RerankError, create_reranker
+from core.rerankers.cross_encoder import DEFAULT_MAX_LENGTH, CrossEncoderReranker
 
 VOCAB, DIMS = 30522, 48
 QUERY = "when did alice adopt the cat"
@@ -86,7 +86,7 @@ def make_folder(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]
     def make(files: dict[str, str] | None = None, **model) -> Path:
         folder = tmp_path_factory.mktemp("cross-encoder")
         onnx.save(tiny_cross_encoder(**model), folder / "model.onnx")
-        shutil.copy(_tokenizer_path(), folder / "tokenizer.json")
+        shutil.copy(tokenizer_path(), folder / "tokenizer.json")
         for name, text in (files or {}).items():
             (folder / name).write_text(text)
         return folder

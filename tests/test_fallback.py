@@ -10,7 +10,7 @@ from conftest import CountingEmbedder, FailingEmbedder, file_digest
 
 from api.cli import main
 from core.embedders import EmbeddingError
-from core.local_embedder import LocalEmbedder
+from core.embedders.local import LocalEmbedder
 
 NOTES = {
     "MEMORY.md": "# Memory\n- Dana drinks a flat white every morning.\n- The ledger runs on PostgreSQL 15.\n",

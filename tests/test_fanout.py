@@ -16,6 +16,7 @@ from core import ConfigError, load_config
 from flows import fanout
 from flows.sync import run_sync
 from tests.test_flows import Runs, task_counts
+from tests.test_sessions import message
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -110,3 +111,25 @@ def test_task_runner_is_validated(workspace, monkeypatch) -> None:
     runner = fanout.task_runner(config.sync)
     assert type(runner).__name__ == "DaskTaskRunner" and runner.address == "tcp://10.0.0.5:8786"
     assert fanout.task_runner(load_config(workspace=ws, overrides={"sync.taskRunner": "inline"}).sync) is None
+
+
+def test_transcripts_fan_out_with_the_memory_files(workspace, tmp_path, monkeypatch, counting_embedder) -> None:
+    """The fan-out reads every active source as the indexer does: a transcript's chunks (its rendering, not
+    its JSON) are embedded by `embed-batch` tasks, not inline afterwards."""
+    ws = workspace(FILES)
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    lines = [message("user", "Which database did we pick for the ledger?"), message("assistant", "PostgreSQL 15.")]
+    (sessions / "s1.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setenv("MEMSIFT_SOURCES", "memory,sessions")
+    monkeypatch.setenv("MEMSIFT_SESSIONS_DIR", str(sessions))
+
+    fanned = set(fanout.texts_to_embed(load_config(workspace=ws), counting_embedder))
+    assert "User: Which database did we pick for the ledger?\nAssistant: PostgreSQL 15." in fanned
+
+    _rebuild(ws, tmp_path / "inline", monkeypatch, "inline")
+    _, tasks = _rebuild(ws, tmp_path / "thread", monkeypatch, "thread")
+    _same_index(tmp_path / "inline", tmp_path / "thread")
+    chunks, _ = _index(tmp_path / "thread")
+    transcript = {row[4] for row in chunks if row[0] == "sessions/s1.jsonl"}
+    assert transcript and transcript <= fanned and tasks["embed-batch"] >= 2

@@ -18,7 +18,7 @@ from core import GetError, load_config
 from core.chunking import chunk_text, split_lines, weight
 from core.get import get_lines
 from core.query import fts_match, query_terms
-from core.scan import scan
+from core.sources.memory import scan
 from core.store import Store
 
 # -------------------------------------------------------------------------------- chunking

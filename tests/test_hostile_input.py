@@ -16,7 +16,7 @@ import pytest
 from index_checks import content, integrity
 
 from core import GetError
-from core.indexer import MAX_FILE_BYTES
+from core.sources.base import MAX_FILE_BYTES
 
 OUTSIDE_SECRET = "kestrel-outside-7f3a9c"
 DEEP = "memory/" + "d/" * 300 + "deep.md"  # deeper trees break shutil.rmtree (and pytest cleanup) on 3.11

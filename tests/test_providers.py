@@ -18,9 +18,8 @@ import pytest
 from core import MemoryIndex, load_config
 from core.config import Config
 from core.embedders import EmbedderUnavailable, EmbeddingError, create_embedder
-from core.local_embedder import LocalEmbedder
-from core.providers import HostedEmbedder
-from core.providers._http import split_utf8
+from core.embedders.hosted import HostedEmbedder, split_utf8
+from core.embedders.local import LocalEmbedder
 from tests.fake_provider import FakeProvider, fake_vector
 
 KEY = "sk-test-SECRET-0123456789abcdef"

@@ -8,9 +8,11 @@ from sample import NOTES
 
 from core import ranking
 from core.embedders import EmbedderWrapper
-from core.local_embedder import LocalEmbedder
-from core.maxsim import MaxSimReranker, pack, unpack
-from core.rerankers import RerankError, ScoreCache, rerank_shortlist, token_capture, wanted
+from core.embedders.local import LocalEmbedder
+from core.rerankers import RerankError
+from core.rerankers.local import token_capture
+from core.rerankers.maxsim import MaxSimReranker, pack, unpack
+from core.rerankers.shortlist import ScoreCache, rerank_shortlist, wanted
 
 
 class OverlapReranker:

@@ -11,8 +11,8 @@ import pytest
 
 from core import load_config
 from core.config import ConfigError, RerankConfig
-from core.rerank_http import CohereReranker, relevance_scores, rerank_url
 from core.rerankers import RerankError, create_reranker
+from core.rerankers.cohere import CohereReranker, relevance_scores, rerank_url
 from tests.fake_rerank import SHAPES, FakeReranker, fake_relevance
 
 KEY = "rk-test-SECRET-0123456789abcdef"

@@ -1,12 +1,11 @@
-"""Discovery of memory files (core/scan.py): which files a sync sees, and which it never reads."""
+"""Discovery of memory files (core/sources/memory.py): which files a sync sees, and which it never reads."""
 
 from __future__ import annotations
 
 import os
 import re
 
-from core.extra import external_roots, scan_external
-from core.scan import is_memory_path, scan
+from core.sources.memory import external_roots, is_memory_path, scan, scan_external
 
 
 def paths(config) -> list[str]:

@@ -1,4 +1,4 @@
-"""Session transcripts (core/sessions.py): opt-in, user and assistant messages only, JSONL line numbers,
+"""Session transcripts (core/sources/sessions.py): opt-in, user and assistant messages only, JSONL line numbers,
 bad lines skipped, re-indexed only after growing by a delta, `source: "sessions"`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from core import ConfigError, load_config
 from core.get import GetError
-from core.sessions import transcript_text
+from core.sources.sessions import transcript_text
 
 
 def message(role: str, text: str, wrapped: bool = True) -> str:

@@ -1,4 +1,4 @@
-"""Session transcripts: the second, opt-in source (`sources = ["memory", "sessions"]`).
+"""The `sessions` source: session transcripts, opt-in (`sources = ["memory", "sessions"]`).
 
 An agent's past conversations are JSON Lines files in `sessions.dir`, one event a line (OpenClaw writes
 `{"type": "message", "message": {"role": ..., "content": [{"type": "text", "text": ...}]}}`; a bare
@@ -23,10 +23,9 @@ import stat as statmod
 from pathlib import Path
 from typing import Any
 
-from .chunking import Chunk, chunk_text, split_lines
-from .config import Config
-from .extra import external_file
-from .scan import FileEntry
+from ..chunking import Chunk, chunk_text, split_lines
+from ..config import Config
+from .base import FileEntry
 
 PREFIX = "sessions/"
 SUFFIX = ".jsonl"
@@ -44,13 +43,40 @@ def is_session_path(config: Config, rel: str) -> bool:
     return enabled(config) and rel.startswith(PREFIX) and name.endswith(SUFFIX) and "/" not in name and name != SUFFIX
 
 
-def source_path(config: Config, rel: str) -> Path:
-    """Where the file an index path names lives: a transcript in `sessions.dir`, a file of an extraPaths entry
-    outside the workspace where that entry is (core/extra.py), else in the workspace."""
-    if is_session_path(config, rel):
-        assert config.sessions is not None
-        return config.sessions.dir / rel[len(PREFIX) :]
-    return external_file(config, rel) or config.workspace / rel
+def transcript_path(config: Config, rel: str) -> Path:
+    """Where the transcript an index path names lives: in `sessions.dir`, by its name."""
+    assert config.sessions is not None
+    return config.sessions.dir / rel[len(PREFIX) :]
+
+
+class SessionsSource:
+    """JSONL transcripts in `sessions.dir`, indexed and shown as their rendering, re-read once grown enough."""
+
+    name = "sessions"
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def discover(self) -> tuple[list[FileEntry], list[str]]:
+        return scan_sessions(self.config)
+
+    def due(self, entry: FileEntry, indexed_size: int) -> bool:
+        return grew_enough(self.config, entry, indexed_size)
+
+    def path(self, rel: str) -> Path:
+        return transcript_path(self.config, rel)
+
+    def chunk(self, rel: str, text: str, warnings: list[str]) -> list[Chunk]:
+        return chunk_transcript(rel, text, self.config.chunking.tokens, self.config.chunking.overlap, warnings)
+
+    def owns(self, rel: str) -> bool:
+        return is_session_path(self.config, rel)
+
+    def resolve(self, rel: str) -> Path:
+        return self.path(rel)  # by name only (no '/' in it), opened without following a symlink
+
+    def render(self, text: str) -> str:
+        return transcript_text(text)[0]
 
 
 def scan_sessions(config: Config) -> tuple[list[FileEntry], list[str]]:
@@ -93,7 +119,7 @@ def grew_enough(config: Config, entry: FileEntry, indexed_size: int) -> bool:
     if added >= config.sessions.deltaBytes:
         return True
     try:
-        fd = os.open(source_path(config, entry.path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(transcript_path(config, entry.path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as fh:
             fh.seek(indexed_size)
             appended = fh.read(added)

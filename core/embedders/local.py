@@ -7,7 +7,7 @@ model uses, extended across windows), so no tail of a chunk is invisible to the 
 short and read in one window.
 
 Two graphs of the same model: `shipped` (the packaged file, int8 weights computed in fp32) and `optimized`
-(rebuilt once from it by `core.model_graph`: fused kernels, int8 matmuls; 1.7-2.4 times the throughput, about
+(rebuilt once from it by `core.embedders.model_graph`: fused kernels, int8 matmuls; 1.7-2.4 times the throughput, about
 0.7 times the memory). `embedding.localGraph` picks one; vectors differ slightly, so the fingerprint names
 the graph and a change rebuilds the index.
 """
@@ -24,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .embedders import EmbedderUnavailable
+from ..config import LOCAL_GRAPHS as GRAPHS
+from ..config import EmbeddingConfig
+from ..errors import EmbedderUnavailable
 
 log = logging.getLogger("memsift")
 
@@ -34,7 +36,6 @@ BATCH_WINDOWS = 32
 #: Padded tokens per model call. Attention memory grows with windows x width^2: 8 full windows instead of 32
 #: cut the resident peak of a sync from ~970 to ~370 MB at the same throughput (bench/README.md "Embedder").
 BATCH_TOKENS = 2048
-GRAPHS = ("optimized", "shipped")
 
 #: Fixed texts on which an optimised graph must agree with the shipped one: short and long, prose, code, dates.
 VERIFY_TEXTS = (
@@ -55,7 +56,8 @@ RECENT_QUERIES = 16
 WindowSink = Callable[[int, list[int], np.ndarray], None]
 
 
-def _tokenizer_path() -> Path:
+def tokenizer_path() -> Path:
+    """The vendored tokenizer of the packaged model (`core/model/`)."""
     return Path(str(resources.files("core") / "model" / "tokenizer.json"))
 
 
@@ -93,7 +95,7 @@ class LocalEmbedder:
         self.calls = 0
         self._queries: OrderedDict[str, tuple[np.ndarray, list[tuple[list[int], np.ndarray]]]] = OrderedDict()
         self._queries_lock = threading.Lock()
-        self._tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_path()))
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
         self._cls = self._tokenizer.token_to_id("[CLS]")
@@ -183,6 +185,11 @@ class LocalEmbedder:
             for ids, states in known[1]:
                 sink(0, ids, states)
         return known[0].copy()
+
+
+def from_config(config: EmbeddingConfig) -> LocalEmbedder:
+    """`embedding.provider = "local"`: the process's one instance of the configured graph."""
+    return LocalEmbedder.shared(config.model, config.localGraph)
 
 
 def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:

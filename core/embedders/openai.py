@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._http import HostedEmbedder
+from .hosted import HostedEmbedder
 
 
 class OpenAIEmbedder(HostedEmbedder):

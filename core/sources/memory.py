@@ -1,32 +1,71 @@
-"""Discovery of an agent's memory files.
+"""The `memory` source: an agent's Markdown memory files, always indexed.
 
-`MEMORY.md`, `memory.md`, `memory/**/*.md` and the `extraPaths` inside the workspace (those outside it:
-core/extra.py). Symlinks are
-never followed (neither files nor folders), `exclude` names are never walked, and a file reachable twice
-(hard link, case-insensitive file system) is kept once. Only `stat` is called here: a sync that finds
-nothing changed reads no file contents.
+`MEMORY.md`, `memory.md`, `memory/**/*.md` and the `extraPaths`. Symlinks are never followed (neither files
+nor folders), `exclude` names are never walked, and a file reachable twice (hard link, case-insensitive file
+system) is kept once. Only `stat` is called here: a sync that finds nothing changed reads no file contents.
+
+An `extraPaths` entry outside the workspace (absolute, or `../` relative), as OpenClaw allows, is indexed
+under a stable path that looks like any other: `extra/<h>/<path inside the entry>`, where `<h>` is the first
+8 hex digits of the SHA-256 of the entry's absolute path (normalised, symlinks not resolved); a single-file
+entry's file is `extra/<h>/<its name>`. The name depends only on where the entry is, so it survives rebuilds,
+and `get` maps it back to exactly that file. Inside an entry the workspace's rules apply; the entry itself may
+not be a symlink (the folders above it are the user's own choice).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat as statmod
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config
+from ..chunking import Chunk, chunk_text
+from ..config import Config
+from ..errors import GetError
+from .base import FileEntry
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
 LOOKED_FOR = "MEMORY.md, memory.md, memory/**/*.md and the extraPaths entries"
+EXTERNAL = "extra/"  # the prefix of the index paths of files outside the workspace
 
 
-@dataclass(frozen=True)
-class FileEntry:
-    path: str  # workspace-relative, '/' separated
-    size: int
-    mtime_ns: int
-    source: str = "memory"
+class MemorySource:
+    """Markdown files in the workspace, chunked as they are; `get` refuses a path through a symlink."""
+
+    name = "memory"
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def discover(self) -> tuple[list[FileEntry], list[str]]:
+        result = scan(self.config)
+        external, warnings = scan_external(self.config)
+        return sorted(result.files + external, key=lambda f: f.path), result.warnings + warnings
+
+    def due(self, entry: FileEntry, indexed_size: int) -> bool:
+        return True
+
+    def path(self, rel: str) -> Path:
+        return external_file(self.config, rel) or self.config.workspace / rel
+
+    def chunk(self, rel: str, text: str, warnings: list[str]) -> list[Chunk]:
+        return chunk_text(text, self.config.chunking.tokens, self.config.chunking.overlap)
+
+    def owns(self, rel: str) -> bool:
+        return is_memory_path(self.config, rel) or external_file(self.config, rel) is not None
+
+    def resolve(self, rel: str) -> Path:
+        external = external_file(self.config, rel)  # it refused symlinks, excluded folders, other names
+        if external is not None:
+            return external
+        if has_symlink(self.config.workspace, rel):
+            raise GetError(403, f"path {rel!r}: goes through a symlink")
+        return self.path(rel)
+
+    def render(self, text: str) -> str:
+        return text
 
 
 @dataclass
@@ -69,7 +108,7 @@ def scan(config: Config) -> ScanResult:
     for extra in config.extra_paths:
         rel = extra_relpath(ws, extra)
         if rel is None:
-            continue  # outside the workspace: core.extra indexes it under extra/<h>/
+            continue  # outside the workspace: scan_external indexes it under extra/<h>/
         if has_symlink(ws, rel):
             warnings.append(f"skipped extraPaths entry {extra!r}: it goes through a symlink")
             continue
@@ -172,3 +211,66 @@ def is_memory_path(config: Config, rel: str) -> bool:
         if base is not None and (rel == base or walked_from(base)):
             return True
     return False
+
+@dataclass(frozen=True)
+class ExternalRoot:
+    entry: str  # as configured
+    path: Path  # absolute, normalised
+    prefix: str  # "extra/<h>"
+
+
+def external_roots(config: Config) -> list[ExternalRoot]:
+    roots = []
+    for extra in config.extra_paths:
+        if extra_relpath(config.workspace, extra) is not None:
+            continue  # inside the workspace: scan() indexes it under its own path
+        path = Path(os.path.normpath(os.path.join(config.workspace, os.path.expanduser(extra))))
+        roots.append(ExternalRoot(extra, path, EXTERNAL + hashlib.sha256(str(path).encode()).hexdigest()[:8]))
+    return roots
+
+
+def scan_external(config: Config) -> tuple[list[FileEntry], list[str]]:
+    """The Markdown files of the external entries, named `extra/<h>/...`, and warnings."""
+    files: list[FileEntry] = []
+    warnings: list[str] = []
+    exclude = set(config.exclude)
+    for root in external_roots(config):
+        st = lstat(root.path)
+        inside: list[str] = []  # warnings about files in the entry, named relative to it
+        if st is None:
+            warnings.append(f"skipped extraPaths entry {root.entry!r}: it does not exist")
+        elif statmod.S_ISLNK(st.st_mode):
+            warnings.append(f"skipped extraPaths entry {root.entry!r}: a symlink (symlinks are never followed)")
+        elif statmod.S_ISDIR(st.st_mode):
+
+            def add(rel: str, found: os.stat_result, root: ExternalRoot = root) -> None:
+                files.append(FileEntry(f"{root.prefix}/{rel}", found.st_size, found.st_mtime_ns))
+
+            walk(root.path, "", exclude, add, inside)
+        elif statmod.S_ISREG(st.st_mode) and root.path.name.lower().endswith(".md"):
+            files.append(FileEntry(f"{root.prefix}/{root.path.name}", st.st_size, st.st_mtime_ns))
+        else:
+            warnings.append(f"skipped extraPaths entry {root.entry!r}: not a folder or a .md file")
+        warnings.extend(f"{w} (in extraPaths entry {root.entry!r})" for w in inside)
+    return files, warnings
+
+
+def external_file(config: Config, rel: str) -> Path | None:
+    """The file outside the workspace that an index path `extra/<h>/...` names by the rules above, or None
+    (no such entry, not Markdown, in an `exclude` folder, or through a symlink)."""
+    if not rel.startswith(EXTERNAL):
+        return None
+    for root in external_roots(config):
+        if not rel.startswith(root.prefix + "/"):
+            continue
+        inner = rel[len(root.prefix) + 1 :]
+        st = lstat(root.path)
+        if st is None or statmod.S_ISLNK(st.st_mode) or not inner.lower().endswith(".md"):
+            return None
+        if statmod.S_ISREG(st.st_mode):
+            return root.path if inner == root.path.name else None
+        parts = inner.split("/")
+        if any(p in config.exclude for p in parts[:-1]) or has_symlink(root.path, inner):
+            return None
+        return root.path / inner
+    return None

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .rerankers import RerankError
+from ..errors import RerankError
 
 MODEL_FILES = ("model.onnx", "onnx/model.onnx")
 TOKENIZER_FILE = "tokenizer.json"

@@ -10,7 +10,7 @@ reads every known shape:
 
 Every document must come back with a score, or the whole answer is refused (RerankError): a partial
 ranking would silently push the unscored documents down. HTTP, retries, Retry-After and the redaction of
-secrets are the hosted embedders' (`providers._http.JsonEndpoint`), so both behave the same under faults.
+secrets are the hosted embedders' (`core.embedders.hosted.JsonEndpoint`), so both behave the same under faults.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from .config import RerankConfig
-from .limiter import RateLimiter
-from .providers._http import JsonEndpoint, public_headers
-from .rerankers import RerankError
+from ..config import RerankConfig
+from ..embedders import Embedder
+from ..embedders.hosted import JsonEndpoint, public_headers
+from ..errors import RerankError
+from ..limiter import RateLimiter
 
 #: The key for any dialect; the dialect's own variable (COHERE_API_KEY...) is read when this one is unset.
 KEY_ENV = "MEMSIFT_RERANK_API_KEY"
@@ -85,6 +86,11 @@ def relevance_scores(payload: Any, count: int) -> list[float]:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
         raise ValueError(f"no score for {len(missing)} of {count} documents (index {shown})")
     return [s for s in scores if s is not None]
+
+
+def from_config(config: RerankConfig, embedder: Embedder | None = None) -> CohereReranker:
+    """`rerank.provider = "cohere"`; the index's embedder plays no part."""
+    return CohereReranker(config)
 
 
 class CohereReranker(JsonEndpoint):

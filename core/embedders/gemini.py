@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._http import HostedEmbedder
+from .hosted import HostedEmbedder
 
 
 class GeminiEmbedder(HostedEmbedder):

@@ -3,7 +3,7 @@
 A provider subclass only says how its wire format looks (`_request`, `_vectors`) and what it knows about its
 models; everything that decides whether an index stays consistent (order, counts, dimensions, which faults
 are retried and which are not, what an error message may contain) lives here once. `JsonEndpoint` (one JSON
-POST with retries, Retry-After and redacted errors) is shared with the hosted reranker (`core.rerank_http`).
+POST with retries, Retry-After and redacted errors) is shared with the hosted reranker (`core.rerankers.cohere`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from ..config import EmbeddingConfig
-from ..embedders import EmbedderUnavailable, EmbeddingError
+from ..errors import EmbedderUnavailable, EmbeddingError
 from ..limiter import RateLimiter
 
 REMOTE_TIMEOUT = 120.0

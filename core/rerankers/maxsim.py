@@ -5,7 +5,8 @@ a document's score is the mean, over the query's content tokens, of the best cos
 document's content tokens (ColBERT's MaxSim). The mean-pooled chunk vector blurs a 400-token chunk into one
 point; MaxSim lets each query word find its own match.
 
-Measured on locomo-dev (README "Retrieval quality"), blended evenly with the fused score: nDCG@10 +1.6 points.
+Measured on locomo-dev (docs/search-and-ranking.md, "Retrieval quality"), blended evenly with the fused score:
+nDCG@10 +1.6 points.
 Two measured choices keep it cheap enough to run on every search:
 - Document tokens are stored as sign bits (48 bytes a token), content tokens only (stop words and
   punctuation dropped, half the tokens): the same quality as float32 token vectors on locomo-dev.
@@ -20,8 +21,8 @@ import threading
 
 import numpy as np
 
-from .local_embedder import LocalEmbedder
-from .query import STOP_WORDS
+from ..embedders.local import LocalEmbedder
+from ..query import STOP_WORDS
 
 _WORD = re.compile(r"\w")
 

@@ -1,7 +1,6 @@
-"""Embedders: the interface the indexer and search use, and the choice of one from the configuration.
+"""What every embedder shares: the protocol the indexer and search use, and the two wrappers.
 
-`local` is the packaged MiniLM, `none` gives keyword-only search, the hosted providers live in
-`core.providers`; `auto` picks a hosted one only when a model or base URL is configured and its key is set.
+The kinds and the factory that picks one live beside this module (`core.embedders`).
 """
 
 from __future__ import annotations
@@ -10,16 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .config import EmbeddingConfig
-
-
-class EmbedderUnavailable(RuntimeError):
-    """The configured embedder cannot run; search degrades to keyword mode and says why."""
-
-
-class EmbeddingError(RuntimeError):
-    """A provider failed to embed after its retries (quota, outage, bad answer); the message names the
-    provider, the status and what to do, never a key. A sync that meets it may switch to the fallback."""
+from ..errors import EmbeddingError
 
 
 class Embedder(Protocol):
@@ -74,25 +64,3 @@ class EmbedderWrapper:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.inner.embed_query(text)
-
-
-def create_embedder(config: EmbeddingConfig) -> Embedder | None:
-    """The embedder the configuration asks for; None for `provider = "none"`.
-
-    Raises EmbedderUnavailable with a reason a person can act on.
-    """
-    if config.provider == "none":
-        return None
-    from .providers import PROVIDERS, auto_provider
-
-    provider = auto_provider(config) if config.provider == "auto" else config.provider
-    if provider == "local":
-        from .local_embedder import LocalEmbedder
-
-        return LocalEmbedder.shared(config.model, config.localGraph)
-    if provider in PROVIDERS:
-        return PROVIDERS[provider](config)
-    raise EmbedderUnavailable(
-        f"embedding.provider = {config.provider!r} is not available in this version; "
-        f"use one of local, none, {', '.join(PROVIDERS)}"
-    )

@@ -1,12 +1,7 @@
-"""Rerankers: a second opinion on the fused shortlist (SPEC section 5, `rerank.*`).
+"""Reranking search's shortlist: scores from a per-process cache or the reranker, blended with the fused order.
 
-A reranker scores (query, document) pairs; search blends those scores with the retrieval order (see
-`ranking.blend`) rather than replacing it, so an exact match that the reranker undervalues is not thrown away.
-Three kinds, chosen by `rerank.provider` and `rerank.model`:
-
-- `local` + `maxsim` (default): late interaction over the local MiniLM's token vectors; no extra weights.
-- `local` + a folder holding `model.onnx` and `tokenizer.json`: any cross-encoder the user brings.
-- `cohere`: any Cohere-style `/rerank` endpoint (Cohere, Jina, Voyage, text-embeddings-inference, vLLM).
+Reranking refines an answer and never costs one: a reranker that cannot start or fails leaves the fused
+order, with the reason in the search's `degraded`.
 """
 
 from __future__ import annotations
@@ -14,74 +9,20 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from . import ranking
-from .config import Config, RerankConfig
-from .embedders import Embedder, EmbedderWrapper
-from .local_embedder import LocalEmbedder
+from .. import ranking
+from ..config import Config
+from ..embedders import Embedder
+from . import Reranker, RerankError, create_reranker
+from .local import token_capture
 
 if TYPE_CHECKING:
-    from .maxsim import MaxSimReranker
-    from .store import ChunkRow, Store
+    from ..store import ChunkRow, Store
 
 
-#: `rerank.model` for the local provider when none is set.
-LOCAL_DEFAULT = "maxsim"
 #: Scores kept per process by (reranker fingerprint, query, chunk hash): an agent often asks again.
 SCORE_CACHE_ENTRIES = 50_000
-
-
-class RerankError(RuntimeError):
-    """The reranker could not score this shortlist; search answers in fused order and says why (`degraded`)."""
-
-
-class Reranker(Protocol):
-    provider: str
-    model: str
-    #: Changes whenever the same (query, document) could get another score: part of the score-cache key.
-    fingerprint: str
-
-    def score(self, query: str, documents: list[str]) -> list[float]:
-        """One relevance per document, in order; higher is better; any scale. Raises RerankError."""
-        ...
-
-
-def create_reranker(config: RerankConfig, embedder: Embedder | None = None) -> Reranker:
-    """The configured reranker; `embedder` is the index's own (MaxSim needs the local model's token states)."""
-    if config.provider == "cohere":
-        from .rerank_http import CohereReranker
-
-        return CohereReranker(config)
-    model = config.model or LOCAL_DEFAULT
-    if model == LOCAL_DEFAULT:
-        from .maxsim import MaxSimReranker
-
-        return MaxSimReranker.of(_local_model(embedder) or LocalEmbedder.shared())
-    from .cross_encoder import CrossEncoderReranker
-
-    return CrossEncoderReranker.from_folder(model)
-
-
-def _local_model(embedder: Embedder | None) -> LocalEmbedder | None:
-    while isinstance(embedder, EmbedderWrapper):
-        embedder = embedder.inner
-    return embedder if isinstance(embedder, LocalEmbedder) else None
-
-
-def is_maxsim(config: RerankConfig) -> bool:
-    return config.provider == "local" and (config.model or LOCAL_DEFAULT) == LOCAL_DEFAULT
-
-
-def token_capture(config: Config, embedder: Embedder | None) -> MaxSimReranker | None:
-    """The MaxSim reranker when the sync should keep token bits: reranking may run with it and the index is
-    built by the local model (whose pass over each chunk yields the token states for free)."""
-    local = _local_model(embedder)
-    if config.rerank.enabled is False or not is_maxsim(config.rerank) or local is None:
-        return None
-    from .maxsim import MaxSimReranker
-
-    return MaxSimReranker.of(local)
 
 
 def wanted(config: Config, requested: bool | None, embedder: Embedder | None) -> bool:

@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import memsift_home
-from .locking import file_lock
+from ..config import memsift_home
+from ..errors import GraphBuildError
+from ..locking import file_lock
 
 log = logging.getLogger("memsift")
 
@@ -37,10 +38,6 @@ log = logging.getLogger("memsift")
 MIN_AGREEMENT = 0.99
 NUM_HEADS = 12  # all-MiniLM-L6-v2: 384 hidden = 12 heads x 32
 HIDDEN_SIZE = 384
-
-
-class GraphBuildError(RuntimeError):
-    """The optimised graph could not be built or did not agree with the shipped one."""
 
 
 def models_dir(env: dict[str, str] | None = None) -> Path:

@@ -1,0 +1,73 @@
+"""Embedders: the family of kinds that turn text into vectors, and the choice of one from the configuration.
+
+Each kind is one module here: `local` (the packaged MiniLM, with `model_graph` building its optimised graph)
+and the hosted providers (`openai` and `mistral`, `gemini`, `voyage`, `ollama`) on the shared HTTP base in
+`hosted`. `base` holds what they all share: the protocol, the wrappers and the errors. A new provider is one
+file plus one line in `EMBEDDERS`; `embedding.provider` takes its choices from that table. Besides the kinds,
+`none` gives keyword-only search and `auto` picks a hosted kind only when a model or base URL is configured
+and its key is set.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ..errors import EmbedderUnavailable, EmbeddingError
+from ..registry import load
+from .base import DownEmbedder, Embedder, EmbedderWrapper
+
+if TYPE_CHECKING:
+    from ..config import EmbeddingConfig
+
+__all__ = [
+    "EMBEDDERS",
+    "PROVIDERS",
+    "DownEmbedder",
+    "Embedder",
+    "EmbedderUnavailable",
+    "EmbedderWrapper",
+    "EmbeddingError",
+    "auto_provider",
+    "create_embedder",
+]
+
+#: `embedding.provider` -> "module:callable" that builds the embedder from the EmbeddingConfig.
+EMBEDDERS = {
+    "local": "core.embedders.local:from_config",
+    "openai": "core.embedders.openai:OpenAIEmbedder",
+    "gemini": "core.embedders.gemini:GeminiEmbedder",
+    "voyage": "core.embedders.voyage:VoyageEmbedder",
+    "mistral": "core.embedders.openai:MistralEmbedder",
+    "ollama": "core.embedders.ollama:OllamaEmbedder",
+}
+#: Every `embedding.provider` (and `embedding.fallback`) value: the kinds, and the two names that are not one.
+PROVIDERS = ("auto", *EMBEDDERS, "none")
+#: `auto` tries these, in this order, when a model or base URL is configured and the key is set.
+AUTO_ORDER = ("openai", "gemini", "voyage", "mistral")
+
+
+def auto_provider(config: EmbeddingConfig) -> str:
+    """`local` unless a model or base URL is configured and a hosted key is in the environment."""
+    if config.model or config.baseUrl:
+        for name in AUTO_ORDER:
+            key_env = load(EMBEDDERS[name]).key_env
+            if key_env and os.environ.get(key_env):
+                return name
+    return "local"
+
+
+def create_embedder(config: EmbeddingConfig) -> Embedder | None:
+    """The embedder the configuration asks for; None for `provider = "none"`.
+
+    Raises EmbedderUnavailable with a reason a person can act on.
+    """
+    if config.provider == "none":
+        return None
+    provider = auto_provider(config) if config.provider == "auto" else config.provider
+    if provider in EMBEDDERS:
+        return load(EMBEDDERS[provider])(config)
+    raise EmbedderUnavailable(
+        f"embedding.provider = {config.provider!r} is not available in this version; "
+        f"use one of {', '.join(name for name in PROVIDERS if name != 'auto')}"
+    )

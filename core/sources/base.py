@@ -1,0 +1,83 @@
+"""What every source shares: the `Source` protocol, the entry its discovery yields, the one way a file is read.
+
+A source is one kind of file an index holds (the Markdown memory, session transcripts). The sync, `get` and
+the fan-out of a rebuild ask a path's source how to find, read, chunk and show it, instead of knowing the
+kinds; a file is always read by `read_memory_file`, which never follows a symlink.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..chunking import Chunk
+
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # workspace-relative, '/' separated
+    size: int
+    mtime_ns: int
+    source: str = "memory"
+
+
+class Source(Protocol):
+    #: Its entry in `sources`, and the `source` of its files in the index.
+    name: str
+
+    def discover(self) -> tuple[list[FileEntry], list[str]]:
+        """The source's files, found by `stat` only and sorted by path, and warnings about what was skipped."""
+        ...
+
+    def due(self, entry: FileEntry, indexed_size: int) -> bool:
+        """Whether an indexed file whose stat changed is worth reading in this sync."""
+        ...
+
+    def path(self, rel: str) -> Path:
+        """Where the file an index path names lives (read it with `read_memory_file`)."""
+        ...
+
+    def chunk(self, rel: str, text: str, warnings: list[str]) -> list[Chunk]:
+        """The chunks of a file's text; problems worth telling go to `warnings`."""
+        ...
+
+    def owns(self, rel: str) -> bool:
+        """Whether an index path names a file of this source by its naming rules (it may not exist)."""
+        ...
+
+    def resolve(self, rel: str) -> Path:
+        """The file `get` reads for a path this source owns; GetError when `get` must refuse it."""
+        ...
+
+    def render(self, text: str) -> str:
+        """A file's text as `get` returns it, line for line with its chunks' line numbers."""
+        ...
+
+
+def read_memory_file(path: Path) -> tuple[bytes, str | None, str | None]:
+    """(raw bytes, text or None when unusable, warning or None). Never follows a symlink."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        return raw, None, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"
+    return (raw, *decode(raw))
+
+
+def decode(raw: bytes) -> tuple[str | None, str | None]:
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return raw.decode("utf-16"), None
+        except UnicodeDecodeError:
+            return None, "not valid UTF-16"
+    if b"\x00" in raw:
+        return None, "binary content (NUL bytes)"
+    try:
+        return raw.decode("utf-8-sig"), None
+    except UnicodeDecodeError:
+        return raw.decode("utf-8-sig", errors="replace"), "invalid UTF-8, bad bytes replaced with U+FFFD"

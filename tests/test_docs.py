@@ -1,0 +1,55 @@
+"""The documentation covers the whole surface, as datasette's documentation tests do: every configuration key
+of `core/config.py`'s schema table, every CLI command and every REST route appears in docs/."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from api.app import create_app
+from api.cli import _parser
+from core.config import _SCHEMA
+
+DOCS = "\n".join(p.read_text(encoding="utf-8") for p in sorted((Path(__file__).parent.parent / "docs").glob("*.md")))
+#: Litestar's own catch-all under the docs page: it serves nothing of memsift's (404 for any other path).
+NOT_OURS = {"/schema/{path}"}
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = "memsift") -> list[str]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                nested = _commands(sub, f"{prefix} {name}")
+                found.extend(nested or [f"{prefix} {name}"])
+    return found
+
+
+def _routes(config) -> list[str]:
+    paths = {re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path) for route in create_app(config).routes}
+    return sorted(paths - NOT_OURS)
+
+
+@pytest.mark.parametrize("key", sorted(_SCHEMA))
+def test_every_configuration_key_is_documented(key: str) -> None:
+    assert f"`{key}`" in DOCS
+
+
+@pytest.mark.parametrize("command", _commands(_parser()))
+def test_every_cli_command_is_documented(command: str) -> None:
+    assert command in DOCS
+
+
+def test_every_rest_route_is_documented(workspace, make_config) -> None:
+    routes = _routes(make_config(workspace({"MEMORY.md": "x\n"})))
+    assert {"/v1/search", "/v1/get", "/v1/index/{runId}", "/healthz", "/static/{file_path}"} <= set(routes)
+    assert [route for route in routes if not re.search(rf"(?<![\w/]){re.escape(route)}(?![\w/{{])", DOCS)] == []
+
+
+def test_the_commands_and_routes_are_found():
+    """The lists the tests walk are the real ones (a parser or app change cannot empty them silently)."""
+    commands = _commands(_parser())
+    assert "memsift model build" in commands and "memsift search" in commands and len(commands) == 10
