@@ -20,7 +20,7 @@ from .chunking import split_lines
 from .config import Config
 from .errors import GetError
 from .sources import Source, owner, read_memory_file
-from .sources.memory import EXTERNAL
+from .sources.memory import external_file
 
 
 def check_path(config: Config, path: str, indexed: Callable[[str], bool] | None = None) -> tuple[Source, Path]:
@@ -42,7 +42,7 @@ def check_path(config: Config, path: str, indexed: Callable[[str], bool] | None 
     if source is None:
         raise GetError(403, f"path {path!r}: not a memory file (MEMORY.md, memory.md, memory/**/*.md, extraPaths)")
     full = source.resolve(path)
-    if path.startswith(EXTERNAL) and indexed is not None and not indexed(path):
+    if indexed is not None and external_file(config, path) is not None and not indexed(path):
         raise GetError(404, f"path {path!r}: not in the index (run `memsift index` after adding it)")
     return source, full
 
