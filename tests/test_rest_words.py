@@ -4,6 +4,7 @@ strict types, the docs address printed at start, the docs page at /docs, and sam
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from test_api_server import free_port, wait_for
+from test_api_server import START_SECONDS, free_port, wait_for
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 EXAMPLE = Path(__file__).parent.parent / "examples" / "workspace"
@@ -35,7 +36,9 @@ def served(prefect_harness, tmp_path: Path, memsift_home: Path) -> Iterator[tupl
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
     )  # fmt: skip
     try:
-        first = proc.stdout.readline()  # printed before the server starts listening
+        # printed before the server starts listening; a server that prints nothing must not hang the test
+        ready, _, _ = select.select([proc.stdout], [], [], START_SECONDS)
+        first = proc.stdout.readline() if ready else ""
         base = f"http://127.0.0.1:{port}"
         wait_for(proc, f"{base}/readyz")
         yield base, first
