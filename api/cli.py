@@ -9,13 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from core import MemoryIndex, MemsiftError, load_config
-from core.config import FUSIONS, MODES, default
+from core.config import FUSIONS, MODES, default, memsift_home
 from core.sources.memory import nothing_found
 
 
@@ -163,16 +166,50 @@ def _parser() -> _Parser:
         help="run again with these values on top and print both tables and the difference, repeatable "
         "(default: no comparison)",
     )
+
+    tr = sub.add_parser("train-ranker", parents=[common], help="fit the learned ranker on labelled query files")
+    tr.add_argument("queries", nargs="+", metavar="QUERIES.jsonl", help="query files in the eval format")
+    tr.add_argument("--out", required=True, type=Path, metavar="PATH", help="where to write the model (JSON)")
+    tr.add_argument("--l2", type=_bounded(float, 0.0, 1e6), default=1.0, metavar="X", help="L2 penalty (default 1)")
     return p
 
 
-# Prefect's console chatter would interleave with our output; runs still log to the Prefect API and UI.
+# Prefect's console chatter (its "Crash detected!" and failure tracebacks among it) would interleave with our
+# one-line errors; runs still log everything to the Prefect API and UI.
 _QUIET_PREFECT = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "ERROR",
-    "PREFECT_LOGGING_HANDLERS_CONSOLE_FLOW_RUNS_LEVEL": "ERROR",
-    "PREFECT_LOGGING_HANDLERS_CONSOLE_TASK_RUNS_LEVEL": "ERROR",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "CRITICAL",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_FLOW_RUNS_LEVEL": "CRITICAL",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_TASK_RUNS_LEVEL": "CRITICAL",
 }
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during `memsift index`: unwinds like Ctrl-C (transactions roll back, a rebuild's temp
+    file goes, a flow run is marked crashed), then the process exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Interrupted` in the main thread while inside (the default SIGTERM would kill
+    the process on the spot: a flow run left Running in the UI, no word to the user)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,14 +219,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.debug:
         for key, value in _QUIET_PREFECT.items():
             os.environ.setdefault(key, value)
+    # Nothing outside MEMSIFT_HOME (and the workspace): Prefect keeps its profiles, results and logs there, not in
+    # ~/.prefect, and onnxruntime writes its device id under $XDG_CACHE_HOME (default ~/.cache).
+    home = memsift_home()
+    os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
+    os.environ.setdefault("XDG_CACHE_HOME", str(home / "cache"))
     try:
         return _COMMANDS[args.command](args)
     except MemsiftError as exc:
         return _fail(args, str(exc))
+    except Interrupted as exc:
+        _fail(args, f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}")
+        _exit_now(128 + exc.signum)
     except KeyboardInterrupt:
         return _fail(args, "interrupted")
     except Exception as exc:  # anything else is a bug or an environment problem: one line unless --debug
         return _fail(args, f"{type(exc).__name__}: {exc}")
+
+
+_AFTER_INTERRUPT = {"index": "the index is as the last completed step left it; the next `memsift index` completes it"}
+
+
+def _exit_now(code: int) -> None:
+    """Exit without joining worker threads: every index write is on the main thread, which has unwound by now
+    (rolled back, temp files removed), while threads with an HTTP request in flight would hold the exit for
+    as long as the request takes (a provider's timeout is 120 s)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
@@ -197,7 +254,7 @@ def _fail(args: argparse.Namespace, message: str) -> int:
         import traceback
 
         traceback.print_exc()
-    print(f"memsift: error: {message}", file=sys.stderr)
+    print(f"memsift: error: {message.rstrip('; ')}", file=sys.stderr)
     return 1
 
 
@@ -219,24 +276,16 @@ def _print_json(doc: Any) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     config = _config(args)  # validate before starting Prefect
+    from api.indexing import sync_agent
     from api.progress import progress_bar
 
-    with MemoryIndex(config) as index, progress_bar(enabled=not args.json and sys.stderr.isatty()) as progress:
-        index.require_embedder()
+    with _interruptible(), progress_bar(enabled=not args.json and sys.stderr.isatty()) as progress:
         if args.no_prefect:
-            report = index.sync(force=args.force, progress=progress)
+            with MemoryIndex(config) as index:
+                index.require_embedder()
+                report, where = index.sync(force=args.force, progress=progress), None
         else:
-            index.close()  # the flow opens its own
-            _use_running_server(config.home)
-            from flows.sync import run_sync
-
-            report = run_sync(
-                agent=config.agent,
-                workspace=str(config.workspace),
-                config_path=str(config.source) if config.source else None,
-                force=args.force,
-                progress=progress,
-            )
+            report, where = sync_agent(config, force=args.force, progress=progress)
     if args.json:
         _print_json(report.to_dict())
         return 0
@@ -250,18 +299,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     )
     print(f"chunks: {r.chunksEmbedded} embedded, {r.cacheHits} cache hits, {r.chunksWritten} written")
     print(f"seconds: {r.seconds:.2f}")
+    if where is not None:
+        print(where.note, file=sys.stderr)
     return 0
-
-
-def _use_running_server(home: Path) -> None:
-    """Without PREFECT_API_URL, run on the server of a running `memsift up` rather than let Prefect start a
-    temporary one (7-10 s). Must run before Prefect is imported: it reads its settings once."""
-    if not os.environ.get("PREFECT_API_URL"):
-        from api.prefect_server import advertised_api_url
-
-        api_url = advertised_api_url(home)
-        if api_url:
-            os.environ["PREFECT_API_URL"] = api_url
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -360,6 +400,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_ranker(args: argparse.Namespace) -> int:
+    from core.ranker_training import collect, train
+
+    for path in args.queries:
+        if not Path(path).is_file():
+            return _fail(args, f"{path}: no such query file")
+    data = collect(_config(args), args.queries)
+    try:
+        model = train(data, l2=args.l2, meta={"trainedOn": [Path(p).name for p in args.queries], "l2": args.l2})
+    except ValueError as exc:
+        return _fail(args, str(exc))
+    args.out.write_text(model.to_json() + "\n", encoding="utf-8")
+    doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta}
+    if args.json:
+        _print_json(doc)
+    else:
+        print(
+            f"wrote {args.out}: {doc['questions']} questions, {doc['candidates']} candidates; "
+            f'use it with rerank.rankerModel = "{args.out}"'
+        )
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from api.serve import run_serve
 
@@ -405,6 +468,7 @@ _COMMANDS = {
     "get": cmd_get,
     "status": cmd_status,
     "eval": cmd_eval,
+    "train-ranker": cmd_train_ranker,
     "up": cmd_up,
     "ratelimit": cmd_ratelimit,
     "model": cmd_model,

@@ -178,6 +178,8 @@ class RerankState(msgspec.Struct):
     model: str | None
     candidates: int
     weight: float
+    method: str  # `blend`, or `learned` (the learned ranker)
+    ranker: str | None  # with `learned`: the model's fingerprint (or why it cannot be read)
     tokenBits: int | None
 
 

@@ -13,13 +13,14 @@ into this process's environment before that, so the watcher's thread and the Run
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from api.prefect_server import (
     port_is_free,
     wait_healthy,
 )
-from core import Config, ConfigError, load_config
+from core import Config, ConfigError, MemsiftError, load_config
 
 SERVER_START_TIMEOUT = 120.0  # a first start migrates a fresh database: ~10 s on 2 cores, more when busy
 EXTERNAL_SERVER_TIMEOUT = 30.0
@@ -62,7 +63,7 @@ def run_up(configs: Mapping[str, Config], port: int | None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     previous = signal.signal(signal.SIGTERM, _interrupt)  # until `serve` takes SIGTERM over
     try:
-        with ExitStack() as stack:
+        with _only_up(main.home), ExitStack() as stack:
             ui = _prefect_server(stack, port, main.home)
             _serve(configs, stack, ui)
     except KeyboardInterrupt:
@@ -71,6 +72,35 @@ def run_up(configs: Mapping[str, Config], port: int | None) -> int:
         signal.signal(signal.SIGTERM, previous)
     _say("stopped")
     return 0
+
+
+class AlreadyRunning(MemsiftError, RuntimeError):
+    """Another `memsift up` runs on this MEMSIFT_HOME; the message names its pid."""
+
+
+@contextmanager
+def _only_up(home: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on `<home>/up.pid` for the life of this `up`, or refuse at once: a second `up`
+    would start a second Prefect server on the same database and remove the first one's advertisement. The
+    kernel drops the lock when its holder dies, so a crashed `up` never blocks the next one. The file stays
+    (unlinking a locked file would let a third `up` lock a fresh one beside the second)."""
+    path = home / "up.pid"
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise AlreadyRunning(
+                f"memsift up is already running on {home} (pid {holder}); stop it first (Ctrl-C in its terminal, "
+                f"or kill {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

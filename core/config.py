@@ -6,6 +6,7 @@ is an error that names the key before any work starts (SPEC section 2).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -152,6 +153,11 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "rerank.candidates": (30, _number(int, 1, 200)),
     # The reranker's share of the blend; 1.0 replaces the retrieval order (measured: docs/search-and-ranking.md).
     "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
+    # How a MaxSim rerank orders hits: the blend above (default), or the learned ranker over all candidates,
+    # whose score is a probability (docs/search-and-ranking.md "Learned ranker": not yet the default).
+    "rerank.method": ("blend", _choice("learned", "blend")),
+    # The learned ranker's model file (`memsift train-ranker --out`); unset: the one shipped in the package.
+    "rerank.rankerModel": (None, _optional(_str)),
     # The hosted reranker (docs/search-and-ranking.md): a search waits for it, so a shorter timeout than embeddings'.
     "rerank.dialect": ("cohere", _choice(*DIALECTS)),
     "rerank.headers": ({}, _str_map),
@@ -173,6 +179,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "sessions.deltaBytes": (100_000, _number(int, 0)),
     "sessions.deltaMessages": (50, _number(int, 0)),
 }
+
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
@@ -240,6 +247,8 @@ class RerankConfig:
     weight: float
     dialect: str = "cohere"
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold keys
+    method: str = "blend"
+    rankerModel: str | None = None
     timeoutSeconds: float = 10.0
     retries: int = 1
 
@@ -295,7 +304,7 @@ class Config:
 
     @property
     def db_path(self) -> Path:
-        return db_path(self.home, self.agent)
+        return db_path(self.home, self.agent, self.workspace)
 
 
 def default(key: str) -> Any:
@@ -303,7 +312,17 @@ def default(key: str) -> Any:
     return _SCHEMA[key][0]
 
 
-def db_path(home: Path, agent: str) -> Path:
+def db_path(home: Path, agent: str, workspace: Path) -> Path:
+    """`<home>/memory/<agent>.<folder name>-<hash>.sqlite`: one index per agent and workspace (SPEC section 1).
+    The folder's name keeps the file recognisable; a hash of its resolved path keeps two folders of the same
+    name apart. Agent ids hold no '.', so the name reads back unambiguously."""
+    digest = hashlib.sha256(str(workspace).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in workspace.name)[:40]
+    return home / "memory" / f"{agent}.{name or 'root'}-{digest}.sqlite"
+
+
+def legacy_db_path(home: Path, agent: str) -> Path:
+    """Where indexes were before they were bound to their workspace (core.binding adopts them)."""
     return home / "memory" / f"{agent}.sqlite"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
+from .learned import model_for
 from .memory import MemoryIndex
 from .search import Hit
 
@@ -124,7 +125,13 @@ def _rerank_label(config: Config, rerank: bool | None, mode: str | None) -> str:
     if choice is False:
         return "off"
     name = f"{config.rerank.provider}/{config.rerank.model or 'maxsim'} (weight {config.rerank.weight})"
+    if config.rerank.method == "learned":
+        name = f"{config.rerank.provider}/{config.rerank.model or 'maxsim'}, learned ranker {_ranker(config)}"
     return f"auto: {name}" if choice == "auto" else name
+
+
+def _ranker(config: Config) -> str:
+    return model_for(config.rerank.rankerModel).fingerprint
 
 
 def format_table(result: dict[str, Any]) -> str:

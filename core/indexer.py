@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .binding import check_workspace, record_workspace
 from .config import Config
 from .embedders import Embedder, EmbeddingError
 from .progress import Progress, ProgressTracker
@@ -329,6 +330,7 @@ def sync(
 ) -> SyncReport:
     """Bring the index up to date with the workspace; `force` rebuilds everything (the cache still serves)."""
     started = time.perf_counter()
+    check_workspace(store, config)  # never delete the rows of another workspace's files
     report = SyncReport()
     plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force)
     report.rebuilt = plan.rebuild
@@ -349,6 +351,7 @@ def sync(
         store.rebuild_vec(cache_key(embedder), embedder.dims)
     with store.transaction():
         store.set_meta("last_sync", str(time.time()))
+        record_workspace(store, config)
     if tracker is not None:
         tracker.emit()
     report.seconds = round(time.perf_counter() - started, 3)

@@ -13,17 +13,19 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from . import rerankers
+from . import learned, rerankers
+from .binding import check_workspace
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
 from .get import get_lines
 from .indexer import VECTORS_PENDING, Progress, Stage, SyncReport, index_identity, plain_stage, plan_sync, sync
+from .legacy import adopt_legacy
 from .locking import writer_lock
 from .rebuild import rebuild, remove_orphans
 from .rerankers.local import LOCAL_DEFAULT, token_capture
 from .rerankers.shortlist import wanted
 from .search import SearchResponse, check_request, search
-from .store import Store
+from .store import Store, StoreError
 
 _CONFIGURED: Any = object()
 
@@ -49,6 +51,7 @@ class MemoryIndex:
         self._fallback_error: str | None = None
         self._fallback_loaded = False
         self._reranker: rerankers.Reranker | None = None
+        self._legacy_checked = False
 
     @property
     def store(self) -> Store:
@@ -56,8 +59,21 @@ class MemoryIndex:
         if self._store is not None and not self._store.is_current():
             self.close()
         if self._store is None:
-            self._store = Store(self.config.db_path, use_vec=self._use_vec)
+            self._adopt_legacy()
+            store = Store(self.config.db_path, use_vec=self._use_vec)
+            try:
+                check_workspace(store, self.config)
+            except StoreError:
+                store.close()
+                raise
+            self._store = store
         return self._store
+
+    def _adopt_legacy(self) -> None:
+        """Once per instance, before the agent's writer lock is taken: adoption takes it itself."""
+        if not self._legacy_checked:
+            self._legacy_checked = True
+            adopt_legacy(self.config)
 
     def close(self) -> None:
         if self._store is not None:
@@ -207,6 +223,7 @@ class MemoryIndex:
     @contextmanager
     def _writing(self) -> Iterator[None]:
         """The agent's writer lock; whoever holds it may delete temp files a crashed rebuild left."""
+        self._adopt_legacy()
         with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
             remove_orphans(self.config.db_path)
             yield
@@ -301,6 +318,8 @@ class MemoryIndex:
             "model": r.model or (LOCAL_DEFAULT if r.provider == "local" else None),
             "candidates": r.candidates,
             "weight": r.weight,
+            "method": r.method,
+            "ranker": _ranker_identity(r.rankerModel) if r.method == "learned" else None,
             "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,
         }
 
@@ -327,3 +346,11 @@ def _on_fallback(report: SyncReport, record: dict[str, Any]) -> SyncReport:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
+
+
+def _ranker_identity(path: str | None) -> str:
+    """The learned ranker's fingerprint (what searches are scored with), or why its model cannot be read."""
+    try:
+        return learned.model_for(path).fingerprint
+    except learned.RankerModelError as exc:
+        return f"unreadable: {exc}"

@@ -9,19 +9,29 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import date
 from typing import Any
 
-from . import ranking, rerankers
+import numpy as np
+
+from . import learned, ranking, rerankers
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
 from .indexer import cache_key
 from .query import fts_match
 from .rerankers import shortlist
+from .rerankers.local import is_maxsim
 from .snippets import snippet
 from .store import ChunkRow, Store
 
 MAX_CANDIDATES = 200
+#: The learned ranker sees at least this many candidates from each leg, whatever `maxResults`: its features
+#: (ranks, normalised scores) then do not depend on k, and the first hits for k = 1 are those for k = 10.
+LEARNED_FETCH = 40
+
+#: Receives every candidate the learned ranker scored, their chunks and feature rows (`memsift train-ranker`).
+Collector = Callable[[list[ranking.Candidate], dict[int, ChunkRow], np.ndarray], None]
 
 
 @dataclass
@@ -79,6 +89,7 @@ def search(
     make_reranker: Callable[[], rerankers.Reranker] | None = None,
     embedder_error: str | None = None,
     now: float | None = None,
+    collect: Collector | None = None,
 ) -> SearchResponse:
     started = time.perf_counter()
     s = config.search
@@ -89,6 +100,9 @@ def search(
     limit = max_results or s.maxResults
     floor = s.minScore if min_score is None else min_score
     fetch = min(MAX_CANDIDATES, limit * s.candidateMultiplier)
+    use_learned = learned_wanted(config, rerank, embedder)
+    if use_learned:
+        fetch = max(fetch, LEARNED_FETCH)
 
     identity = store.identity() or {}
     degraded = None
@@ -111,11 +125,14 @@ def search(
         assert embedder is not None
         try:
             qvec = embedder.embed_query(query)
+            problem = None if _usable(qvec) else "the embedder returned a zero (or non-finite) vector for the query"
         except Exception as exc:  # the model or service failed: answer from keywords, say so
-            degraded = f"embedding the query failed ({type(exc).__name__}: {exc}); keyword results only"
+            problem = f"embedding the query failed ({type(exc).__name__}: {exc})"
+        if problem:  # a zero vector has no direction: no cosine (sqlite-vec answers NULL distances)
+            degraded = f"{problem}; keyword results only"
             text_hits = keyword_leg() if mode == "vector" else text_hits
             mode = "keyword"
-        else:
+        if mode != "keyword":
             over = fetch * 4 if path_prefix else fetch
             vector_hits = store.vec_search(qvec, min(over, MAX_CANDIDATES * 4), cache_key(embedder))
             if path_prefix:
@@ -134,11 +151,21 @@ def search(
             c.score = (c.text if mode == "keyword" else c.vector) or 0.0
 
     rows = store.chunks_by_ids(c.id for c in cands)
+    now = now if now is not None else time.time()
     if s.decayEnabled:
-        _apply_decay(store, cands, rows, s.halfLifeDays, now if now is not None else time.time())
-    # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
-    cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
-    if cands and shortlist.wanted(config, rerank, embedder):
+        _apply_decay(store, cands, rows, s.halfLifeDays, now)
+    if use_learned and mode == "hybrid" and cands:
+        cands, problem = _learned_order(
+            store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
+        )
+        # The score is the probability that the hit is relevant: the floor keeps the likely ones.
+        cands = [c for c in cands if c.score >= floor]
+        if problem:
+            degraded = f"{degraded}; {problem}" if degraded else problem
+    else:
+        # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
+        cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
+    if cands and not use_learned and shortlist.wanted(config, rerank, embedder):
         head, problem = shortlist.rerank_shortlist(
             store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
         )
@@ -159,6 +186,44 @@ def search(
         tookMs=round((time.perf_counter() - started) * 1000, 2),
         degraded=degraded,
     )
+
+
+def learned_wanted(config: Config, requested: bool | None, embedder: Embedder | None) -> bool:
+    """Whether this search orders by the learned ranker: a rerank happens and it is local MaxSim (a feature of
+    the model), with `rerank.method = "learned"`. Otherwise the fused order, or the MaxSim blend, as before."""
+    return (
+        config.rerank.method == "learned" and is_maxsim(config.rerank) and shortlist.wanted(config, requested, embedder)
+    )
+
+
+def _learned_order(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    query: str,
+    cands: list[ranking.Candidate],
+    rows: dict[int, ChunkRow],
+    today: date,
+    make_reranker: Callable[[], rerankers.Reranker] | None,
+    collect: Collector | None,
+) -> tuple[list[ranking.Candidate], str | None]:
+    """Every candidate scored by MaxSim and blended (both features), then ordered by the model's probability.
+    Without MaxSim scores the model has no basis: the fused order stands and the reason is returned."""
+    pool = sorted(cands, key=lambda c: (-c.score, c.id))
+    pool, problem = shortlist.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
+    if problem:
+        return pool, problem
+    x = learned.features(query, pool, rows, today)
+    if collect is not None:
+        collect(pool, rows, x)
+    for c, p in zip(pool, learned.model_for(config.rerank.rankerModel).predict(x)):
+        c.score = float(p)
+    return sorted(pool, key=lambda c: (-c.score, c.id)), None
+
+
+def _usable(vector: np.ndarray) -> bool:
+    """A query vector the vector leg can rank by: finite and not all zeros."""
+    return bool(np.isfinite(vector).all() and np.any(vector))
 
 
 def check_request(query: str, max_results: int | None, min_score: float | None) -> None:

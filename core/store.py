@@ -331,8 +331,7 @@ class Store:
 
     def cache_get(self, key: tuple[str, str, str], hashes: Iterable[str]) -> dict[str, np.ndarray]:
         sql = (
-            "SELECT hash, embedding FROM embedding_cache "
-            "WHERE provider = ? AND model = ? AND fingerprint = ? AND hash"
+            "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND fingerprint = ? AND hash"
         )
         return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in self._by_hash(sql, key, hashes)}
 

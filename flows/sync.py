@@ -14,6 +14,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
@@ -155,12 +156,25 @@ def run_sync(
     progress: Progress | None = None,
 ) -> SyncReport:
     """Run the flow in this process, with an optional progress callback (not a flow parameter: it is code)."""
+    return run_sync_recorded(agent, workspace, config_path, force, progress)[0]
+
+
+def run_sync_recorded(
+    agent: str = "main",
+    workspace: str | None = None,
+    config_path: str | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> tuple[SyncReport, UUID]:
+    """`run_sync`, and the id of the flow run (for its address in the UI). The flow's error is raised."""
     token = _progress.set(progress)
     try:
         # A flow run's heartbeat thread sleeps in 1 s steps and is joined at the end: every short in-process
         # run would wait ~0.85 s for it (bench/README.md). Zombie detection is for worker-run flows.
         with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            result = sync_flow(agent=agent, workspace=workspace, config_path=config_path, force=force)
+            state = sync_flow(
+                agent=agent, workspace=workspace, config_path=config_path, force=force, return_state=True
+            )
     finally:
         _progress.reset(token)
-    return SyncReport(**result)
+    return SyncReport(**state.result()), state.state_details.flow_run_id

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from a clean clone: api/ and core/ are importable either way
 
 from api.prefect_server import HOST, PrefectServer, free_port, wait_healthy  # noqa: E402
+from core.config import db_path  # noqa: E402
 
 PG_BIN = Path(os.environ.get("MEMSIFT_E2E_PG_BIN", "/usr/lib/postgresql/15/bin"))
 BIN = Path(sys.executable).parent  # prefect and memsift of this virtualenv
@@ -231,7 +232,7 @@ def main() -> int:
             worker = stage.start("worker", BIN / "prefect", "worker", "start", "--pool", POOL, "--name", "e2e")
             poll("the worker is online", lambda: _worker_online(server.api_url), 60, [worker])
         params = (f"workspace={json.dumps(str(WORKSPACE))}",)  # a path on this machine instead of /srv/agent/...
-        db = Path(stage.env["MEMSIFT_HOME"]) / "memory" / "main.sqlite"
+        db = db_path(Path(stage.env["MEMSIFT_HOME"]), "main", WORKSPACE.resolve())
         with stage.step("prefect deployment run memsift-sync/main, until Completed"):
             run_deployment(stage, server.api_url, "memsift-sync/main", worker, *params)
             if not db.is_file():

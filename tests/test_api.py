@@ -297,14 +297,15 @@ def test_health_and_readiness(client) -> None:
 
 
 def test_readiness_503_when_the_index_cannot_be_opened(ws: Path, make_config, memsift_home: Path) -> None:
-    (memsift_home / "memory" / "main.sqlite").mkdir(parents=True)  # a folder where the index file should be
-    with serving(make_config(ws)) as client:
+    config = make_config(ws)
+    config.db_path.mkdir(parents=True)  # a folder where the index file should be
+    with serving(config) as client:
         r = client.get("/readyz")
         assert r.status_code == 503
         doc = r.json()
-        assert doc["ready"] is False and doc["embedder"] == "loaded" and "main.sqlite" in doc["agents"]["main"]
+        assert doc["ready"] is False and doc["embedder"] == "loaded" and config.db_path.name in doc["agents"]["main"]
         assert client.get("/healthz").status_code == 200
-        problem(client.post("/v1/search", json={"query": "deploy"}), 503, "main.sqlite")
+        problem(client.post("/v1/search", json={"query": "deploy"}), 503, config.db_path.name)
 
 
 def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None:

@@ -21,6 +21,7 @@ from sample import NOTES
 
 from api.cli import main
 from core import MemoryIndex, SearchError, load_config
+from core.config import db_path
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 HEAD = re.compile(r"^(\d\.\d{3}) (\S+):(\d+)-(\d+)$")
@@ -107,7 +108,7 @@ def test_index_human_output(capsys, ws: Path) -> None:
 
 
 def test_search_on_a_never_indexed_agent_indexes_first(capsys, ws: Path, memsift_home: Path) -> None:
-    assert not (memsift_home / "memory" / "main.sqlite").exists()
+    assert not (memsift_home / "memory").exists()
     code, out, err = run(capsys, "--workspace", ws, "--json", "search", "flat white", "--mode", "keyword")
     assert code == 0, err
     doc = json.loads(out)
@@ -276,7 +277,7 @@ def test_status_json(capsys, ws: Path) -> None:
     assert doc["cacheEntries"] == 3
     assert doc["rerank"] | {"weight": None} == {
         "enabled": "auto", "active": True, "provider": "local", "model": "maxsim",
-        "candidates": 30, "weight": None, "tokenBits": 3,
+        "candidates": 30, "weight": None, "method": "blend", "ranker": None, "tokenBits": 3,
     }  # fmt: skip
     synced = datetime.fromisoformat(doc["lastSync"])
     assert abs((datetime.now(UTC) - synced).total_seconds()) < 120
@@ -394,8 +395,7 @@ def test_other_agent_through_the_config(capsys, ws: Path, workspace, memsift_hom
     code, out, err = run(capsys, "--config", cfg, "--agent", "side", "search", "zebra", "--mode", "keyword", "--json")
     assert code == 0, err
     assert [r["path"] for r in json.loads(out)["results"]] == ["memory/a.md"]
-    assert (memsift_home / "memory" / "side.sqlite").is_file()
-    assert not (memsift_home / "memory" / "main.sqlite").exists()
+    assert [p.name for p in (memsift_home / "memory").glob("*.sqlite")] == [db_path(memsift_home, "side", other).name]
 
 
 def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: Path) -> None:

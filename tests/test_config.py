@@ -3,6 +3,7 @@ every unknown key or bad value is a ConfigError naming the key before any work s
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,11 @@ from core.config import DEFAULT_EXCLUDE, ConfigError, load_config
 @pytest.fixture
 def ws(workspace) -> Path:
     return workspace({"MEMORY.md": "# memory\n"})
+
+
+def _digest(workspace: Path) -> str:
+    """The hash of a resolved workspace path that index file names carry."""
+    return hashlib.sha256(str(workspace).encode()).hexdigest()[:12]
 
 
 def write(path: Path, text: str) -> Path:
@@ -30,7 +36,7 @@ def test_defaults_match_spec(ws: Path, memsift_home: Path) -> None:
     assert c.workspace == ws.resolve()
     assert c.agent == "main"
     assert c.home == memsift_home
-    assert c.db_path == memsift_home / "memory" / "main.sqlite"
+    assert c.db_path == memsift_home / "memory" / f"main.ws-{_digest(c.workspace)}.sqlite"
     assert c.extra_paths == ()
     assert list(c.exclude) == [".git", "node_modules", ".venv", "venv", "__pycache__", ".tox"]
     assert DEFAULT_EXCLUDE == tuple(c.exclude)
@@ -305,12 +311,12 @@ def test_agents_workspace_selects_another_workspace(tmp_path: Path, workspace) -
     c = load_config(cfg, agent="work", env={"MEMSIFT_HOME": str(tmp_path / "h")})
     assert c.agent == "work"
     assert c.workspace == work_ws.resolve()
-    assert c.db_path == tmp_path / "h" / "memory" / "work.sqlite"
+    assert c.db_path == tmp_path / "h" / "memory" / f"work.work-ws-{_digest(work_ws.resolve())}.sqlite"
     assert {k: v.resolve() for k, v in c.agents.items()} == {"work": work_ws.resolve()}
 
     main = load_config(cfg, env={"MEMSIFT_HOME": str(tmp_path / "h")}, workspace=main_ws)
     assert main.workspace == main_ws.resolve()
-    assert main.db_path == tmp_path / "h" / "memory" / "main.sqlite"
+    assert main.db_path == tmp_path / "h" / "memory" / f"main.main-ws-{_digest(main_ws.resolve())}.sqlite"
 
 
 def test_agent_workspace_found_through_the_current_folder(workspace, monkeypatch: pytest.MonkeyPatch) -> None:

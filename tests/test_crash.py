@@ -100,9 +100,7 @@ def assert_sound_and_completed_by_the_next_sync(config: Config, expected) -> Non
     assert content(db) == expected
     assert chunks_without_vectors(db) == 0
     assert sorted(p.name for p in db.parent.iterdir()) == sorted(
-        n
-        for n in ("main.sqlite", "main.sqlite.lock", "main.sqlite.swap", "main.sqlite-wal", "main.sqlite-shm")
-        if (db.parent / n).exists()
+        db.name + s for s in ("", ".lock", ".swap", "-wal", "-shm") if (db.parent / (db.name + s)).exists()
     ), "a temp file of the killed run is left"
 
 
@@ -134,5 +132,5 @@ def test_a_rebuild_killed_at_any_point_leaves_a_sound_index_the_next_sync_comple
     write_state(config.workspace, AFTER)
     run_and_kill(config, "rebuild", at)
     if at != "swapped":  # before the rename the temp file is the killed run's only trace
-        assert list(config.db_path.parent.glob("main.sqlite.tmp-*"))
+        assert list(config.db_path.parent.glob(f"{config.db_path.name}.tmp-*"))
     assert_sound_and_completed_by_the_next_sync(config, expected)

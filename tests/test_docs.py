@@ -52,4 +52,4 @@ def test_every_rest_route_is_documented(workspace, make_config) -> None:
 def test_the_commands_and_routes_are_found():
     """The lists the tests walk are the real ones (a parser or app change cannot empty them silently)."""
     commands = _commands(_parser())
-    assert "memsift model build" in commands and "memsift search" in commands and len(commands) == 10
+    assert "memsift model build" in commands and "memsift search" in commands and len(commands) == 11

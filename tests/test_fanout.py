@@ -31,7 +31,8 @@ FILES = {
 
 def _index(home: Path) -> tuple[list[tuple], dict[str, np.ndarray]]:
     """(chunk rows, vector per chunk hash) of the agent main's index under `home`."""
-    conn = apsw.Connection(str(home / "memory" / "main.sqlite"), flags=apsw.SQLITE_OPEN_READONLY)
+    (db,) = (home / "memory").glob("main.*.sqlite")
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         chunks = list(conn.execute("SELECT path, start_line, end_line, hash, text FROM chunks ORDER BY id"))
         cache = conn.execute("SELECT hash, embedding FROM embedding_cache")

@@ -29,6 +29,7 @@ from prefect.client.schemas.objects import FlowRun, TaskRun
 
 from api.cli import main
 from core import ConfigError, SyncReport
+from core.config import db_path
 from core.progress import ProgressEvent
 from flows.sync import run_sync
 
@@ -204,7 +205,7 @@ def test_other_agent_from_a_config_file(workspace, memsift_home: Path) -> None:
     runs = Runs()
     report = run_sync("Side_2", config_path=str(cfg))
     assert report.added == 3
-    assert (memsift_home / "memory" / "Side_2.sqlite").is_file()
+    assert db_path(memsift_home, "Side_2", side.resolve()).is_file()
     run = runs.one()
     assert re.match(r"^sync-Side_2-\d{4}-", run.name)
     assert "sync-report-side-2" in artifacts(runs.worker())  # artifact keys: lower case, digits, dashes

@@ -208,9 +208,10 @@ def test_ports_and_paths_agree_across_files() -> None:
     assert f"{server_port}:{server_port}" in services["prefect-server"]["ports"]
     assert f"{api_port}:{api_port}" in services["api"]["ports"]
     assert {server_port, api_port} == expose
-    assert services["postgres"]["environment"]["POSTGRES_DB"] in services["prefect-server"]["environment"][
-        "PREFECT_SERVER_DATABASE_CONNECTION_URL"
-    ]
+    assert (
+        services["postgres"]["environment"]["POSTGRES_DB"]
+        in services["prefect-server"]["environment"]["PREFECT_SERVER_DATABASE_CONNECTION_URL"]
+    )
 
     parameters = yaml.safe_load(PREFECT_YAML.read_text())["definitions"]["parameters"]
     home = yaml.safe_load(PREFECT_YAML.read_text())["definitions"]["work_pool"]["job_variables"]["env"]["MEMSIFT_HOME"]

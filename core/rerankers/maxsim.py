@@ -16,6 +16,7 @@ Two measured choices keep it cheap enough to run on every search:
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 
@@ -37,12 +38,18 @@ class MaxSimReranker:
     def __init__(self, embedder: LocalEmbedder) -> None:
         self.embedder = embedder
         self.fingerprint = f"maxsim-bits:{embedder.fingerprint}"
-        vocab = embedder._tokenizer.get_vocab()
-        self._content = np.zeros(max(vocab.values()) + 1, dtype=bool)
+        self._dims = embedder.dims
+
+    @functools.cached_property
+    def _content(self) -> np.ndarray:
+        """Which vocabulary ids are content words; built on first use (~0.1 s): a sync with nothing to embed
+        needs only the fingerprint."""
+        vocab = self.embedder._tokenizer.get_vocab()
+        content = np.zeros(max(vocab.values()) + 1, dtype=bool)
         for piece, i in vocab.items():
             word = piece.removeprefix("##")
-            self._content[i] = bool(_WORD.match(word)) and not piece.startswith("[") and word not in STOP_WORDS
-        self._dims = embedder.dims
+            content[i] = bool(_WORD.match(word)) and not piece.startswith("[") and word not in STOP_WORDS
+        return content
 
     @classmethod
     def of(cls, embedder: LocalEmbedder) -> MaxSimReranker:

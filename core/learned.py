@@ -1,0 +1,321 @@
+"""The learned second stage: signals of each fused candidate, combined by a logistic regression into the
+probability that the hit is relevant (issue 18).
+
+The hand-tuned pipeline (min-max fusion, then a MaxSim blend) sits on a plateau: its weights move nDCG by less
+than half a point. What moves it are signals it never looks at, combined by a small model: the date the
+question names against the note's date, which lines of a chunk hold the query's terms and who wrote them, and
+how the other chunks of the same note scored. Inference is one dot product over standardised features, in
+numpy; the model is a small JSON file (`ranker.json` ships in the package, `memsift train-ranker` writes
+others). Its output is a probability, so a `score` means the same in every workspace and a floor on it
+(`search.minScore`) removes hits that are probably not relevant.
+
+MaxSim per line is not a feature: the stored token bits are not mapped to lines (that needs a line id per
+token at index time); line evidence is term overlap only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import date
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from . import dates, ranking
+from .errors import ConfigError
+from .query import STOP_WORDS
+from .store import ChunkRow
+
+#: The model that ships: trained by bench/train_ranker.py on locomo-dev (+ questions asked of the wrong
+#: conversation) and cosqa-dev identifiers.
+DEFAULT_MODEL = Path(__file__).with_name("ranker.json")
+
+#: Signals whose best value over the pool is a feature too.
+_POOLED = ("vector", "text", "maxsim", "line_best", "window_best", "coverage", "attr_best", "date_affinity")
+
+FEATURES = (
+    # what the pipeline already computes
+    "vector",
+    "text",
+    "bm25_norm",
+    "vector_norm",
+    "has_text",
+    "fused",
+    "fused_gap",
+    "rr_fused",
+    "rr_text",
+    "rr_vector",
+    "maxsim",
+    "maxsim_norm",
+    "maxsim_gap",
+    "rr_maxsim",
+    "blend",
+    # the question's period against the note's date
+    "has_period",
+    "date_affinity",
+    # line-level evidence: idf-weighted share of the query's terms on one line, a 3-line window, the chunk
+    "line_best",
+    "line_second",
+    "window_best",
+    "coverage",
+    "coverage_plain",
+    # lines written by someone the question names (`Name:`, `user:`/`assistant:`)
+    "attr_best",
+    "attr_any",
+    # the other chunks of the same note
+    "file_best_fused",
+    "file_best_maxsim",
+    "file_rr",
+    "file_count",
+    # the best of some signals over the whole pool, the same for every candidate of a question: whether the
+    # memory holds an answer at all, so that probabilities compare across questions
+    *(f"pool_{name}" for name in _POOLED),
+)
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+# A line that says who wrote it: "Caroline: ...", "- **user**: ...", "assistant: ...".
+_SPEAKER = re.compile(r"^\s*(?:[-*]\s+)?\**([^\W\d_][\w.' -]{0,40}?)\**\s*:\s", re.UNICODE)
+_FIRST_PERSON = {"i", "me", "my", "mine", "we", "our", "us"}
+_SECOND_PERSON = {"you", "your", "yours", "assistant"}
+
+
+class RankerModelError(ConfigError):
+    """The ranker model file is missing, unreadable or not a model; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """A logistic regression over standardised features: p = sigmoid(bias + sum w_i (x_i - mean_i) / std_i)."""
+
+    features: tuple[str, ...]
+    mean: np.ndarray
+    std: np.ndarray
+    weights: np.ndarray
+    bias: float
+    meta: dict
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever the model would score anything differently: part of the search identity."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        z = self.bias + ((x - self.mean) / self.std) @ self.weights
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "kind": "logistic",
+                "features": list(self.features),
+                "mean": [round(float(v), 8) for v in self.mean],
+                "std": [round(float(v), 8) for v in self.std],
+                "weights": [round(float(v), 8) for v in self.weights],
+                "bias": round(float(self.bias), 8),
+                "meta": self.meta,
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> Model:
+        path = Path(path) if path else DEFAULT_MODEL
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            if raw.get("kind") != "logistic" or list(raw["features"]) != list(FEATURES):
+                raise ValueError("not a logistic model over this version's features")
+            model = cls(
+                tuple(raw["features"]),
+                np.asarray(raw["mean"], dtype=np.float64),
+                np.asarray(raw["std"], dtype=np.float64),
+                np.asarray(raw["weights"], dtype=np.float64),
+                float(raw["bias"]),
+                dict(raw.get("meta") or {}),
+            )
+            if not (len(model.mean) == len(model.std) == len(model.weights) == len(FEATURES)):
+                raise ValueError("vector lengths do not match the features")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RankerModelError(f"ranker model {path}: {exc}") from None
+        return model
+
+
+_LOADED: dict[str, Model] = {}
+
+
+def model_for(path: str | None) -> Model:
+    """The model at `path` (None: the shipped one), loaded once per process."""
+    key = path or str(DEFAULT_MODEL)
+    if key not in _LOADED:
+        _LOADED[key] = Model.load(path)
+    return _LOADED[key]
+
+
+def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, meta: dict | None = None) -> Model:
+    """Logistic regression by Newton's method with an L2 penalty on the standardised weights (not the bias).
+
+    A handful of iterations over a few thousand rows: numpy only, no training library."""
+    mean = x.mean(axis=0)
+    std = x.std(axis=0)
+    std[std < 1e-9] = 1.0
+    z = np.hstack([np.ones((len(x), 1)), (x - mean) / std])
+    w = np.zeros(z.shape[1])
+    penalty = np.full(z.shape[1], l2)
+    penalty[0] = 0.0
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -40, 40)))
+        grad = z.T @ (p - y) + penalty * w
+        hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty + 1e-9)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.max(np.abs(step)) < 1e-8:
+            break
+    return Model(FEATURES, mean, std, w[1:], float(w[0]), dict(meta or {}))
+
+
+def features(query: str, cands: list[ranking.Candidate], rows: dict[int, ChunkRow], today: date) -> np.ndarray:
+    """One row of FEATURES per candidate. Each candidate needs `fused` (the retrieval score after decay),
+    `rerank` (MaxSim) and `score` (the MaxSim blend), as rerankers.rerank_shortlist leaves them."""
+    n = len(cands)
+    x = np.zeros((n, len(FEATURES)))
+    if not n:
+        return x
+    col = {name: i for i, name in enumerate(FEATURES)}
+
+    def put(name: str, values) -> None:
+        x[:, col[name]] = values
+
+    vector = np.array([c.vector or 0.0 for c in cands])
+    bm25 = np.array([c.bm25 if c.bm25 is not None else np.nan for c in cands])
+    fused = np.array([c.fused if c.fused is not None else c.score for c in cands])
+    maxsim = np.array([c.rerank or 0.0 for c in cands])
+    put("vector", vector)
+    put("text", [c.text or 0.0 for c in cands])
+    put("bm25_norm", np.nan_to_num(_minmax(bm25)))
+    put("vector_norm", _minmax(vector))
+    put("has_text", ~np.isnan(bm25))
+    put("fused", fused)
+    put("fused_gap", fused - fused.max())
+    put("rr_fused", _reciprocal_ranks(fused))
+    put("rr_text", np.where(np.isnan(bm25), 0.0, _reciprocal_ranks(np.nan_to_num(bm25, nan=-1.0))))
+    put("rr_vector", _reciprocal_ranks(vector))
+    put("maxsim", maxsim)
+    put("maxsim_norm", _minmax(maxsim))
+    put("maxsim_gap", maxsim - maxsim.max())
+    put("rr_maxsim", _reciprocal_ranks(maxsim))
+    put("blend", [c.score for c in cands])
+
+    period = dates.parse(query, today)
+    put("has_period", float(period is not None))
+    put("date_affinity", [dates.affinity(ranking.note_date(rows[c.id].path), period) for c in cands])
+
+    parsed = [_lines(rows[c.id].text) for c in cands]
+    lines = [p[0] for p in parsed]
+    speakers = [p[1] for p in parsed]
+    qterms = _terms(query)
+    idf = _idf(qterms, lines)
+    total = sum(idf.values()) or 1.0
+    named = _named(query)
+    for i in range(n):
+        per_line = [sum(idf[t] for t in qterms & terms) / total for terms in lines[i]]
+        ranked = sorted(per_line, reverse=True) + [0.0, 0.0]
+        window = max(
+            (sum(idf[t] for t in qterms & set().union(*lines[i][j : j + 3])) / total for j in range(len(lines[i]))),
+            default=0.0,
+        )
+        everything = set().union(*lines[i]) if lines[i] else set()
+        attributed = [s for s, who in zip(per_line, speakers[i]) if who is not None and _names_match(who, named)]
+        x[i, col["line_best"]] = ranked[0]
+        x[i, col["line_second"]] = ranked[1]
+        x[i, col["window_best"]] = window
+        x[i, col["coverage"]] = sum(idf[t] for t in qterms & everything) / total
+        x[i, col["coverage_plain"]] = len(qterms & everything) / len(qterms) if qterms else 0.0
+        x[i, col["attr_best"]] = max(attributed, default=0.0)
+        x[i, col["attr_any"]] = float(bool(attributed))
+
+    by_path: dict[str, list[int]] = defaultdict(list)
+    for i, c in enumerate(cands):
+        by_path[rows[c.id].path].append(i)
+    for members in by_path.values():
+        order = sorted(members, key=lambda i: -fused[i])
+        for rank, i in enumerate(order, start=1):
+            others = [j for j in members if j != i]
+            x[i, col["file_best_fused"]] = max((fused[j] for j in others), default=0.0)
+            x[i, col["file_best_maxsim"]] = max((maxsim[j] for j in others), default=0.0)
+            x[i, col["file_rr"]] = 1.0 / rank
+            x[i, col["file_count"]] = len(members) / 10.0
+    return pool_context(x)
+
+
+def pool_context(x: np.ndarray) -> np.ndarray:
+    """Fill the `pool_*` columns: each pooled signal's best over the candidates."""
+    col = {name: i for i, name in enumerate(FEATURES)}
+    for name in _POOLED:
+        x[:, col[f"pool_{name}"]] = x[:, col[name]].max() if len(x) else 0.0
+    return x
+
+
+def _minmax(values: np.ndarray) -> np.ndarray:
+    if np.isnan(values).all():
+        return values
+    lo, hi = np.nanmin(values), np.nanmax(values)
+    if hi - lo < 1e-12:
+        return np.where(np.isnan(values), np.nan, 1.0)
+    return (values - lo) / (hi - lo)
+
+
+def _reciprocal_ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(-values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(1, len(values) + 1)
+    return 1.0 / ranks
+
+
+def _stem(word: str) -> str:
+    """A crude stem (the first five characters): 'painting', 'painted' and 'paints' meet, cheaply."""
+    return word[:5]
+
+
+@lru_cache(maxsize=8192)
+def _lines(text: str) -> tuple[list[frozenset[str]], list[str | None]]:
+    """Each line's terms and speaker, kept per chunk text: the same chunks come back query after query, and
+    reading them is most of the cost of the features. Callers must not modify the result."""
+    split = text.split("\n")
+    return [frozenset(_terms(line)) for line in split], [_speaker(line) for line in split]
+
+
+def _terms(text: str) -> set[str]:
+    return {_stem(w) for w in _WORD.findall(text.lower()) if w not in STOP_WORDS}
+
+
+def _idf(qterms: set[str], lines: list[list[set[str]]]) -> dict[str, float]:
+    """Inverse document frequency of the query's terms over the candidate chunks: rare terms weigh more."""
+    df: Counter[str] = Counter()
+    for chunk in lines:
+        df.update(qterms & set().union(*chunk) if chunk else set())
+    n = len(lines)
+    return {t: math.log((n + 1) / (df[t] + 0.5)) for t in qterms}
+
+
+def _speaker(line: str) -> str | None:
+    m = _SPEAKER.match(line)
+    return m[1].strip().lower() if m else None
+
+
+def _named(query: str) -> set[str]:
+    """The words of the question, and `user`/`assistant` when it speaks in the first or second person."""
+    words = set(_WORD.findall(query.lower()))
+    if words & _FIRST_PERSON:
+        words |= {"user", "human"}
+    if words & _SECOND_PERSON:
+        words |= {"assistant", "ai"}
+    return words
+
+
+def _names_match(speaker: str, named: set[str]) -> bool:
+    return any(part in named for part in _WORD.findall(speaker))

@@ -1,0 +1,99 @@
+"""`memsift train-ranker`: fit the learned ranker on labelled questions in the eval format (SPEC section 6).
+
+The features of every candidate are collected by running the real search (through `search(collect=...)`), so
+a model is trained on exactly what it will see when it serves. A candidate is a positive when its line range
+covers a relevant line of its question.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import learned
+from .config import Config
+from .evaluate import load_queries
+from .memory import MemoryIndex
+
+#: Candidates per leg asked of each search; the ranker's pool has the same size whatever maxResults.
+K = 10
+
+
+class Span(NamedTuple):
+    """A candidate's place, shaped like a search Hit for evaluate.score_query."""
+
+    path: str
+    startLine: int
+    endLine: int
+
+
+@dataclass
+class Dataset:
+    """Feature rows of every candidate of every question, with labels and enough to score rankings offline."""
+
+    x: list[np.ndarray] = field(default_factory=list)  # one matrix per question
+    y: list[np.ndarray] = field(default_factory=list)
+    spans: list[list[Span]] = field(default_factory=list)
+    queries: list[dict[str, Any]] = field(default_factory=list)
+
+    def stacked(self, keep: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        keep = list(range(len(self.x))) if keep is None else keep
+        width = len(learned.FEATURES)
+        x = np.vstack([self.x[i] for i in keep] or [np.zeros((0, width))])
+        y = np.concatenate([self.y[i] for i in keep] or [np.zeros(0)])
+        return x, y
+
+
+def collect(config: Config, paths: list[str | Path]) -> Dataset:
+    """Search every question of every file (workspaces synced first, as `memsift eval` does) and keep the
+    learned ranker's candidates, features and labels."""
+    config = replace(config, rerank=replace(config.rerank, method="learned", enabled=True))
+    data = Dataset()
+    for path in paths:
+        queries = load_queries(path)
+        base = Path(path).resolve().parent
+        indexes: dict[Path, MemoryIndex] = {}
+        try:
+            for q in queries:
+                ws = (base / q["workspace"]).resolve() if q.get("workspace") else config.workspace
+                if ws not in indexes:
+                    agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]
+                    indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
+                    indexes[ws].sync()
+                found: list[tuple[list[Span], np.ndarray]] = []
+
+                def keep(cands, rows, x, found=found) -> None:
+                    found.append(
+                        ([Span(rows[c.id].path, rows[c.id].start_line, rows[c.id].end_line) for c in cands], x)
+                    )
+
+                indexes[ws].search(q["query"], max_results=K, min_score=0.0, mode="hybrid", collect=keep)
+                if not found:
+                    continue
+                spans, x = found[0]
+                wanted = {(r["path"], int(r["line"])) for r in q["relevant"]}
+                y = np.array([any(p == s.path and s.startLine <= ln <= s.endLine for p, ln in wanted) for s in spans])
+                data.x.append(x)
+                data.y.append(y.astype(np.float64))
+                data.spans.append(spans)
+                data.queries.append(q)
+        finally:
+            for index in indexes.values():
+                index.close()
+    return data
+
+
+def train(data: Dataset, *, l2: float = 1.0, meta: dict[str, Any] | None = None) -> learned.Model:
+    if not data.x:
+        raise ValueError(
+            "no question reached the learned ranker: it needs hybrid search over an index the local model built "
+            "(MaxSim token bits) and rerank.provider = local"
+        )
+    x, y = data.stacked()
+    if not len(y) or y.min() == y.max():
+        raise ValueError("training needs candidates of both kinds: some covering a relevant line, some not")
+    return learned.fit(x, y, l2=l2, meta={"questions": len(data.x), "candidates": int(len(y)), **(meta or {})})

@@ -1,0 +1,94 @@
+"""`memsift train-ranker` end to end as a real process, and the default floor on a real small workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core import MemoryIndex, load_config
+from core.learned import Model
+from tests.sample import NOTES
+
+MEMSIFT = Path(sys.executable).parent / "memsift"
+QUESTIONS = [
+    ("what does Dana drink in the morning", "MEMORY.md", 2),
+    ("which database does the ledger service use", "MEMORY.md", 3),
+    ("why did the deploy fail", "memory/2026-05-14.md", 11),
+    ("who is on call this quarter", "memory/2026-05-15.md", 3),
+    ("what does Priya want for the mobile app", "memory/2026-05-15.md", 2),
+]
+
+
+@pytest.fixture
+def ws(workspace) -> Path:
+    return workspace(NOTES)
+
+
+def _env(memsift_home: Path, **extra: str) -> dict[str, str]:
+    keep = ("MEMSIFT_MODEL_CACHE",)  # the session's optimised graph: not built again per process
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSIFT_", "PREFECT_API_URL")) or k in keep}
+    return env | {"MEMSIFT_HOME": str(memsift_home), **extra}
+
+
+def test_train_ranker_writes_a_model_that_search_then_uses(ws: Path, memsift_home: Path, tmp_path: Path) -> None:
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        "".join(json.dumps({"query": q, "relevant": [{"path": p, "line": n}]}) + "\n" for q, p, n in QUESTIONS)
+    )
+    out = tmp_path / "ranker.json"
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "train-ranker", queries, "--out", out, "--json"],
+        capture_output=True, text=True, env=_env(memsift_home), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["questions"] == len(QUESTIONS) and doc["candidates"] >= len(QUESTIONS)
+    model = Model.load(out)
+    assert doc["fingerprint"] == model.fingerprint and model.meta["trainedOn"] == ["q.jsonl"]
+
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "search", "flat white", "--json", "--min-score", "0"],
+        capture_output=True, text=True, timeout=120,
+        env=_env(memsift_home, MEMSIFT_RERANK_RANKERMODEL=str(out), MEMSIFT_RERANK_METHOD="learned"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    hits = json.loads(proc.stdout)["results"]
+    assert hits[0]["path"] == "MEMORY.md" and 0 < hits[0]["score"] < 1
+
+
+def test_train_ranker_bad_input_is_one_line(ws: Path, memsift_home: Path, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "train-ranker", tmp_path / "nope.jsonl", "--out", tmp_path / "m.json"],
+        capture_output=True, text=True, env=_env(memsift_home), timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip().count("\n") == 0 and "nope.jsonl: no such query file" in proc.stderr
+    bad = tmp_path / "m.json"
+    bad.write_text("{}")
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "search", "flat white"],
+        capture_output=True, text=True, timeout=120,
+        env=_env(memsift_home, MEMSIFT_RERANK_RANKERMODEL=str(bad), MEMSIFT_RERANK_METHOD="learned"),
+    )  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0 and "ranker model" in proc.stderr
+
+
+#: The floor measured for the learned ranker's probability (docs/search-and-ranking.md "Learned ranker").
+LEARNED_FLOOR = 0.01
+
+
+def test_the_learned_floor_drops_a_question_about_something_absent(ws: Path) -> None:
+    index = MemoryIndex(load_config(workspace=ws, overrides={"rerank.method": "learned"}))
+    try:
+        index.sync()
+        for absent in ("What is the retry policy of the payment gateway webhook?", "What did Caroline paint?"):
+            assert index.search(absent, min_score=LEARNED_FLOOR).results == []
+        found = index.search("what does Dana drink in the morning", min_score=LEARNED_FLOOR).results
+        assert found and found[0].path == "MEMORY.md" and found[0].score >= LEARNED_FLOOR
+    finally:
+        index.close()
