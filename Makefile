@@ -1,11 +1,18 @@
 # Two commands do all the setup on a fresh machine:
 #   make run   creates .venv, installs memsift, indexes the bundled example workspace, runs a search
 #   make test  the same install, then the test suite
+#   make clean removes what they made: .venv and ./.memsift-home (index, model cache, Prefect's files)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE := examples/workspace
+# One home for every target and for the CLI afterwards (`make run` prints the line that sets it); Prefect's
+# files (a temporary server's database, its settings) live inside it, so `make clean` removes them too.
 export MEMSIFT_HOME ?= $(CURDIR)/.memsift-home
+export PREFECT_HOME ?= $(MEMSIFT_HOME)/prefect
+# A fresh PREFECT_HOME makes the first temporary Prefect server create its database: on a busy machine that
+# takes longer than Prefect's default 20 s wait.
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
 .PHONY: install run test bench eval lock clean
 
@@ -21,6 +28,9 @@ run: install
 	$(BIN)/memsift --workspace $(EXAMPLE) index
 	$(BIN)/memsift --workspace $(EXAMPLE) search "why did the deploy fail with ERR_SSL_PROTOCOL"
 	$(BIN)/memsift --workspace $(EXAMPLE) search "what does Dana drink in the morning"
+	@echo
+	@echo "memsift is in $(BIN). To use it on this index from this shell:"
+	@echo "  . $(BIN)/activate && export MEMSIFT_HOME=$(MEMSIFT_HOME)"
 
 test: install
 	$(BIN)/ruff check .
@@ -36,4 +46,4 @@ lock:
 	$(BIN)/uv pip compile pyproject.toml --extra test -o requirements.lock --python-version 3.11
 
 clean:
-	rm -rf $(VENV) .memsift-home .pytest_cache
+	rm -rf $(VENV) .memsift-home .pytest_cache .ruff_cache memsift.egg-info

@@ -28,11 +28,12 @@ from litestar.static_files import create_static_files_router
 from litestar.types import Guard
 
 from api.agents import Agents
-from api.docs import STATIC_DIR, STATIC_PATH, OfflineRedoc
+from api.docs import DESCRIPTION, STATIC_DIR, STATIC_PATH, OfflineRedoc, docs_page
 from api.metrics import Metrics, request_metrics
 from api.routes import PROBLEM_MEDIA_TYPE, HealthController, MemoryController
 from api.runs import IndexRuns
 from api.schemas import Problem
+from api.strict import strict_body
 from core import Config, MemsiftError
 
 MAX_BODY_BYTES = 64 * 1024
@@ -60,12 +61,14 @@ def create_app(config: Config) -> Litestar:
         path="/",
         route_handlers=[MemoryController],
         guards=[bearer_guard(key)] if key else [],
+        before_request=strict_body,
         security=[{"bearer": []}] if key else None,
     )
     return Litestar(
         route_handlers=[
             memory,
             HealthController,
+            docs_page,
             create_static_files_router(path=STATIC_PATH, directories=[STATIC_DIR], include_in_schema=False),
         ],
         dependencies={
@@ -86,7 +89,7 @@ def create_app(config: Config) -> Litestar:
         openapi_config=OpenAPIConfig(
             title="memsift",
             version=version("memsift"),
-            description="Hybrid search over an AI agent's Markdown memory (SPEC section 4).",
+            description=DESCRIPTION,
             path="/schema",
             render_plugins=[OfflineRedoc()],
             components=Components(

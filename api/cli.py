@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from core import MemoryIndex, MemsiftError, load_config
-from core.config import FUSIONS, MODES, memsift_home
+from core.config import FUSIONS, MODES, default, memsift_home
 from core.estimate import summary
+from core.sources.memory import nothing_found
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,7 +57,7 @@ def _parser() -> _Parser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     index = sub.add_parser("index", parents=[common], help="sync the index (a rebuild if needed or --force)")
-    index.add_argument("--force", action="store_true", help="rebuild everything")
+    index.add_argument("--force", action="store_true", help="rebuild everything (cached vectors are reused)")
     index.add_argument(
         "--no-prefect", action="store_true", help="run the same sync in-process, without a Prefect flow run"
     )
@@ -65,11 +66,29 @@ def _parser() -> _Parser:
     )
 
     search = sub.add_parser("search", parents=[common], help="hybrid search")
-    search.add_argument("query")
-    search.add_argument("--max-results", type=_bounded(int, 1, 100), metavar="N")
-    search.add_argument("--min-score", type=_bounded(float, 0.0, 1.0), metavar="X")
-    search.add_argument("--mode", choices=MODES)
-    search.add_argument("--path-prefix", metavar="P", help="only files under this workspace-relative prefix")
+    search.add_argument("query", help="what to look for: words, an identifier, or a question in plain language")
+    search.add_argument(
+        "--max-results",
+        type=_bounded(int, 1, 100),
+        metavar="N",
+        help=f"at most N hits, 1-100 (default: search.maxResults, {default('search.maxResults')})",
+    )
+    search.add_argument(
+        "--min-score",
+        type=_bounded(float, 0.0, 1.0),
+        metavar="X",
+        help="floor for hits found only by meaning: such a hit needs cosine similarity >= X to the query; "
+        f"a hit that matched a query word is always kept (default: search.minScore, {default('search.minScore')})",
+    )
+    search.add_argument(
+        "--mode",
+        choices=MODES,
+        help="hybrid: words and meaning, fused; keyword: BM25 only; vector: meaning only "
+        f"(default: search.mode, {default('search.mode')})",
+    )
+    search.add_argument(
+        "--path-prefix", metavar="P", help="only files under this workspace-relative prefix (default: all files)"
+    )
     when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m: months)"
     search.add_argument("--after", metavar="WHEN", help=f"only notes dated at or after {when}")
     search.add_argument("--before", metavar="WHEN", help="only notes dated at or before WHEN (same forms)")
@@ -80,24 +99,41 @@ def _parser() -> _Parser:
         help="drop undated files (MEMORY.md, memory.md, undated memory/ notes), which filters otherwise keep",
     )
     search.add_argument("--explain", action="store_true", help="show every stage's score")
-    search.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="rerank the shortlist")
+    search.add_argument(
+        "--rerank",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rerank the shortlist (default: rerank.enabled, auto: on over an index the local model built)",
+    )
 
     get = sub.add_parser("get", parents=[common], help="print a line range of a memory file")
-    get.add_argument("path")
-    get.add_argument("--from", dest="start", type=int, default=1, metavar="N")
-    get.add_argument("--lines", type=int, metavar="K")
+    get.add_argument("path", help="workspace-relative path of a memory file, as search prints it")
+    get.add_argument("--from", dest="start", type=int, default=1, metavar="N", help="first line, 1-based (default: 1)")
+    get.add_argument("--lines", type=int, metavar="K", help="how many lines (default: to the end of the file)")
 
     status = sub.add_parser("status", parents=[common], help="index and embedder state")
-    status.add_argument("--deep", action="store_true", help="probe the embedder")
+    status.add_argument("--deep", action="store_true", help="also probe the embedder with one request")
 
     serve = sub.add_parser("serve", parents=[common], help="the REST API (all agents of the configuration)")
     serve.add_argument("--host", metavar="H", help="address to bind (default: api.host, 127.0.0.1)")
     serve.add_argument("--port", type=_bounded(int, 1, 65535), metavar="P", help="port (default: api.port, 8000)")
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without an API key")
 
-    up = sub.add_parser("up", parents=[common], help="Prefect server, served flows, watcher and REST API in one")
+    up = sub.add_parser(
+        "up",
+        parents=[common],
+        help="Prefect server, served flows, watcher and REST API in one",
+        description="Start, in one process tree: a local Prefect server (UI on http://127.0.0.1:4200), the sync "
+        "and rebuild deployments of every configured agent, an initial sync, the file watcher (a sync shortly "
+        "after a memory file changes; sync.watch, on by default) and the REST API on api.host:api.port "
+        f"(default {default('api.host')}:{default('api.port')}, docs at /docs). Runs in the foreground until "
+        "Ctrl-C or SIGTERM, which stops all of it.",
+    )
     up.add_argument(
-        "--port", type=_bounded(int, 1, 65535), metavar="P", help="Prefect server port (default 4200 or free)"
+        "--port",
+        type=_bounded(int, 1, 65535),
+        metavar="P",
+        help="Prefect server port (default: 4200, or a free port when 4200 is taken); the REST API port is api.port",
     )
     sub.add_parser("ratelimit", parents=[common], help="create or update the shared embedding rate limit")
 
@@ -113,15 +149,26 @@ def _parser() -> _Parser:
     build.add_argument("--rebuild", action="store_true", help="discard a cached or rejected build first")
 
     ev = sub.add_parser("eval", parents=[common], help="retrieval metrics for a query file")
-    ev.add_argument("queries", metavar="QUERIES.jsonl")
-    ev.add_argument("--k", type=int, default=10)
-    ev.add_argument("--mode", choices=MODES)
-    ev.add_argument("--fusion", choices=FUSIONS)
+    ev.add_argument(
+        "queries", metavar="QUERIES.jsonl", help='JSON Lines: {"query", "relevant"} per line (SPEC section 6)'
+    )
+    ev.add_argument("--k", type=int, default=10, help="metrics at rank k (default: 10)")
+    ev.add_argument("--mode", choices=MODES, help=f"search mode (default: search.mode, {default('search.mode')})")
+    ev.add_argument(
+        "--fusion",
+        choices=FUSIONS,
+        help=f"how the two legs are fused (default: search.fusion, {default('search.fusion')})",
+    )
     ev.add_argument("--min-score", type=float, default=0.0, metavar="X", help="score floor (default 0: rank only)")
-    ev.add_argument("--limit", type=int, metavar="N", help="only the first N queries")
+    ev.add_argument("--limit", type=int, metavar="N", help="only the first N queries (default: all)")
     ev.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="force reranking on/off")
     ev.add_argument(
-        "--set", action="append", default=[], type=_setting, metavar="KEY=VALUE", help="a config value for the run"
+        "--set",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="KEY=VALUE",
+        help="a config value for the run, repeatable (default: none)",
     )
     ev.add_argument(
         "--compare",
@@ -129,7 +176,8 @@ def _parser() -> _Parser:
         default=[],
         type=_setting,
         metavar="KEY=VALUE",
-        help="run again with these values on top and print both tables and the difference",
+        help="run again with these values on top and print both tables and the difference, repeatable "
+        "(default: no comparison)",
     )
 
     tr = sub.add_parser("train-ranker", parents=[common], help="fit the learned ranker on labelled query files")
@@ -305,6 +353,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             explain=args.explain,
             rerank=args.rerank,
         )
+        empty = not response.results and not sum(index.store.stats()["files"].values())
+    if empty:  # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr)
+        print(f"warning: {nothing_found(config.workspace)}", file=sys.stderr)
     if args.json:
         _print_json(response.to_dict())
         return 0
@@ -318,7 +369,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         head = f"{hit.score:.3f} {hit.path}:{hit.startLine}-{hit.endLine}"
         if hit.scores:
             head += "  (" + ", ".join(f"{k} {v:.3f}" for k, v in hit.scores.items()) + ")"
-        blocks.append(f"{head}\n{hit.snippet}")
+        # search.citations = "on" (SPEC section 2): each hit ends with its source, to quote in an answer.
+        blocks.append(f"{head}\n{hit.snippet}" + (f"\nSource: {hit.citation}" if hit.citation else ""))
     print("\n\n".join(blocks))
     if args.explain and response.timings:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in response.timings.items())
@@ -348,10 +400,23 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     width = max(len(k) for k in doc)
     for key, value in doc.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
-        print(f"{key:<{width}}  {'-' if value is None else value}")
+        print(f"{key:<{width}}  {'never' if key == 'lastSync' and value is None else _word(value)}")
     return 0
+
+
+def _word(value: Any) -> str:
+    """A status value as a person reads it: yes/no rather than Python's True/False, a dash for nothing,
+    a table as `key=value, ...` (nested ones in parentheses)."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return (
+            ", ".join(f"{k}={_word(v) if not isinstance(v, dict) else f'({_word(v)})'}" for k, v in value.items())
+            or "—"
+        )
+    return str(value)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
 
 import anyio
@@ -193,6 +194,7 @@ def build_server(tools: MemoryTools) -> Server:
 
     return Server(
         SERVER_NAME,
+        version=version("memsift"),  # the installed package's, as the OpenAPI document reports it
         instructions="Long-term memory of this agent: search it with memory_search before answering about "
         "prior work, decisions, dates, people, preferences or to-dos; read lines with memory_get.",
         on_list_tools=list_tools,

@@ -21,23 +21,77 @@ WHEN = (
     "a date (YYYY-MM-DD, the whole local day), a date-time (ISO 8601), `today`, `yesterday`, or a duration back "
     "from now (`12h`, `7d`, `2w`, `3m` months, `1y`); daily notes are dated by file name, other files by mtime"
 )
-AgentId = Annotated[str, Meta(max_length=64, description="an agent of the configuration; default `main`")]
+# Every request field carries an example: the docs page builds its sample requests from them, and a
+# sample must work as sent (tests/test_rest_words.py sends each one to a server on examples/workspace).
+AgentId = Annotated[
+    str, Meta(max_length=64, description="an agent of the configuration; default `main`", examples=["main"])
+]
 
 
 class SearchRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
-    query: Annotated[str, Meta(description=f"what to look for; not blank, at most {MAX_QUERY_BYTES} bytes of UTF-8")]
+    query: Annotated[
+        str,
+        Meta(
+            description=f"what to look for; not blank, at most {MAX_QUERY_BYTES} bytes of UTF-8",
+            examples=["why did the deploy fail"],
+        ),
+    ]
     agent: AgentId | None = None
-    max_results: Annotated[int, Meta(ge=1, le=MAX_RESULTS, description="default `search.maxResults`")] | None = None
-    min_score: Annotated[float, Meta(ge=0.0, le=1.0, description="default `search.minScore`")] | None = None
-    mode: Literal["hybrid", "keyword", "vector"] | None = None
-    rerank: bool | None = None
-    path_prefix: Annotated[str, Meta(max_length=1024, description="only files under this path")] | None = None
-    after: Annotated[str, Meta(max_length=64, description=f"only notes dated at or after this: {WHEN}")] | None = None
-    before: Annotated[str, Meta(max_length=64, description=f"only notes dated at or before this: {WHEN}")] | None = None
+    max_results: (
+        Annotated[
+            int, Meta(ge=1, le=MAX_RESULTS, description="at most this many hits; default 6 (`search.maxResults`)",
+                      examples=[5])
+        ]
+        | None
+    ) = None  # fmt: skip
+    min_score: (
+        Annotated[
+            float,
+            Meta(
+                ge=0.0,
+                le=1.0,
+                description="a hit found only by meaning needs this cosine similarity to the query; a hit that "
+                "matched a query word is always kept; default 0.35 (`search.minScore`)",
+                examples=[0.35],
+            ),
+        ]
+        | None
+    ) = None
+    mode: (
+        Annotated[
+            Literal["hybrid", "keyword", "vector"],
+            Meta(description="words and meaning fused, words only, or meaning only; default hybrid",
+                 examples=["hybrid"]),
+        ]
+        | None
+    ) = None  # fmt: skip
+    rerank: (
+        Annotated[bool, Meta(description="rerank the shortlist; default: on over an index the local model built",
+                             examples=[True])]
+        | None
+    ) = None  # fmt: skip
+    path_prefix: (
+        Annotated[str, Meta(max_length=1024, description="only files under this path", examples=["memory/"])] | None
+    ) = None
+    after: (
+        Annotated[
+            str, Meta(max_length=64, description=f"only notes dated at or after this: {WHEN}", examples=["2026-11-01"])
+        ]
+        | None
+    ) = None
+    before: (
+        Annotated[
+            str, Meta(max_length=64, description=f"only notes dated at or before this: {WHEN}", examples=["2026-12-31"])
+        ]
+        | None
+    ) = None
     evergreen: Annotated[
-        bool, Meta(description="keep undated files (MEMORY.md, undated memory/ notes) when filtering by date")
+        bool,
+        Meta(
+            description="keep undated files (MEMORY.md, undated memory/ notes) when filtering by date", examples=[True]
+        ),
     ] = True
-    explain: bool = False
+    explain: Annotated[bool, Meta(description="add each hit's scores per stage", examples=[False])] = False
 
 
 class Scores(msgspec.Struct):
@@ -76,10 +130,22 @@ class SearchAnswer(msgspec.Struct):
 
 
 class GetRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
-    path: Annotated[str, Meta(max_length=4096, description="workspace-relative, with `/`")]
+    path: Annotated[
+        str,
+        Meta(max_length=4096, description="workspace-relative, with `/`, as search answers it",
+             examples=["memory/2026-11-24.md"]),
+    ]  # fmt: skip
     agent: AgentId | None = None
-    start: Annotated[int, Meta(ge=1, description="first line, 1-based")] = msgspec.field(default=1, name="from")
-    lines: Annotated[int, Meta(ge=0, le=MAX_LINES, description=f"default: the rest, at most {MAX_LINES}")] | None = None
+    start: Annotated[int, Meta(ge=1, description="first line, 1-based", examples=[1])] = msgspec.field(
+        default=1, name="from"
+    )
+    lines: (
+        Annotated[
+            int, Meta(ge=0, le=MAX_LINES, description=f"how many lines; default: the rest, at most {MAX_LINES}",
+                      examples=[10])
+        ]
+        | None
+    ) = None  # fmt: skip
 
 
 class GetAnswer(msgspec.Struct):
@@ -193,7 +259,7 @@ class Status(msgspec.Struct):
 
 class IndexRequest(msgspec.Struct, forbid_unknown_fields=True):
     agent: AgentId | None = None
-    force: Annotated[bool, Meta(description="rebuild everything")] = False
+    force: Annotated[bool, Meta(description="rebuild everything", examples=[False])] = False
 
 
 RunState = Literal[

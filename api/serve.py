@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 
 from api.app import create_app
+from api.docs import DOCS_PATH
 from core import Config, ConfigError
 
 
@@ -42,6 +43,8 @@ def run_serve(
     # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
     # Prefect server an in-process index run may have started) rather than in death by signal.
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
     app = create_app(config)
     stop = threading.Event()
     try:

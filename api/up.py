@@ -252,6 +252,7 @@ def _rest_api(config: Config, stack: ExitStack) -> tuple[str, Agents | None]:
     import uvicorn
 
     from api.app import create_app
+    from api.docs import DOCS_PATH
 
     app = create_app(config)
     server = uvicorn.Server(
@@ -266,7 +267,8 @@ def _rest_api(config: Config, stack: ExitStack) -> tuple[str, Agents | None]:
         time.sleep(0.05)
     stack.callback(thread.join, 10)
     stack.callback(setattr, server, "should_exit", True)
-    return f"http://{config.api.host}:{config.api.port}", app.state.agents
+    address = f"http://{config.api.host}:{config.api.port}"
+    return f"{address} (docs: {address}{DOCS_PATH})", app.state.agents
 
 
 def ratelimit(config: Config) -> dict[str, Any] | None:

@@ -323,6 +323,11 @@ class Config:
         return db_path(self.home, self.agent, self.workspace)
 
 
+def default(key: str) -> Any:
+    """A configuration key's default, for help texts that must not drift from the schema."""
+    return _SCHEMA[key][0]
+
+
 def db_path(home: Path, agent: str, workspace: Path) -> Path:
     """`<home>/memory/<agent>.<folder name>-<hash>.sqlite`: one index per agent and workspace (SPEC section 1).
     The folder's name keeps the file recognisable; a hash of its resolved path keeps two folders of the same
@@ -363,16 +368,17 @@ _SECTIONS = {k.split(".")[0].lower() for k in _SCHEMA if "." in k}
 _NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_RERANK_API_KEY"}  # the last: a secret, not a key
 
 
-def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
-    """`MEMSIFT_SEARCH_MAX_RESULTS` or `MEMSIFT_SEARCH_MAXRESULTS` -> `search.maxResults`."""
-    found: dict[str, Any] = {}
+def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """`MEMSIFT_SEARCH_MAX_RESULTS` or `MEMSIFT_SEARCH_MAXRESULTS` -> `search.maxResults`: (value, variable),
+    the variable kept so that a bad value's error names what the user actually set."""
+    found: dict[str, tuple[str, str]] = {}
     for name, value in env.items():
         if not name.startswith("MEMSIFT_") or name in _NOT_CONFIG_ENV:
             continue
         rest = name[len("MEMSIFT_") :]
         key = _ENV_KEYS.get(_env_key(rest))
         if key is not None:
-            found[key] = value
+            found[key] = (value, name)
         elif rest.split("_")[0].lower() in _SECTIONS:
             raise ConfigError(f"{name}: no such configuration key")
     return found
@@ -419,8 +425,12 @@ def load_config(
             raise ConfigError(f"{source}: not valid UTF-8 (TOML files are UTF-8)") from None
         except OSError as exc:
             raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}") from None
-    raw.update(_env_overrides(env))
+    from_env = _env_overrides(env)
+    raw.update({key: value for key, (value, _) in from_env.items()})
     raw.update(overrides or {})
+    # A value from the environment is validated under its variable's name: "MEMSIFT_SEARCH_MAXRESULTS
+    # (search.maxResults): expected an integer, got 'abc'".
+    labels = {key: f"{name} ({key})" for key, (_, name) in from_env.items() if key not in (overrides or {})}
 
     agents: dict[str, Path] = {}
     values: dict[str, Any] = {k: default for k, (default, _) in _SCHEMA.items()}
@@ -433,7 +443,7 @@ def load_config(
             continue
         if key not in _SCHEMA:
             raise ConfigError(f"{key}: no such configuration key")
-        values[key] = _SCHEMA[key][1](key, value)
+        values[key] = _SCHEMA[key][1](labels.get(key, key), value)
 
     if not _valid_agent(agent):
         raise ConfigError(f"--agent: {agent!r} is not a valid agent id (letters, digits, '-', '_')")

@@ -1,7 +1,8 @@
 """`get`: an exact line range of one memory file, and nothing else.
 
 The path is checked as text first (no absolute path, no `..`, no backslash, no NUL), then against the
-discovery rules (only MEMORY.md, memory.md, memory/**/*.md and extraPaths), then on disk (no component may
+discovery rules (only MEMORY.md, memory.md, memory/**/*.md and extraPaths; a file of an entry outside the
+workspace by its index name `extra/<h>/...`, and only once indexed), then on disk (no component may
 be a symlink, and the file is opened with O_NOFOLLOW). A memory file that does not exist yet reads as
 empty text, as OpenClaw's does. A transcript (`sessions/<name>.jsonl`, when sessions are a source) is read
 from `sessions.dir` and returned as its rendering (core/sources/sessions.py), line for line with the JSONL.
@@ -11,6 +12,7 @@ The path's source (`core.sources`) says which rules apply.
 from __future__ import annotations
 
 import stat as statmod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,13 @@ from .chunking import split_lines
 from .config import Config
 from .errors import GetError
 from .sources import Source, owner, read_memory_file
+from .sources.memory import external_file
 
 
-def check_path(config: Config, path: str) -> tuple[Source, Path]:
-    """The source of a path `get` may read and the file it names; GetError otherwise."""
+def check_path(config: Config, path: str, indexed: Callable[[str], bool] | None = None) -> tuple[Source, Path]:
+    """The source of a path `get` may read and the file it names; GetError otherwise. A file outside the
+    workspace (an `extraPaths` entry's, `extra/<h>/...`) is read only once the index holds it, when `indexed`
+    says so."""
     if not isinstance(path, str) or not path.strip():
         raise GetError(400, "path: must not be blank")
     if "\x00" in path:
@@ -36,11 +41,16 @@ def check_path(config: Config, path: str) -> tuple[Source, Path]:
     source = owner(config, path)
     if source is None:
         raise GetError(403, f"path {path!r}: not a memory file (MEMORY.md, memory.md, memory/**/*.md, extraPaths)")
-    return source, source.resolve(path)
+    full = source.resolve(path)
+    if indexed is not None and external_file(config, path) is not None and not indexed(path):
+        raise GetError(404, f"path {path!r}: not in the index (run `memsift index` after adding it)")
+    return source, full
 
 
-def get_lines(config: Config, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
-    source, full = check_path(config, path)
+def get_lines(
+    config: Config, path: str, start: int = 1, count: int | None = None, indexed: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
+    source, full = check_path(config, path, indexed)
     if start < 1:
         raise GetError(400, f"from: must be 1 or more, got {start}")
     if count is not None and count < 0:

@@ -23,10 +23,12 @@ import numpy as np
 from .binding import check_workspace, record_workspace
 from .config import Config
 from .embedders import Embedder, EmbeddingError, InputsRejected
+from .progress import Progress, ProgressTracker
 from .query import FTS_TEXT_VERSION
 from .rerankers.local import token_capture
 from .shared_cache import SharedCache
 from .sources import FileEntry, active, read_memory_file
+from .sources.memory import nothing_found
 from .store import SCHEMA_VERSION, Store
 
 if TYPE_CHECKING:
@@ -41,7 +43,6 @@ SHARED_CACHE = "shared_cache"  # meta key: "1" once the index's vectors are in t
 #: meta key: JSON {reason, at, plan, summary} while a rebuild the identity calls for waits for `--force`
 REBUILD_HELD = "rebuild_held"
 
-Progress = Callable[[int, int], None]
 Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
 #: core.estimate.estimate, handed in by the caller (it builds on this module): the plan that opens a report
 Estimator = Callable[..., Any]
@@ -132,6 +133,8 @@ def plan_sync(
         found, warnings = source.discover()
         files.extend(found)
         report.warnings.extend(warnings)
+    if not files:
+        report.warnings.append(nothing_found(config.workspace))
     report.filesScanned = len(files)
     to_check = []
     for entry in files:
@@ -209,6 +212,7 @@ def index_batch(
     plan: SyncPlan,
     report: SyncReport,
     cache: SharedCache | None = None,
+    progress: ProgressTracker | None = None,
 ) -> None:
     """Read, hash and chunk a batch of files, embed the chunks the caches lack, write them in one go."""
     files, touched = read_batch(config, batch, plan, report)
@@ -226,7 +230,7 @@ def index_batch(
         rejected: dict[str, str] = {}
         try:
             todo = {h: t for h, t in texts.items() if h not in vectors and h not in fresh}
-            embed_missing(embedder, config, todo, fresh, report, capture, tokens, cache, rejected)
+            embed_missing(embedder, config, todo, fresh, report, capture, tokens, cache, rejected, progress)
         except EmbeddingError as exc:
             if plan.rebuild or config.embedding.fallback != "none":
                 raise  # a rebuild's file is thrown away (what it embedded is in the shared cache)
@@ -263,6 +267,8 @@ def index_batch(
                 vecs = [vectors.get(c.hash) for c in chunks]  # None: refused by the provider, keyword-only
             store.replace_file(entry.path, entry.source, entry.size, entry.mtime_ns, digest, rows, vecs)
             report.chunksWritten += len(chunks)
+    if progress is not None:
+        progress.written(len(batch))
 
 
 def embed_missing(
@@ -275,12 +281,13 @@ def embed_missing(
     tokens: dict[str, bytes] | None = None,
     cache: SharedCache | None = None,
     rejected: dict[str, str] | None = None,
+    progress: ProgressTracker | None = None,
 ) -> None:
     """Embed `texts` (hash -> text) in steps of `embed_step`, adding each answer to `into` and to the
     shared `cache` as it comes, so what was embedded before a failure, a kill or Ctrl-C is never paid for
     again. With `capture`, the same pass of the local model also yields each chunk's MaxSim token bits.
     Inputs the provider refuses on their own go to `rejected` (hash -> reason) and get no vector; without
-    `rejected` they stop the run."""
+    `rejected` they stop the run. `progress` hears of each request."""
     missing = list(texts)
     step = embed_step(config, embedder)
     key = cache_key(embedder)
@@ -315,6 +322,8 @@ def embed_missing(
             _keep(report, cache.put, key, got)
             if bits and capture is not None:
                 _keep(report, cache.tokens_put, capture.fingerprint, bits)
+        if progress is not None:
+            progress.embedded(len(part))
 
 
 def _warn_rejected(files: list[tuple[FileEntry, str, list]], rejected: dict[str, str], report: SyncReport) -> None:
@@ -409,12 +418,11 @@ def sync(
         if estimator is not None:  # a task only when there is something to read: a no-op sync stays cheap
             estimating = stage("estimate", estimator) if plan.to_check else estimator
             report.plan = estimating(store, config, embedder, plan, cache).to_dict()
-        done = 0
+        tracker = None
+        if progress is not None:  # the plan counted the chunks the caches lack; without one, files tell
+            tracker = ProgressTracker(progress, len(plan.to_check), (report.plan or {}).get("chunksToEmbed", 0))
         for batch in batches(plan.to_check):
-            if progress:
-                progress(done, len(plan.to_check))
-            stage("index-batch", index_batch)(store, config, embedder, batch, plan, report, cache)
-            done += len(batch)
+            stage("index-batch", index_batch)(store, config, embedder, batch, plan, report, cache, tracker)
         if plan.removed:
             stage("remove-vanished", remove_files)(store, plan.removed, report)
         if pending_before and not report.vectorsPending:  # the embedder answered this sync: catch up
@@ -430,7 +438,7 @@ def sync(
         store.set_meta(SHARED_CACHE, "1")  # every vector this run wrote went to the shared cache too
         store.set_meta(REBUILD_HELD, "")  # the index matches the configuration: no rebuild is waiting
         record_workspace(store, config)
-    if progress:
-        progress(len(plan.to_check), len(plan.to_check))
+    if tracker is not None:
+        tracker.emit()
     report.seconds = round(time.perf_counter() - started, 3)
     return report

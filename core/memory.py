@@ -352,7 +352,8 @@ class MemoryIndex:
         return self._reranker
 
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
-        return get_lines(self.config, path, start, count)
+        # Asked only for a file outside the workspace: a get of a workspace file never opens the index.
+        return get_lines(self.config, path, start, count, indexed=lambda rel: self.store.has_file(rel))
 
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         # Everything that reads `self.store` first: a rebuild's swap makes the next `self.store` close the

@@ -23,6 +23,7 @@ from .indexer import REBUILD_HELD, cache_key
 from .query import fts_match
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim
+from .snippets import snippet
 from .store import ChunkRow, Store
 from .timefilter import TimeWindow
 from .timings import StageClock
@@ -343,7 +344,7 @@ def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: boo
         startLine=row.start_line,
         endLine=row.end_line,
         score=round(c.score, 6),
-        snippet=row.text[:snippet_chars],
+        snippet=snippet(row.text, snippet_chars),
         source=row.source,
         citation=f"{row.path}#L{row.start_line}-L{row.end_line}" if citations else None,
         scores=scores,

@@ -345,6 +345,14 @@ class Store:
         )
         return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in self._by_hash(sql, key, hashes)}
 
+    def has_file(self, path: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM files WHERE path = ?", (path,)).fetchone() is not None
+
+    def cache_known(self, key: tuple[str, str, str], hashes: Iterable[str]) -> set[str]:
+        """Which of `hashes` the cache holds a vector for under `key` (without loading the vectors)."""
+        sql = "SELECT hash FROM embedding_cache WHERE provider = ? AND model = ? AND fingerprint = ? AND hash"
+        return {h for (h,) in self._by_hash(sql, key, hashes)}
+
     def _by_hash(self, sql: str, params: tuple[Any, ...], hashes: Iterable[str]) -> Iterator[tuple[Any, ...]]:
         """Rows of `sql ... IN (hashes)`, in slices of 500 (SQLite caps the number of bound parameters)."""
         hashes = list(dict.fromkeys(hashes))

@@ -9,6 +9,7 @@ rebuild of 10,000 files took 74 s in the flow against 0.8 s in core before that;
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -29,7 +30,8 @@ from prefect.utilities.annotations import quote
 from core import EmbedderUnavailable, MemoryIndex, load_config
 from core.embedders import EmbeddingError
 from core.estimate import summary
-from core.indexer import Progress, SyncReport
+from core.indexer import SyncReport
+from core.progress import Progress, ProgressEvent
 from flows.fanout import fan_out, task_runner
 from flows.ratelimit import limited_embedder
 
@@ -45,15 +47,18 @@ def _as_task(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run_name(kind: str) -> Callable[[], str]:
-    """`sync-main-2026-12-01T01:10`; a run started with a `reason` says it: `rebuild-main-config-change-...`
-    (the engine renames every run by this template, so a name given at creation would not last)."""
+    """`sync-main-2026-12-01T01:09:18-3fa2`: the UTC second the run started and four random hex digits, so
+    runs started in the same second (the watcher's follow-ups, a second terminal) still read apart; a run
+    started with a `reason` says it: `rebuild-main-config-change-...` (the engine renames every run by this
+    template, so a name given at creation would not last)."""
 
     def name() -> str:
         from prefect.runtime import flow_run
 
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M")
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
         reason = flow_run.parameters.get("reason")
-        return f"{kind}-{flow_run.parameters.get('agent', 'main')}-{f'{reason}-' if reason else ''}{stamp}"
+        agent = flow_run.parameters.get("agent", "main")
+        return f"{kind}-{agent}-{f'{reason}-' if reason else ''}{stamp}-{secrets.token_hex(2)}"
 
     return name
 
@@ -103,17 +108,26 @@ def rebuild_flow(
     return report.to_dict()
 
 
+ARTIFACT_EVERY_SECONDS = 1.0  # a progress event comes per embedding request; the server hears at most this often
+
+
 def _progress_for(agent: str, kind: str) -> Progress:
-    """Progress to a Prefect progress artifact, and to the caller's callback (a terminal bar) if any."""
+    """Progress to a Prefect progress artifact (the percentage, and its description: chunks embedded of
+    chunks to embed, rate, ETA), and to the caller's callback (a terminal bar) if any."""
     artifact = create_progress_artifact(
-        0.0, key=f"{kind}-progress-{artifact_key(agent)}", description=f"{kind} of {agent}"
+        0.0, key=f"{kind}-progress-{artifact_key(agent)}", description=f"{kind} of {agent}: starting"
     )
     local = _progress.get()
+    sent_at = [float("-inf")]
 
-    def update(done: int, total: int) -> None:
-        update_progress_artifact(artifact, 100.0 * done / total if total else 100.0)
+    def update(event: ProgressEvent) -> None:
+        finished = event.fraction >= 1.0
+        if finished or event.seconds - sent_at[0] >= ARTIFACT_EVERY_SECONDS:
+            sent_at[0] = event.seconds
+            update_progress_artifact(artifact, 100.0 * event.fraction, description=f"{kind} of {agent}: "
+                                     + event.describe())  # fmt: skip
         if local:
-            local(done, total)
+            local(event)
 
     return update
 

@@ -130,13 +130,16 @@ def test_search_human_output_format(capsys, ws: Path) -> None:
     code, out, err = run(capsys, *argv)
     assert code == 0
     expected = "\n\n".join(
-        f"{r['score']:.3f} {r['path']}:{r['startLine']}-{r['endLine']}\n{r['snippet']}" for r in results
+        f"{r['score']:.3f} {r['path']}:{r['startLine']}-{r['endLine']}\n{r['snippet']}\nSource: {r['citation']}"
+        for r in results
     )
     assert out == expected + "\n"
     blocks = out.rstrip("\n").split("\n\n")
     assert len(blocks) == 3
     for block, r in zip(blocks, results):
         head, snippet = block.split("\n", 1)
+        snippet, source = snippet.rsplit("\n", 1)
+        assert source == f"Source: {r['path']}#L{r['startLine']}-L{r['endLine']}"  # search.citations = "on"
         m = HEAD.match(head)
         assert m, head
         path, start, end = m.group(2), int(m.group(3)), int(m.group(4))
@@ -290,7 +293,7 @@ def test_status_human(capsys, ws: Path) -> None:
     code, out, _ = run(capsys, "--workspace", ws, "status")
     assert code == 0
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.splitlines())
-    assert rows["provider"] == "local" and rows["dims"] == "384" and rows["dirty"] == "False"
+    assert rows["provider"] == "local" and rows["dims"] == "384" and rows["dirty"] == "no"
     assert rows["files"] == "memory=3" and rows["cacheEntries"] == "3"
 
 
@@ -506,7 +509,9 @@ def test_progress_bar_goes_to_the_terminal_not_stdout(ws: Path, memsift_home: Pa
     assert proc.stdout.decode().startswith("plan: ")
     assert f"\nrebuilt agent main ({ws.resolve()})\n" in proc.stdout.decode()
     assert b"\x1b" not in proc.stdout
-    assert b"indexing" in b"".join(chunks)
+    shown = b"".join(chunks)
+    assert b"indexing" in shown
+    assert b"3/3 chunks embedded" in shown  # chunks, not files: what costs the time
 
 
 def test_search_time_filters(capsys, ws: Path) -> None:

@@ -251,7 +251,7 @@ def test_bad_toml_value_is_named(ws: Path, toml: str, key: str) -> None:
 def test_bad_env_value_is_named(ws: Path, name: str, value: str, key: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={name: value})
-    assert str(err.value).startswith(f"{key}:")
+    assert str(err.value).startswith(f"{name} ({key}):")  # the variable the user set, and the key it sets
 
 
 def test_overrides_are_validated_too(ws: Path) -> None:

@@ -30,12 +30,13 @@ from prefect.client.schemas.objects import FlowRun, TaskRun
 from api.cli import main
 from core import ConfigError, SyncReport
 from core.config import db_path
+from core.progress import ProgressEvent
 from flows.sync import run_sync
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
-RUN_NAME = re.compile(r"^sync-main-(\d{4}-\d\d-\d\dT\d\d:\d\d)$")
+RUN_NAME = re.compile(r"^sync-main-(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)-[0-9a-f]{4}$")
 
 
 def _flow_run_ids(flow: str) -> set[UUID]:
@@ -144,16 +145,20 @@ def test_run_sync_counts_second_run_embeds_nothing_force_rebuilds(workspace) -> 
 def test_flow_run_is_named_completed_coarse_and_reported(workspace) -> None:
     ws = workspace(notes(100))
     runs = Runs()
-    seen: list[tuple[int, int]] = []
-    report = run_sync("main", workspace=str(ws), progress=lambda done, total: seen.append((done, total)))
+    seen: list[ProgressEvent] = []
+    report = run_sync("main", workspace=str(ws), progress=seen.append)
     assert report.added == 100 and report.chunksEmbedded == 100
-    assert seen == [(0, 100), (64, 100), (100, 100)]  # the progress callback reaches the flow's batches
+    # an event per embedding request and per batch written (64 + 36 files), then the end
+    assert [(e.chunksDone, e.filesDone) for e in seen] == [(0, 0), (64, 0), (64, 64), (100, 64), (100, 100)] + [
+        (100, 100)
+    ]
+    assert {(e.chunksTotal, e.filesTotal) for e in seen} == {(100, 100)}  # the flow's events reach the caller
 
     run = runs.one()
     assert run.state is not None and run.state.is_completed() and run.state_name == "Completed"
     m = RUN_NAME.match(run.name)
     assert m, run.name
-    stamp = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M").replace(tzinfo=UTC)
+    stamp = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
     assert abs(run.start_time - stamp) < timedelta(minutes=2)
     assert run.parameters == {"agent": "main", "workspace": str(ws), "config_path": None, "force": False}
 
@@ -273,3 +278,33 @@ def test_cli_index_process_json_is_one_document(workspace, memsift_home: Path) -
     run = runs.worker()
     assert run.state.is_completed()
     assert set(artifacts(run)) == {"sync-report-main", "sync-warnings-main", "rebuild-progress-main"}
+
+
+def test_the_progress_artifact_counts_chunks_with_rate_and_eta(workspace, monkeypatch) -> None:
+    """The flow's progress artifact carries what the terminal bar shows: chunks embedded of chunks to embed,
+    the rate and the time left, updated per embedding request (10 chunks each here), not per 64 files."""
+    monkeypatch.setenv("MEMSIFT_EMBEDDING_BATCHMAXINPUTS", "10")
+    ws = workspace(notes(40))
+    runs = Runs()
+    seen: list[ProgressEvent] = []
+    run_sync("main", workspace=str(ws), progress=seen.append)
+    embedded = [e.chunksDone for e in seen]
+    assert sorted(set(embedded)) == [0, 10, 20, 30, 40]  # one batch of 40 files, four requests
+    middle = next(e for e in seen if e.chunksDone == 20)
+    assert middle.rate is not None and middle.eta is not None
+    assert re.fullmatch(r"20/40 chunks embedded, [\d.]+ chunks/s, ETA \d+ (s|min \d\d s)", middle.describe())
+
+    artifact = artifacts(runs.worker())["rebuild-progress-main"]
+    assert artifact.type == "progress" and float(artifact.data) == 100.0
+    assert re.fullmatch(r"rebuild of main: 40/40 chunks embedded, [\d.]+ chunks/s", artifact.description)
+
+
+def test_runs_started_in_the_same_minute_have_distinct_names(workspace) -> None:
+    ws = workspace(notes(2))
+    run_sync("main", workspace=str(ws))
+    runs = Runs()
+    run_sync("main", workspace=str(ws))  # two no-op syncs, seconds apart at most
+    run_sync("main", workspace=str(ws))
+    names = [r.name for r in runs.new()]
+    assert len(names) == 2 and len(set(names)) == 2, names
+    assert all(RUN_NAME.match(n) for n in names), names

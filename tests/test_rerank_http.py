@@ -235,7 +235,8 @@ def test_configuration_from_file_and_environment(tmp_path: Path):
         2.5,
         0,
     )
-    with pytest.raises(ConfigError, match="rerank.dialect: 'openai' is not one of cohere, jina, voyage, tei"):
+    named = r"^MEMSIFT_RERANK_DIALECT \(rerank.dialect\): 'openai' is not one of cohere, jina, voyage, tei"
+    with pytest.raises(ConfigError, match=named):
         load_config(workspace=tmp_path, env={"MEMSIFT_RERANK_DIALECT": "openai"})
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 
-from core.sources.memory import is_memory_path, scan
+from core.sources.memory import external_roots, is_memory_path, scan, scan_external
 
 
 def paths(config) -> list[str]:
@@ -101,10 +102,15 @@ def test_extra_paths_folder_file_missing_and_outside(workspace, make_config):
     assert [f.path for f in result.files] == ["docs/one.md", "notes/a.md", "notes/sub/b.md"]
     warnings = "\n".join(result.warnings)
     assert "'missing'" in warnings and "does not exist" in warnings
-    assert "'../outside/elsewhere.md'" in warnings and "'../outside'" in warnings
-    assert warnings.count("outside the workspace") == 2
     assert "'docs/plain.txt'" in warnings
-    assert len(result.warnings) == 4
+    assert len(result.warnings) == 2
+    # the entries outside the workspace are core.extra's: indexed under extra/<h>/, the same file once per entry
+    external, problems = scan_external(config)
+    [file_root, folder_root] = external_roots(config)
+    assert file_root.path == (ws.parent / "outside" / "elsewhere.md") and folder_root.path == ws.parent / "outside"
+    assert [f.path for f in external] == [f"{file_root.prefix}/elsewhere.md", f"{folder_root.prefix}/elsewhere.md"]
+    assert re.fullmatch(r"extra/[0-9a-f]{8}", file_root.prefix) and file_root.prefix != folder_root.prefix
+    assert problems == []
 
 
 def test_extra_path_through_a_symlink_is_skipped_with_a_warning(workspace, make_config):

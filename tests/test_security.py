@@ -223,7 +223,8 @@ def test_request_size_limits(client) -> None:
 
     problem(client.post("/v1/search", headers=AUTH | {"content-type": "application/json"}, content=chunks()), 413)
     deep = b'{"query": ' + b"[" * 5000 + b"]" * 5000 + b"}"
-    problem(client.post("/v1/search", headers=AUTH | {"content-type": "application/json"}, content=deep), 400, "deep")
+    # the strict decode (api/strict.py) refuses the wrong type before it descends into the nesting
+    problem(client.post("/v1/search", headers=AUTH | {"content-type": "application/json"}, content=deep), 400, "query")
 
 
 def test_schemathesis_with_the_key_finds_no_server_error_and_no_off_schema_answer(ws: Path, make_config) -> None:

@@ -233,7 +233,7 @@ def test_served_deployments_run_from_the_prefect_cli(tmp_path: Path, workspace, 
             run_id = UUID(re.search(r"UUID: ([0-9a-f-]{36})", cli.stdout).group(1))
             run = wait_for(lambda: finished(c, run_id), 90, "the run started with the Prefect CLI")
             assert run.state.is_completed(), run.state
-            assert re.match(r"^sync-main-\d{4}-\d\d-\d\dT\d\d:\d\d$", run.name)
+            assert re.match(r"^sync-main-\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d-[0-9a-f]{4}$", run.name)
             again = report_of(c, run)
             assert (again["flow"], again["unchanged"], again["added"], again["chunksEmbedded"]) == ("sync", 3, 0, 0)
 
@@ -285,7 +285,7 @@ def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, works
                 "main/flows.sync.sync_flow",
                 "main/flows.sync.rebuild_flow",
             }
-        assert f"REST API: http://127.0.0.1:{api_port}\n" in up.output
+        assert f"REST API: http://127.0.0.1:{api_port} (docs: http://127.0.0.1:{api_port}/docs)\n" in up.output
         assert httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code == 200
         assert (memsift_home / "prefect" / "server.log").is_file()  # PREFECT_HOME defaults under MEMSIFT_HOME
 

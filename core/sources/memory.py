@@ -1,13 +1,20 @@
 """The `memory` source: an agent's Markdown memory files, always indexed.
 
-`MEMORY.md`, `memory.md`, `memory/**/*.md` and the `extraPaths`, all inside the workspace. Symlinks are
-never followed (neither files nor folders), `exclude` names are never walked, and a file reachable twice
-(hard link, case-insensitive file system) is kept once. Only `stat` is called here: a sync that finds
-nothing changed reads no file contents.
+`MEMORY.md`, `memory.md`, `memory/**/*.md` and the `extraPaths`. Symlinks are never followed (neither files
+nor folders), `exclude` names are never walked, and a file reachable twice (hard link, case-insensitive file
+system) is kept once. Only `stat` is called here: a sync that finds nothing changed reads no file contents.
+
+An `extraPaths` entry outside the workspace (absolute, or `../` relative), as OpenClaw allows, is indexed
+under a stable path that looks like any other: `extra/<h>/<path inside the entry>`, where `<h>` is the first
+8 hex digits of the SHA-256 of the entry's absolute path (normalised, symlinks not resolved); a single-file
+entry's file is `extra/<h>/<its name>`. The name depends only on where the entry is, so it survives rebuilds,
+and `get` maps it back to exactly that file. Inside an entry the workspace's rules apply; the entry itself may
+not be a symlink (the folders above it are the user's own choice).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat as statmod
 from dataclasses import dataclass
@@ -20,6 +27,8 @@ from .base import FileEntry
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
+LOOKED_FOR = "MEMORY.md, memory.md, memory/**/*.md and the extraPaths entries"
+EXTERNAL = "extra/"  # the prefix of the index paths of files outside the workspace
 
 
 class MemorySource:
@@ -32,21 +41,25 @@ class MemorySource:
 
     def discover(self) -> tuple[list[FileEntry], list[str]]:
         result = scan(self.config)
-        return result.files, result.warnings
+        external, warnings = scan_external(self.config)
+        return sorted(result.files + external, key=lambda f: f.path), result.warnings + warnings
 
     def due(self, entry: FileEntry, indexed_size: int) -> bool:
         return True
 
     def path(self, rel: str) -> Path:
-        return self.config.workspace / rel
+        return external_file(self.config, rel) or self.config.workspace / rel
 
     def chunk(self, rel: str, text: str, warnings: list[str]) -> list[Chunk]:
         return chunk_text(text, self.config.chunking.tokens, self.config.chunking.overlap)
 
     def owns(self, rel: str) -> bool:
-        return is_memory_path(self.config, rel)
+        return is_memory_path(self.config, rel) or external_file(self.config, rel) is not None
 
     def resolve(self, rel: str) -> Path:
+        external = external_file(self.config, rel)  # it refused symlinks, excluded folders, other names
+        if external is not None:
+            return external
         if has_symlink(self.config.workspace, rel):
             raise GetError(403, f"path {rel!r}: goes through a symlink")
         return self.path(rel)
@@ -81,30 +94,29 @@ def scan(config: Config) -> ScanResult:
         files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
 
     for name in ROOT_FILES:
-        st = _lstat(ws / name)
+        st = lstat(ws / name)
         if st is not None and statmod.S_ISREG(st.st_mode):
             add(name, st)
         elif st is not None:
             warnings.append(_not_regular(name, st.st_mode))
-    st = _lstat(ws / MEMORY_DIR)
+    st = lstat(ws / MEMORY_DIR)
     if st is not None and statmod.S_ISDIR(st.st_mode):
-        _walk(ws, MEMORY_DIR, exclude, add, warnings)
+        walk(ws, MEMORY_DIR, exclude, add, warnings)
     elif st is not None and statmod.S_ISLNK(st.st_mode):
         warnings.append(_not_regular(MEMORY_DIR, st.st_mode))
 
     for extra in config.extra_paths:
-        rel = _extra_relpath(ws, extra)
+        rel = extra_relpath(ws, extra)
         if rel is None:
-            warnings.append(f"skipped extraPaths entry {extra!r}: it is outside the workspace")
-            continue
+            continue  # outside the workspace: scan_external indexes it under extra/<h>/
         if has_symlink(ws, rel):
             warnings.append(f"skipped extraPaths entry {extra!r}: it goes through a symlink")
             continue
-        st = _lstat(ws / rel)
+        st = lstat(ws / rel)
         if st is None:
             warnings.append(f"skipped extraPaths entry {extra!r}: it does not exist")
         elif statmod.S_ISDIR(st.st_mode):
-            _walk(ws, rel, exclude, add, warnings)
+            walk(ws, rel, exclude, add, warnings)
         elif statmod.S_ISREG(st.st_mode) and rel.lower().endswith(".md"):
             add(rel, st)
         else:
@@ -113,7 +125,13 @@ def scan(config: Config) -> ScanResult:
     return ScanResult(files, warnings)
 
 
-def _walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str]) -> None:
+def nothing_found(workspace: Path) -> str:
+    """The warning for a workspace without memory files: most often a mistyped --workspace, which would
+    otherwise index nothing and answer "No matches." in silence."""
+    return f"no memory files in {workspace}: memsift looks for {LOOKED_FOR}"
+
+
+def walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str]) -> None:
     stack = [rel_dir]
     while stack:
         rel = stack.pop()
@@ -143,14 +161,14 @@ def _not_regular(rel: str, mode: int) -> str:
     return f"skipped {rel!r}: not a regular file"
 
 
-def _lstat(path: Path) -> os.stat_result | None:
+def lstat(path: Path) -> os.stat_result | None:
     try:
         return path.lstat()
     except OSError:
         return None
 
 
-def _extra_relpath(ws: Path, extra: str) -> str | None:
+def extra_relpath(ws: Path, extra: str) -> str | None:
     """The workspace-relative form of an extraPaths entry, or None when it leaves the workspace."""
     joined = os.path.normpath(os.path.join(ws, os.path.expanduser(extra)))
     rel = os.path.relpath(joined, ws)
@@ -166,7 +184,7 @@ def has_symlink(ws: Path, rel: str) -> bool:
     current = ws
     for part in [p for p in rel.split("/") if p]:
         current = current / part
-        st = _lstat(current)
+        st = lstat(current)
         if st is not None and statmod.S_ISLNK(st.st_mode):
             return True
     return False
@@ -180,7 +198,7 @@ def is_memory_path(config: Config, rel: str) -> bool:
         return False
 
     def walked_from(root: str) -> bool:
-        # As `_walk` does: `exclude` applies to the folders below the walk's root, not to the root itself.
+        # As `walk` does: `exclude` applies to the folders below the walk's root, not to the root itself.
         if root and not rel.startswith(root + "/"):
             return False
         inner = rel[len(root) + 1 :] if root else rel
@@ -189,7 +207,70 @@ def is_memory_path(config: Config, rel: str) -> bool:
     if walked_from(MEMORY_DIR):
         return True
     for extra in config.extra_paths:
-        base = _extra_relpath(config.workspace, extra)
+        base = extra_relpath(config.workspace, extra)
         if base is not None and (rel == base or walked_from(base)):
             return True
     return False
+
+@dataclass(frozen=True)
+class ExternalRoot:
+    entry: str  # as configured
+    path: Path  # absolute, normalised
+    prefix: str  # "extra/<h>"
+
+
+def external_roots(config: Config) -> list[ExternalRoot]:
+    roots = []
+    for extra in config.extra_paths:
+        if extra_relpath(config.workspace, extra) is not None:
+            continue  # inside the workspace: scan() indexes it under its own path
+        path = Path(os.path.normpath(os.path.join(config.workspace, os.path.expanduser(extra))))
+        roots.append(ExternalRoot(extra, path, EXTERNAL + hashlib.sha256(str(path).encode()).hexdigest()[:8]))
+    return roots
+
+
+def scan_external(config: Config) -> tuple[list[FileEntry], list[str]]:
+    """The Markdown files of the external entries, named `extra/<h>/...`, and warnings."""
+    files: list[FileEntry] = []
+    warnings: list[str] = []
+    exclude = set(config.exclude)
+    for root in external_roots(config):
+        st = lstat(root.path)
+        inside: list[str] = []  # warnings about files in the entry, named relative to it
+        if st is None:
+            warnings.append(f"skipped extraPaths entry {root.entry!r}: it does not exist")
+        elif statmod.S_ISLNK(st.st_mode):
+            warnings.append(f"skipped extraPaths entry {root.entry!r}: a symlink (symlinks are never followed)")
+        elif statmod.S_ISDIR(st.st_mode):
+
+            def add(rel: str, found: os.stat_result, root: ExternalRoot = root) -> None:
+                files.append(FileEntry(f"{root.prefix}/{rel}", found.st_size, found.st_mtime_ns))
+
+            walk(root.path, "", exclude, add, inside)
+        elif statmod.S_ISREG(st.st_mode) and root.path.name.lower().endswith(".md"):
+            files.append(FileEntry(f"{root.prefix}/{root.path.name}", st.st_size, st.st_mtime_ns))
+        else:
+            warnings.append(f"skipped extraPaths entry {root.entry!r}: not a folder or a .md file")
+        warnings.extend(f"{w} (in extraPaths entry {root.entry!r})" for w in inside)
+    return files, warnings
+
+
+def external_file(config: Config, rel: str) -> Path | None:
+    """The file outside the workspace that an index path `extra/<h>/...` names by the rules above, or None
+    (no such entry, not Markdown, in an `exclude` folder, or through a symlink)."""
+    if not rel.startswith(EXTERNAL):
+        return None
+    for root in external_roots(config):
+        if not rel.startswith(root.prefix + "/"):
+            continue
+        inner = rel[len(root.prefix) + 1 :]
+        st = lstat(root.path)
+        if st is None or statmod.S_ISLNK(st.st_mode) or not inner.lower().endswith(".md"):
+            return None
+        if statmod.S_ISREG(st.st_mode):
+            return root.path if inner == root.path.name else None
+        parts = inner.split("/")
+        if any(p in config.exclude for p in parts[:-1]) or has_symlink(root.path, inner):
+            return None
+        return root.path / inner
+    return None

@@ -1,0 +1,38 @@
+"""Strict request bodies: a string where a number or a boolean is due is a 400 naming the field.
+
+Litestar converts a decoded body into its struct with `strict=False`, which turns `"maxResults": "2"` into 2
+and `"explain": "true"` into True: a client with a type bug would never learn of it. This hook decodes each
+JSON body once more, strictly, against the same struct before the handler runs; Litestar's own decoding
+then only ever sees bodies of the right types. Malformed JSON is left to Litestar's 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request
+from litestar.exceptions import ValidationException
+
+from api.schemas import GetRequest, IndexRequest, SearchRequest
+
+BODIES: dict[str, type[msgspec.Struct]] = {
+    "/v1/search": SearchRequest,
+    "/v1/get": GetRequest,
+    "/v1/index": IndexRequest,
+}
+
+
+async def strict_body(request: Request[Any, Any, Any]) -> None:
+    kind = BODIES.get(request.scope["path"])
+    if kind is None or request.method != "POST":
+        return
+    try:
+        msgspec.json.decode(await request.body(), type=kind)
+    except msgspec.ValidationError as exc:
+        # "Expected `int`, got `str` - at `$.maxResults`": the field, then what was wrong with it.
+        message, _, where = str(exc).partition(" - at `$")
+        field = where.strip("`.").split(".")[0].split("[")[0] or "body"
+        raise ValidationException(extra=[{"key": field, "message": message}]) from None
+    except msgspec.DecodeError:
+        return

@@ -1,0 +1,97 @@
+"""Progress of a sync as a person reads it: chunks embedded of chunks to embed, the rate, the time left.
+
+Embedding is what a long sync spends its time on, so progress counts chunks (those the embedding cache
+lacks), not files. The sync emits a `ProgressEvent` after every embedding request and every batch written;
+whoever shows progress consumes the events: the CLI's terminal bar (api/progress.py) and the Prefect flow's
+progress artifact (flows/sync.py). Core knows neither. `ProgressEvent` is a plain dataclass: add a field
+with a default to carry more (e.g. what the embedding has cost so far) and both consumers keep working.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    chunksDone: int  # chunks embedded so far in this sync
+    chunksTotal: int  # chunks this sync embeds: those of new or changed files that the cache lacks
+    filesDone: int  # files read and written so far (of those new or changed)
+    filesTotal: int
+    seconds: float  # since the sync started indexing
+
+    @property
+    def rate(self) -> float | None:
+        """Chunks embedded per second so far; None before the first one."""
+        return self.chunksDone / self.seconds if self.chunksDone and self.seconds > 0 else None
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds until every chunk is embedded, at the rate so far; None while the rate is unknown."""
+        rate = self.rate
+        return max(self.chunksTotal - self.chunksDone, 0) / rate if rate else None
+
+    @property
+    def fraction(self) -> float:
+        """Done, from 0 to 1: by chunks when there is anything to embed, else by files."""
+        if self.chunksTotal:
+            return min(self.chunksDone / self.chunksTotal, 1.0)
+        return min(self.filesDone / self.filesTotal, 1.0) if self.filesTotal else 1.0
+
+    def describe(self) -> str:
+        """`120/480 chunks embedded, 35.2 chunks/s, ETA 10 s` (files when nothing is to be embedded)."""
+        if not self.chunksTotal:
+            return f"{self.filesDone}/{self.filesTotal} files"
+        parts = [f"{self.chunksDone}/{self.chunksTotal} chunks embedded"]
+        if self.rate is not None:
+            parts.append(f"{self.rate:.1f} chunks/s")
+        if self.eta is not None and self.chunksDone < self.chunksTotal:
+            parts.append(f"ETA {_duration(self.eta)}")
+        return ", ".join(parts)
+
+
+Progress = Callable[[ProgressEvent], None]
+
+
+class ProgressTracker:
+    """Counts a sync's work and emits an event to `sink` at each step."""
+
+    def __init__(self, sink: Progress, files: int, chunks: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._sink = sink
+        self._clock = clock
+        self._started = clock()
+        self.files_total = files
+        self.chunks_total = chunks
+        self.files_done = 0
+        self.chunks_done = 0
+        self.emit()
+
+    def embedded(self, chunks: int) -> None:
+        self.chunks_done += chunks
+        self.emit()
+
+    def written(self, files: int) -> None:
+        self.files_done += files
+        self.emit()
+
+    def emit(self) -> None:
+        self._sink(
+            ProgressEvent(
+                chunksDone=self.chunks_done,
+                chunksTotal=max(self.chunks_total, self.chunks_done),  # a file edited since it was counted
+                filesDone=self.files_done,
+                filesTotal=self.files_total,
+                seconds=self._clock() - self._started,
+            )
+        )
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
