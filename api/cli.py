@@ -90,8 +90,8 @@ def _parser() -> _Parser:
         "--path-prefix", metavar="P", help="only files under this workspace-relative prefix (default: all files)"
     )
     when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m: months)"
-    search.add_argument("--after", metavar="WHEN", help=f"only notes dated at or after {when}")
-    search.add_argument("--before", metavar="WHEN", help="only notes dated at or before WHEN (same forms)")
+    search.add_argument("--after", metavar="WHEN", help=f"only notes dated at or after {when} (default: no bound)")
+    search.add_argument("--before", metavar="WHEN", help="only notes dated at or before WHEN, same forms (default: no bound)")
     search.add_argument(
         "--no-evergreen",
         dest="evergreen",
