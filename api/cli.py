@@ -91,7 +91,9 @@ def _parser() -> _Parser:
     )
     when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m: months)"
     search.add_argument("--after", metavar="WHEN", help=f"only notes dated at or after {when} (default: no bound)")
-    search.add_argument("--before", metavar="WHEN", help="only notes dated at or before WHEN, same forms (default: no bound)")
+    search.add_argument(
+        "--before", metavar="WHEN", help="only notes dated at or before WHEN, same forms (default: no bound)"
+    )
     search.add_argument(
         "--no-evergreen",
         dest="evergreen",

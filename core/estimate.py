@@ -21,8 +21,7 @@ from typing import Any
 
 from .config import Config
 from .embedders import Embedder
-from .indexer import SyncPlan, SyncReport, batches, cache_key, embed_step, read_batch, unwrapped
-from .limiter import request_tokens
+from .indexer import SyncPlan, SyncReport, batches, cache_key, embed_step, read_batch, request_token_counts
 from .shared_cache import SharedCache
 from .store import Store
 
@@ -91,7 +90,7 @@ def estimate(
         files_to_embed += len({owners[h] for h in todo})
         for i in range(0, len(todo), step):
             part = [texts[h] for h in todo[i : i + step]]
-            sizes = _request_tokens(embedder, part)
+            sizes = request_token_counts(embedder, part)
             requests += len(sizes)
             tokens += sum(sizes)
             chars += sum(map(len, part))
@@ -112,12 +111,6 @@ def estimate(
         estimatedCost=None if price is None or embedder is None else round(tokens / 1e6 * price, 6),
         secondsFrom=basis,
     )
-
-
-def _request_tokens(embedder: Embedder, texts: list[str]) -> list[int]:
-    """Tokens per request of one `embed_documents(texts)`: as a hosted provider packs them, else one call."""
-    plan = getattr(unwrapped(embedder), "document_request_tokens", None)
-    return plan(texts) if plan is not None else [request_tokens(texts)]
 
 
 def _seconds(

@@ -23,6 +23,7 @@ import numpy as np
 from .binding import check_workspace, record_workspace
 from .config import Config
 from .embedders import Embedder, EmbeddingError, InputsRejected
+from .limiter import request_tokens
 from .progress import Progress, ProgressTracker
 from .query import FTS_TEXT_VERSION
 from .rerankers.local import token_capture
@@ -322,8 +323,16 @@ def embed_missing(
             _keep(report, cache.put, key, got)
             if bits and capture is not None:
                 _keep(report, cache.tokens_put, capture.fingerprint, bits)
-        if progress is not None:
-            progress.embedded(len(part))
+        if progress is not None:  # the local model costs nothing; a hosted provider is paid by the token
+            paid = 0 if embedder.provider == "local" else sum(request_token_counts(embedder, inputs))
+            progress.embedded(len(part), paid)
+
+
+def request_token_counts(embedder: Embedder, texts: list[str]) -> list[int]:
+    """Tokens per request of one `embed_documents(texts)`, as the rate limiter counts them: as a hosted
+    provider packs the texts into requests, else one call (the dry run and the progress's spend use it)."""
+    plan = getattr(unwrapped(embedder), "document_request_tokens", None)
+    return plan(texts) if plan is not None else [request_tokens(texts)]
 
 
 def _warn_rejected(files: list[tuple[FileEntry, str, list]], rejected: dict[str, str], report: SyncReport) -> None:
@@ -420,7 +429,9 @@ def sync(
             report.plan = estimating(store, config, embedder, plan, cache).to_dict()
         tracker = None
         if progress is not None:  # the plan counted the chunks the caches lack; without one, files tell
-            tracker = ProgressTracker(progress, len(plan.to_check), (report.plan or {}).get("chunksToEmbed", 0))
+            to_embed = (report.plan or {}).get("chunksToEmbed", 0)
+            price = config.embedding.pricePerMillionTokens
+            tracker = ProgressTracker(progress, len(plan.to_check), to_embed, price=price)
         for batch in batches(plan.to_check):
             stage("index-batch", index_batch)(store, config, embedder, batch, plan, report, cache, tracker)
         if plan.removed:

@@ -21,6 +21,11 @@ class ProgressEvent:
     filesDone: int  # files read and written so far (of those new or changed)
     filesTotal: int
     seconds: float  # since the sync started indexing
+    #: What the embedding has cost so far, counted as the rate limiter and the dry run count (UTF-8 bytes / 4):
+    #: tokens sent to a hosted provider (0 for the local model, which costs nothing), and their price when
+    #: `embedding.pricePerMillionTokens` is set (else None).
+    tokensSent: int = 0
+    spent: float | None = None
 
     @property
     def rate(self) -> float | None:
@@ -49,6 +54,9 @@ class ProgressEvent:
             parts.append(f"{self.rate:.1f} chunks/s")
         if self.eta is not None and self.chunksDone < self.chunksTotal:
             parts.append(f"ETA {_duration(self.eta)}")
+        if self.tokensSent:
+            cost = f" (${self.spent:.4f})" if self.spent is not None else ""
+            parts.append(f"~{self.tokensSent:,} tokens sent{cost}")
         return ", ".join(parts)
 
 
@@ -58,8 +66,18 @@ Progress = Callable[[ProgressEvent], None]
 class ProgressTracker:
     """Counts a sync's work and emits an event to `sink` at each step."""
 
-    def __init__(self, sink: Progress, files: int, chunks: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        sink: Progress,
+        files: int,
+        chunks: int,
+        clock: Callable[[], float] = time.monotonic,
+        price: float | None = None,
+    ) -> None:
+        """`price` per million tokens: with it, each event says what the tokens sent so far cost."""
         self._sink = sink
+        self._price = price
+        self.tokens_sent = 0
         self._clock = clock
         self._started = clock()
         self.files_total = files
@@ -68,8 +86,10 @@ class ProgressTracker:
         self.chunks_done = 0
         self.emit()
 
-    def embedded(self, chunks: int) -> None:
+    def embedded(self, chunks: int, tokens: int = 0) -> None:
+        """`chunks` more embedded by a request that sent `tokens` to a paid provider (0: nothing paid)."""
         self.chunks_done += chunks
+        self.tokens_sent += tokens
         self.emit()
 
     def written(self, files: int) -> None:
@@ -84,6 +104,8 @@ class ProgressTracker:
                 filesDone=self.files_done,
                 filesTotal=self.files_total,
                 seconds=self._clock() - self._started,
+                tokensSent=self.tokens_sent,
+                spent=None if self._price is None else round(self.tokens_sent / 1e6 * self._price, 6),
             )
         )
 

@@ -104,3 +104,20 @@ def test_the_local_model_s_speed_is_measured_for_the_estimate(capsys, workspace,
     assert plan["secondsFrom"] == "measured" and plan["estimatedSeconds"] > 0
     report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
     assert report["chunksEmbedded"] == plan["chunksToEmbed"] and report["cacheHits"] == 0  # the sample was not kept
+
+
+def test_progress_tells_the_spend_so_far_and_ends_at_the_plan(workspace, provider: FakeProvider) -> None:
+    """Each progress event (the CLI bar, the flow's artifact) carries the tokens sent and their price so far;
+    the last one is what the plan estimated, to the token."""
+    from core import MemoryIndex, load_config
+
+    ws = hosted(workspace, provider, "pricePerMillionTokens = 0.02\n")
+    events = []
+    with MemoryIndex(load_config(workspace=ws)) as index:
+        report = index.sync(progress=events.append)
+    spending = [e.tokensSent for e in events]
+    assert spending == sorted(spending) and len(set(spending)) > 2  # it grows request by request
+    last = events[-1]
+    assert last.tokensSent == report.plan["estimatedTokens"] == sum(request_tokens(r) for r in sent(provider))
+    assert last.spent == report.plan["estimatedCost"] > 0
+    assert f"~{last.tokensSent:,} tokens sent (${last.spent:.4f})" in last.describe()
