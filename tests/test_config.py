@@ -384,5 +384,5 @@ def test_candidate_pool_is_set_by_config_never_by_a_request(ws: Path) -> None:
     assert load_config(workspace=ws, env={}).search.fetch == 200
     write(ws / "memsift.toml", "[search]\ncandidatePool = 120\n")
     assert load_config(workspace=ws, env={}).search.candidatePool == 120
-    with pytest.raises(ConfigError, match=r"^search\.candidatePool:"):
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_SEARCH_CANDIDATE_POOL \(search\.candidatePool\): 201 is out"):
         load_config(workspace=ws, env={"MEMSIFT_SEARCH_CANDIDATE_POOL": "201"})

@@ -402,7 +402,7 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
 
             done = wait_for(rebuilt, 300, "the rebuild run to end")
         assert done.state.is_completed(), done.state
-        assert re.match(r"^rebuild-main-config-change-\d{4}-\d\d-\d\dT\d\d:\d\d$", done.name)
+        assert re.match(r"^rebuild-main-config-change-\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d-[0-9a-f]{4}$", done.name)
         assert answers and set(answers) == {200}
         after = top()
         assert after["endLine"] - after["startLine"] < first["endLine"] - first["startLine"]  # the new, smaller chunks
