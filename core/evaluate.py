@@ -41,6 +41,18 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
     return queries
 
 
+def query_index(indexes: dict[Path, MemoryIndex], config: Config, base: Path, query: dict[str, Any]) -> MemoryIndex:
+    """The index of a query's workspace (relative to its file's folder `base`; absent: the agent's), opened and
+    synced the first time it is asked for and kept in `indexes` (the caller closes them). Each workspace gets
+    an agent id of its own, so evaluation never touches the user's indexes."""
+    ws = (base / query["workspace"]).resolve() if query.get("workspace") else config.workspace
+    if ws not in indexes:
+        agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]
+        indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
+        indexes[ws].sync()
+    return indexes[ws]
+
+
 def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict[str, float]:
     wanted = {(r["path"], int(r["line"])) for r in relevant}
     covered: set[tuple[str, int]] = set()
@@ -85,12 +97,8 @@ def evaluate(
     indexes: dict[Path, MemoryIndex] = {}
     try:
         for q in queries:
-            ws = (base / q["workspace"]).resolve() if q.get("workspace") else config.workspace
-            if ws not in indexes:
-                agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]
-                indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
-                indexes[ws].sync()
-            response = indexes[ws].search(q["query"], max_results=k, min_score=min_score, mode=mode, rerank=rerank)
+            index = query_index(indexes, config, base, q)
+            response = index.search(q["query"], max_results=k, min_score=min_score, mode=mode, rerank=rerank)
             took.append(response.tookMs)
             spans.extend(h.endLine - h.startLine + 1 for h in response.results)
             scores = score_query(response.results, q["relevant"], k)

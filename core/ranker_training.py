@@ -7,7 +7,6 @@ covers a relevant line of its question.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -16,7 +15,7 @@ import numpy as np
 
 from . import learned
 from .config import Config
-from .evaluate import load_queries
+from .evaluate import load_queries, query_index
 from .memory import MemoryIndex
 
 #: Candidates per leg asked of each search; the ranker's pool has the same size whatever maxResults.
@@ -59,11 +58,7 @@ def collect(config: Config, paths: list[str | Path]) -> Dataset:
         indexes: dict[Path, MemoryIndex] = {}
         try:
             for q in queries:
-                ws = (base / q["workspace"]).resolve() if q.get("workspace") else config.workspace
-                if ws not in indexes:
-                    agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]
-                    indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
-                    indexes[ws].sync()
+                index = query_index(indexes, config, base, q)
                 found: list[tuple[list[Span], np.ndarray]] = []
 
                 def keep(cands, rows, x, found=found) -> None:
@@ -71,7 +66,7 @@ def collect(config: Config, paths: list[str | Path]) -> Dataset:
                         ([Span(rows[c.id].path, rows[c.id].start_line, rows[c.id].end_line) for c in cands], x)
                     )
 
-                indexes[ws].search(q["query"], max_results=K, min_score=0.0, mode="hybrid", collect=keep)
+                index.search(q["query"], max_results=K, min_score=0.0, mode="hybrid", collect=keep)
                 if not found:
                     continue
                 spans, x = found[0]
