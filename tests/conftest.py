@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 _session_dir = Path(tempfile.mkdtemp(prefix="memsift-tests-"))
 os.environ["PREFECT_HOME"] = str(_session_dir / "prefect")
@@ -138,3 +141,29 @@ def open_index() -> Callable[..., MemoryIndex]:
     yield make
     for index in opened:
         index.close()
+
+
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout: float, what: str, every: float = 0.05) -> T:
+    """Poll `condition` until it returns something truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(every)  # polling an outside process's state, not synchronising threads
+    return value
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM a server the test started (as a user's Ctrl-C would), SIGKILL it if it has not ended in 30 s."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from conftest import stop_process
 from prometheus_client.parser import text_string_to_metric_families
 from test_api_server import MEMSIFT, free_port, wait_for
 
@@ -45,14 +45,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_for(proc, f"{url}/readyz")
         yield url
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        proc.stderr.close()
+        stop_process(proc)
 
 
 def search(base: str, **body) -> httpx.Response:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,18 +11,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import stop_process
 
 from api.cli import main
+from api.prefect_server import free_port
 from api.serve import is_loopback
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 START_SECONDS = 60
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(proc: subprocess.Popen[bytes], url: str, status: int = 200) -> httpx.Response:
@@ -63,14 +58,7 @@ def server(workspace, memsift_home: Path) -> Iterator[tuple[str, subprocess.Pope
     try:
         yield f"http://127.0.0.1:{port}", proc
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        proc.stderr.close()
+        stop_process(proc)
 
 
 def test_serve_answers_over_http_and_stops_on_sigterm(server) -> None:

@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
+from conftest import wait_for
 
 from api.agents import Agents
 from api.config_reload import ConfigFollower, changed_keys
@@ -21,19 +21,10 @@ from api.up import agent_configs
 from tests.test_api_server import MEMSIFT, free_port
 from tests.test_api_server import wait_for as wait_for_status
 
-T = TypeVar("T")
 NOTES = {
     "MEMORY.md": "# Memory\n- Dana starts every morning with a flat white.\n",
     "memory/2026-11-24.md": "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the staging proxy.\n",
 }
-
-
-def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 class Recorder:
@@ -110,7 +101,7 @@ def test_the_watch_follows_a_save_by_rename_and_sighup(workspace) -> None:
         assert f.configs["main"].search.maxResults == 3
 
         os.kill(os.getpid(), signal.SIGHUP)
-        wait_until(lambda: "configuration (SIGHUP): unchanged" in rec.lines, 30, "the SIGHUP re-read")
+        wait_for(lambda: "configuration (SIGHUP): unchanged" in rec.lines, 30, "the SIGHUP re-read")
     finally:
         stop.set()
         thread.join(10)
@@ -178,17 +169,17 @@ def test_serve_takes_new_search_settings_and_never_indexes(served) -> None:
 
     toml = "[rerank]\nenabled = false\n[search]\nvectorWeight = 0.2\ntextWeight = 0.3\n"
     (ws / "memsift.toml").write_text(toml)
-    wait_until(lambda: top_score(base) == 0.5, 30, "the new weights in a search")
+    wait_for(lambda: top_score(base) == 0.5, 30, "the new weights in a search")
 
     (ws / "memsift.toml").write_text(toml + "[chunking]\ntokens = 5\n")
-    error = wait_until(lambda: httpx.get(f"{base}/v1/status", timeout=30).json()["config"]["error"], 30, "the error")
+    error = wait_for(lambda: httpx.get(f"{base}/v1/status", timeout=30).json()["config"]["error"], 30, "the error")
     assert error == "chunking.tokens: 5 is out of range [16, 8192]"
     ready = httpx.get(f"{base}/readyz", timeout=30)
     assert ready.status_code == 200 and ready.json()["config"]["error"] == error  # the old settings serve
     assert top_score(base) == 0.5
 
     (ws / "memsift.toml").write_text(toml + "[chunking]\ntokens = 48\noverlap = 0\n")
-    status = wait_until(
+    status = wait_for(
         lambda: (s := httpx.get(f"{base}/v1/status", timeout=30).json())["config"]["error"] is None and s, 30, "valid"
     )
     assert status["dirtyReason"] == "the configuration or model changed: the next sync rebuilds"  # not rebuilt

@@ -20,21 +20,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import apsw
 import httpx
 import pytest
+from conftest import wait_for
 
 from api.prefect_server import advertisement, free_port
 from core.config import db_path, legacy_db_path
 from tests.fake_provider import FakeProvider, fake_vector
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
-T = TypeVar("T")
-
 A_NOTES = {
     "MEMORY.md": "# Memory\n- Dana starts every morning with a flat white.\n",
     "memory/2026-11-24.md": "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the staging proxy.\n",
@@ -43,17 +42,6 @@ B_NOTES = {
     "MEMORY.md": "# Memory\n- Priya keeps the greenhouse keys in the blue tin.\n",
     "memory/2026-11-25.md": "# 2026-11-25\n- The deploy of the greenhouse sensors went fine.\n",
 }
-
-
-def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll `condition` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(0.05)
 
 
 def user_env(home: Path, user: Path) -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import stop_process
 from test_api_server import START_SECONDS, free_port, wait_for
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
@@ -43,14 +43,7 @@ def served(prefect_harness, tmp_path: Path, memsift_home: Path) -> Iterator[tupl
         wait_for(proc, f"{base}/readyz")
         yield base, first
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        proc.stdout.close()
-        proc.stderr.close()
+        stop_process(proc)
 
 
 def test_wrong_types_are_refused_naming_the_field(served) -> None:

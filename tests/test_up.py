@@ -15,15 +15,16 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID
 
 import httpx
+from conftest import wait_for
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -45,8 +46,6 @@ from flows.ratelimit import LIMIT_NAME
 
 BIN = Path(sys.executable).parent
 MEMSIFT, PREFECT = BIN / "memsift", BIN / "prefect"
-T = TypeVar("T")
-
 NOTES = {
     "MEMORY.md": "# Memory\n- Dana starts every morning with a flat white.\n",
     "memory/2026-11-24.md": "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the staging proxy.\n",
@@ -86,15 +85,8 @@ def _env(memsift_home: Path, prefect_home: Path | None) -> dict[str, str]:
     return env
 
 
-def wait_for(condition: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll `condition` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(0.25)
+# Each poll asks the Prefect server or the REST API: a quarter second apart.
+wait_for = partial(wait_for, every=0.25)
 
 
 def descendants(pid: int) -> set[int]:

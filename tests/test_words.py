@@ -104,8 +104,8 @@ def test_every_option_says_what_it_does_and_its_default() -> None:
                 continue
             where = f"{parser.prog} {'/'.join(action.option_strings) or action.dest}"
             assert action.help, f"{where}: no description"
-            takes_value = action.option_strings and action.nargs != 0 and not isinstance(
-                action, argparse.BooleanOptionalAction
+            takes_value = (
+                action.option_strings and action.nargs != 0 and not isinstance(action, argparse.BooleanOptionalAction)
             )
             if takes_value and not action.required:  # a required option has no default to state
                 assert "default" in action.help, f"{where}: no default in {action.help!r}"
