@@ -248,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _exit_now(128 + exc.signum)
     except KeyboardInterrupt:
         return _fail(args, "interrupted")
+    except BrokenPipeError:  # the reader went away (`memsift get ... | head`): stop quietly, as `cat` would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
+        return 128 + signal.SIGPIPE
     except Exception as exc:  # anything else is a bug or an environment problem: one line unless --debug
         return _fail(args, f"{type(exc).__name__}: {exc}")
 

@@ -552,3 +552,18 @@ def test_real_process_time_filter(ws: Path, memsift_home: Path) -> None:
     proc = subprocess.run(argv[:5] + ["--after", "soon"], capture_output=True, text=True, env=_env(memsift_home))
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr)
     assert "after: 'soon' is not a date" in proc.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(workspace, memsift_home: Path) -> None:
+    """`memsift get ... | head -1`: once the reader has closed the pipe the command stops, with no error line."""
+    ws = workspace({"MEMORY.md": "".join(f"- fact number {i}\n" for i in range(200_000))})
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "get", "MEMORY.md"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(memsift_home),
+    )
+    assert proc.stdout.readline() == b"- fact number 0\n"
+    proc.stdout.close()  # as head does after its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "error" not in err, err
