@@ -17,12 +17,15 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from core.errors import MemsiftError
+
 HOST = "127.0.0.1"
 DEFAULT_PORT = 4200  # Prefect's own default: the UI address stays the same from one start to the next
 
 
-class ServerError(RuntimeError):
-    """The Prefect server did not start or did not answer in time; the message says why."""
+class ServerError(MemsiftError, RuntimeError):
+    """The Prefect server (or `up`'s REST API) did not start or did not answer in time; the message says why,
+    so the CLI prints it as one line like every other MemsiftError."""
 
 
 def port_is_free(port: int) -> bool:

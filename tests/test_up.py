@@ -24,6 +24,7 @@ from typing import Any
 from uuid import UUID
 
 import httpx
+import pytest
 from conftest import wait_for
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
@@ -39,8 +40,8 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from api.prefect_server import PrefectServer, free_port
-from core import MemoryIndex, load_config
+from api.prefect_server import PrefectServer, free_port, wait_healthy
+from core import MemoryIndex, MemsiftError, load_config
 from flows.deployments import agent_deployments, flow_parameters
 from flows.ratelimit import LIMIT_NAME
 
@@ -320,6 +321,17 @@ def test_up_refuses_before_starting_anything(tmp_path: Path, workspace, memsift_
     assert busy.returncode == 1
     assert busy.stderr == f"memsift: error: --port: port {port} on 127.0.0.1 is in use\n"
     assert not (memsift_home / "prefect" / "server.log").exists()
+
+
+def test_a_server_that_dies_at_start_is_one_clear_error(tmp_path: Path) -> None:
+    """A Prefect server that exits while `up` waits for it is a MemsiftError (the CLI prints its message as one
+    line, not `ServerError: ...`), and the message carries the tail of the server's log."""
+    log = tmp_path / "server.log"
+    log.write_text("address already in use\n")
+    dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    dead.wait()
+    with pytest.raises(MemsiftError, match=r"exited with code 3:\naddress already in use"):
+        wait_healthy(f"http://127.0.0.1:{free_port()}/api", 30, dead, log)
 
 
 # ---------------------------------------------------------------- configuration changes under a running `up`
