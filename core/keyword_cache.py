@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 #: From this many chunks on, the cached phrase scores answer the keyword leg (bench/keyword_leg.py).
-CACHE_MIN_CHUNKS = 5_000
+CACHE_MIN_CHUNKS = 2_000
 #: Memory of every cached phrase together, in the whole process (12 bytes a matched row: id position + score).
 CACHE_BYTES = 64 * 2**20
 
@@ -54,7 +54,7 @@ class _Phrase:
 @dataclass
 class _Index:
     tag: Hashable
-    ids: np.ndarray | None  # every chunk id, ascending; None below CACHE_MIN_CHUNKS
+    ids: np.ndarray  # every chunk id, ascending
     phrases: OrderedDict[str, _Phrase] = field(default_factory=OrderedDict)
 
 
@@ -83,8 +83,8 @@ class KeywordCaches:
         `chunk_ids` (every chunk id, ascending) runs only when the tag changed, `phrase_scores` only for a phrase
         not cached; `allowed`: the chunk ids a search's filters leave, scored before the cut."""
         with self._lock:
-            index = self._index(path, tag, chunk_ids, min_chunks)
-            if index.ids is None:
+            index = self._index(path, tag, chunk_ids)
+            if len(index.ids) < min_chunks:
                 return None
             parts = [self._phrase(path, index, p, phrase_scores) for p in phrases]
         ids = index.ids
@@ -99,13 +99,12 @@ class KeywordCaches:
             found = found[np.isin(ids[found], np.fromiter(allowed(), dtype=np.int64))]
         return _best(ids, found, -scores[found], limit)
 
-    def _index(self, path: str, tag: Hashable, chunk_ids: Callable[[], np.ndarray], min_chunks: int) -> _Index:
+    def _index(self, path: str, tag: Hashable, chunk_ids: Callable[[], np.ndarray]) -> _Index:
         index = self._indexes.get(path)
         if index is None or index.tag != tag:
             if index is not None:
                 self._bytes -= sum(p.nbytes for p in index.phrases.values())
-            ids = chunk_ids()
-            index = self._indexes[path] = _Index(tag, ids if len(ids) >= min_chunks else None)
+            index = self._indexes[path] = _Index(tag, chunk_ids())
         return index
 
     def _phrase(self, path: str, index: _Index, phrase: str, phrase_scores: PhraseScores) -> _Phrase:
@@ -113,7 +112,6 @@ class KeywordCaches:
         if cached is not None:
             index.phrases.move_to_end(phrase)
             return cached
-        assert index.ids is not None
         rows = np.asarray(phrase_scores(phrase), dtype=np.float64).reshape(-1, 2)
         found = _Phrase(np.searchsorted(index.ids, rows[:, 0].astype(np.int64)).astype(np.int32), -rows[:, 1])
         if found.nbytes <= self.max_bytes:
@@ -131,7 +129,14 @@ class KeywordCaches:
 
     @property
     def nbytes(self) -> int:
+        """The bytes of every cached phrase's arrays (the chunk ids of each index come on top: 8 a chunk)."""
         return self._bytes
+
+    def clear(self) -> None:
+        """Forget every index (bench/keyword_leg.py times the first searches after a write this way)."""
+        with self._lock:
+            self._indexes.clear()
+            self._bytes = 0
 
 
 def _best(ids: np.ndarray, rows: np.ndarray, scores: np.ndarray, limit: int) -> list[tuple[int, float]]:
