@@ -14,6 +14,8 @@ planted; `--keep DIR` keeps the indexes in DIR/<size> and reuses them on the nex
   hybrid   `MemoryIndex.search(mode="hybrid", explain=True)` minus its query embedding, FTS5 against the
            cache in ABBA order per query (warm), with the keyword stage from `timings`
   recall   the vector leg's top 10 against the exact float64 product over every stored vector
+  serve    (`--serve N`) `memsift serve` on the index, its own process: VmRSS once ready and after N hybrid
+           searches of distinct queries over HTTP (the cache filled by them), and the cache's bound
 
     .venv/bin/python bench/keyword_leg.py                                  # 1k, 10k, 100k (~10 min)
     .venv/bin/python bench/keyword_leg.py --sizes 10000 --queries 50 --keep /tmp/kw-indexes
@@ -173,6 +175,21 @@ def measure(config: Any, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def serve_rss(config: Any, searches: int, seed: int) -> dict[str, Any]:
+    """`memsift serve`'s memory once ready and after `searches` distinct hybrid searches (phrases cached)."""
+    import httpx
+
+    proc, base = load.start_server(config.workspace, config.home, config.home / "serve.log", rerank=False)
+    try:
+        ready = load.memory_of(proc.pid)
+        queries = list(dict.fromkeys(corpus.make_queries(seed + 3, 20 * searches)))[:searches]
+        for q in queries:
+            httpx.post(f"{base}/v1/search", json={"query": q, "mode": "hybrid"}, timeout=120).raise_for_status()
+        return {"ready": ready, "after": load.memory_of(proc.pid), "searches": len(queries)}
+    finally:
+        load.stop_server(proc)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="1000,10000,100000")
@@ -181,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hybrid", type=int, default=60, help="queries for the hybrid search and the recall")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep", type=Path, help="keep the built indexes here and reuse them")
+    p.add_argument("--serve", type=int, default=0, help="searches through `memsift serve` for its RSS (0: none)")
     args = p.parse_args(argv)
     for name in [n for n in os.environ if n.startswith("MEMSIFT_")]:
         del os.environ[name]
@@ -188,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"environment": harness.environment(), "busy_before": harness.cpu_busy(), "sizes": []}
     try:
         for size in [int(s) for s in args.sizes.split(",")]:
-            row = measure(_config(root, size, args), args)
+            config = _config(root, size, args)
+            row = measure(config, args)
+            if args.serve:
+                row["serve_rss_mib"] = serve_rss(config, args.serve, args.seed)
             results["sizes"].append(row)
             harness.log(f"{size}: {row}")
     finally:
