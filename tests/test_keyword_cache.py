@@ -189,3 +189,14 @@ def test_a_sync_and_a_rebuild_are_seen_by_the_next_search(workspace, make_config
         assert len(_keyword(index, "proxy dentist")) == 2
         response = index.search("proxy", mode="keyword")
         assert [r.path for r in response.results] == ["memory/2026-01-05.md"]
+
+
+def test_stores_of_one_file_share_one_cache(store: Store, large) -> None:
+    phrases = fts_phrases("deploy tea")
+    store.keyword_search(phrases, 5)
+    cached = KEYWORD_CACHES._indexes[str(store.path)]
+    filled = [cached.phrases[p] for p in phrases]
+    with Store(store.path, use_vec=False, readonly=True) as other:
+        _same(other.keyword_search(phrases, 5), store.fts_search(" OR ".join(phrases), 5))
+    assert KEYWORD_CACHES._indexes[str(store.path)] is cached  # not reloaded, and no phrase filled again
+    assert all(cached.phrases[p] is f for p, f in zip(phrases, filled))
