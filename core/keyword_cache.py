@@ -86,7 +86,7 @@ class KeywordCaches:
             index = self._index(path, tag, chunk_ids)
             if len(index.ids) < min_chunks:
                 return None
-            parts = [self._phrase(path, index, p, phrase_scores) for p in phrases]
+            parts = [self._phrase(index, p, phrase_scores) for p in phrases]
         ids = index.ids
         if not parts:
             return []
@@ -107,13 +107,16 @@ class KeywordCaches:
             index = self._indexes[path] = _Index(tag, chunk_ids())
         return index
 
-    def _phrase(self, path: str, index: _Index, phrase: str, phrase_scores: PhraseScores) -> _Phrase:
+    def _phrase(self, index: _Index, phrase: str, phrase_scores: PhraseScores) -> _Phrase:
         cached = index.phrases.get(phrase)
         if cached is not None:
             index.phrases.move_to_end(phrase)
             return cached
-        rows = np.asarray(phrase_scores(phrase), dtype=np.float64).reshape(-1, 2)
-        found = _Phrase(np.searchsorted(index.ids, rows[:, 0].astype(np.int64)).astype(np.int32), -rows[:, 1])
+        rows = np.asarray(phrase_scores(phrase), dtype=np.float64).reshape(-1, 2)  # ids < 2**53: exact
+        ids = rows[:, 0].astype(np.int64)
+        at = np.searchsorted(index.ids, ids).clip(0, max(len(index.ids) - 1, 0))
+        known = index.ids[at] == ids if len(index.ids) else np.zeros(len(ids), dtype=bool)  # (a row written since)
+        found = _Phrase(at[known].astype(np.int32), -rows[known, 1])
         if found.nbytes <= self.max_bytes:
             index.phrases[phrase] = found
             self._bytes += found.nbytes
