@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +38,8 @@ CACHE_MIN_CHUNKS = 2_000
 CACHE_BYTES = 64 * 2**20
 
 #: (chunk id, bm25 of the phrase alone) for every row a phrase matches, as FTS5 answers them.
-PhraseScores = Callable[[str], Sequence[tuple[int, float]]]
+PhraseScores = Callable[[str], Iterable[tuple[int, float]]]
+_ROW = np.dtype([("id", np.int64), ("bm25", np.float64)])
 
 
 @dataclass
@@ -112,11 +113,11 @@ class KeywordCaches:
         if cached is not None:
             index.phrases.move_to_end(phrase)
             return cached
-        rows = np.asarray(phrase_scores(phrase), dtype=np.float64).reshape(-1, 2)  # ids < 2**53: exact
-        ids = rows[:, 0].astype(np.int64)
+        rows = np.fromiter(phrase_scores(phrase), dtype=_ROW)
+        ids = rows["id"]
         at = np.searchsorted(index.ids, ids).clip(0, max(len(index.ids) - 1, 0))
         known = index.ids[at] == ids if len(index.ids) else np.zeros(len(ids), dtype=bool)  # (a row written since)
-        found = _Phrase(at[known].astype(np.int32), -rows[known, 1])
+        found = _Phrase(at[known].astype(np.int32), -rows["bm25"][known])
         if found.nbytes <= self.max_bytes:
             index.phrases[phrase] = found
             self._bytes += found.nbytes

@@ -460,7 +460,7 @@ class Store:
             phrases=phrases,
             phrase_scores=lambda phrase: self.conn.execute(
                 "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?", (phrase,)
-            ).fetchall(),
+            ),
             limit=limit,
             allowed=None if listed is None else lambda: self._ids_of(listed),
             min_chunks=CACHE_MIN_CHUNKS,
