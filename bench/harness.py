@@ -144,6 +144,7 @@ def build_query_index(
     from core.chunking import chunk_text
     from core.indexer import cache_key
     from core.rerankers.maxsim import MaxSimReranker
+    from core.shared_cache import SharedCache
     from core.store import Store
 
     emb, _ = embedder()
@@ -211,10 +212,13 @@ def build_query_index(
     # Without `rerank`, no MaxSim rerank: the sync would run the model over every copy for its token bits.
     # Search figures are then the retrieval stages alone.
     config = load_config(workspace=ws, overrides={} if rerank else {"rerank.enabled": False})
-    with Store(config.db_path) as store, store.transaction():
+    # In the shared cache too: a first index is built by a rebuild, whose vectors come from there.
+    with Store(config.db_path) as store, store.transaction(), SharedCache.open(config.home) as shared:
         store.cache_put(cache_key(emb), cache)
+        shared.put(cache_key(emb), cache)
         if capture is not None:
             store.tokens_put(capture.fingerprint, bits)
+            shared.tokens_put(capture.fingerprint, bits)
     with MemoryIndex(config) as index:
         t = time.perf_counter()
         report = index.sync()

@@ -87,9 +87,12 @@ def _phrase(term: str) -> str:
     return '"' + body.replace('"', '""') + '"'
 
 
+def fts_phrases(text: str) -> list[str]:
+    """The quoted phrases, one per query term, whose OR is the MATCH expression for `text` (empty when it holds
+    no word): the keyword leg of large indexes scores each apart (core.keyword_cache)."""
+    return [_phrase(t) for t in query_terms(text)]
+
+
 def fts_match(text: str) -> str | None:
     """The MATCH expression for `text`, or None when it holds no word at all."""
-    terms = query_terms(text)
-    if not terms:
-        return None
-    return " OR ".join(_phrase(t) for t in terms)
+    return " OR ".join(fts_phrases(text)) or None

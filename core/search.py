@@ -20,7 +20,7 @@ from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
 from .indexer import REBUILD_HELD, cache_key
-from .query import fts_match
+from .query import fts_phrases
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim
 from .snippets import snippet
@@ -130,14 +130,14 @@ def search(
         if degraded:
             mode = "keyword"
 
-    match = fts_match(query)
+    phrases = fts_phrases(query)
     scope = _scope(store, path_prefix, timefilter.window(after, before, evergreen=evergreen, now=now))
 
     def keyword_leg() -> list[tuple[int, float]]:
-        if match is None:
+        if not phrases:
             return []
         with clock.stage("keyword"):
-            return store.fts_search(match, fetch, scope)
+            return store.keyword_search(phrases, fetch, scope)
 
     text_hits = keyword_leg() if mode != "vector" else []
 

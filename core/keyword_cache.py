@@ -1,0 +1,159 @@
+"""The keyword leg of large indexes: FTS5's own BM25 scores, cached per query phrase, summed in numpy.
+
+The query is an OR of phrases (core.query), and FTS5 computes `bm25()` for every row any phrase matches before
+the LIMIT: at 100,000 chunks of notes with a small vocabulary that is half the rows, 40-80 ms a search. Yet
+FTS5's BM25 is a sum over the query's phrases of one term per phrase, and each term depends only on that phrase
+and that row (sqlite's fts5_aux.c, `fts5Bm25Function`):
+
+    score(row) = sum over phrases p of  idf(p) * f(p,row) * (k1 + 1) / (f(p,row) + k1 * (1 - b + b * D(row) / avgdl))
+
+with k1 = 1.2, b = 0.75, idf(p) = log((N - n(p) + 0.5) / (n(p) + 0.5)) floored at 1e-6, n(p) the rows matching
+the phrase alone, f the phrase's hits in the row, D the row's length, N and avgdl from the table's totals. So the
+term of a phrase is what `bm25()` answers for a MATCH of that phrase alone. This module asks FTS5 exactly that,
+once per phrase, keeps the (chunk id, term) arrays, and scores a query by adding its phrases' arrays in query
+order, as FTS5 adds them: the same floats, hence the same scores, ids and order (ties by ascending id, as FTS5's
+sorter leaves them). Stemming, diacritics, trigrams and several-token phrases (`err ssl protocol`, CJK pairs) are
+FTS5's business throughout: nothing here tokenizes.
+
+A phrase's first use costs one FTS5 query over its rows; later ones a numpy scatter-add. The store stays the one
+source of truth: the cache of an index file is tagged like the vector matrix (core.vector_matrix: inode and the
+store's `vectors_version`, bumped by every write of chunks), and a search whose tag differs drops it (every score
+depends on N and avgdl, so any write changes them all). One cache per index file per process, shared by the pool
+of `memsift serve`; all of them together hold at most `CACHE_BYTES` of arrays, least recently used phrases out
+first. Used from `CACHE_MIN_CHUNKS` chunks up (bench/keyword_leg.py, bench/README.md "Issue 17").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: From this many chunks on, the cached phrase scores answer the keyword leg (bench/keyword_leg.py).
+CACHE_MIN_CHUNKS = 2_000
+#: Memory of every cached phrase together, in the whole process (12 bytes a matched row: id position + score).
+CACHE_BYTES = 64 * 2**20
+
+#: (chunk id, bm25 of the phrase alone) for every row a phrase matches, as FTS5 answers them.
+PhraseScores = Callable[[str], Iterable[tuple[int, float]]]
+_ROW = np.dtype([("id", np.int64), ("bm25", np.float64)])
+
+
+@dataclass
+class _Phrase:
+    rows: np.ndarray  # int32 positions in the index's sorted chunk ids
+    terms: np.ndarray  # float64: the phrase's BM25 term in those rows (positive: bm25() negated)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes + self.terms.nbytes)
+
+
+@dataclass
+class _Index:
+    tag: Hashable
+    ids: np.ndarray  # every chunk id, ascending
+    phrases: OrderedDict[str, _Phrase] = field(default_factory=OrderedDict)
+
+
+class KeywordCaches:
+    """Phrase scores by index file; one lock, so concurrent searches fill a phrase once."""
+
+    def __init__(self, max_bytes: int = CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._indexes: dict[str, _Index] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def search(
+        self,
+        path: str,
+        tag: Hashable,
+        chunk_ids: Callable[[], np.ndarray],
+        phrases: Sequence[str],
+        phrase_scores: PhraseScores,
+        limit: int,
+        allowed: Callable[[], Collection[int]] | None = None,
+        min_chunks: int = CACHE_MIN_CHUNKS,
+    ) -> list[tuple[int, float]] | None:
+        """(chunk id, bm25) best first, as FTS5's `ORDER BY bm25(chunks_fts) LIMIT limit` over the OR of
+        `phrases` answers, or None when the index at `path` has fewer than `min_chunks` chunks (FTS5 answers).
+        `chunk_ids` (every chunk id, ascending) runs only when the tag changed, `phrase_scores` only for a phrase
+        not cached; `allowed`: the chunk ids a search's filters leave, scored before the cut."""
+        with self._lock:
+            index = self._index(path, tag, chunk_ids)
+            if len(index.ids) < min_chunks:
+                return None
+            parts = [self._phrase(index, p, phrase_scores) for p in phrases]
+        ids = index.ids
+        if not parts:
+            return []
+        # bincount adds each row's terms in array order, i.e. phrase by phrase from 0.0, as fts5Bm25Function does.
+        scores = np.bincount(
+            np.concatenate([p.rows for p in parts]), np.concatenate([p.terms for p in parts]), minlength=len(ids)
+        )
+        found = np.flatnonzero(scores)  # every matched row has a term > 0 (idf >= 1e-6, at least one hit)
+        if allowed is not None:
+            found = found[np.isin(ids[found], np.fromiter(allowed(), dtype=np.int64))]
+        return _best(ids, found, -scores[found], limit)
+
+    def _index(self, path: str, tag: Hashable, chunk_ids: Callable[[], np.ndarray]) -> _Index:
+        index = self._indexes.get(path)
+        if index is None or index.tag != tag:
+            if index is not None:
+                self._bytes -= sum(p.nbytes for p in index.phrases.values())
+            index = self._indexes[path] = _Index(tag, chunk_ids())
+        return index
+
+    def _phrase(self, index: _Index, phrase: str, phrase_scores: PhraseScores) -> _Phrase:
+        cached = index.phrases.get(phrase)
+        if cached is not None:
+            index.phrases.move_to_end(phrase)
+            return cached
+        rows = np.fromiter(phrase_scores(phrase), dtype=_ROW)
+        ids = rows["id"]
+        at = np.searchsorted(index.ids, ids).clip(0, max(len(index.ids) - 1, 0))
+        known = index.ids[at] == ids if len(index.ids) else np.zeros(len(ids), dtype=bool)  # (a row written since)
+        found = _Phrase(at[known].astype(np.int32), -rows["bm25"][known])
+        if found.nbytes <= self.max_bytes:
+            index.phrases[phrase] = found
+            self._bytes += found.nbytes
+            self._evict()
+        return found
+
+    def _evict(self) -> None:
+        """Least recently used phrases out, oldest index first, until the arrays fit in `max_bytes`."""
+        for index in list(self._indexes.values()):
+            while self._bytes > self.max_bytes and index.phrases:
+                _, old = index.phrases.popitem(last=False)
+                self._bytes -= old.nbytes
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of every cached phrase's arrays (the chunk ids of each index come on top: 8 a chunk)."""
+        return self._bytes
+
+    def clear(self) -> None:
+        """Forget every index (bench/keyword_leg.py times the first searches after a write this way)."""
+        with self._lock:
+            self._indexes.clear()
+            self._bytes = 0
+
+
+def _best(ids: np.ndarray, rows: np.ndarray, scores: np.ndarray, limit: int) -> list[tuple[int, float]]:
+    """The `limit` lowest (bm25, chunk id) pairs in order: FTS5's ORDER BY, ties by ascending id."""
+    if limit <= 0 or not len(rows):
+        return []
+    if limit < len(rows):
+        cut = np.partition(scores, limit - 1)[limit - 1]
+        keep = scores <= cut  # ties at the cut all compete; the id decides among them
+        rows, scores = rows[keep], scores[keep]
+    order = np.lexsort((ids[rows], scores))[:limit]
+    return [(int(i), float(s)) for i, s in zip(ids[rows[order]].tolist(), scores[order].tolist())]
+
+
+#: The process's phrase caches (one per index file).
+KEYWORD_CACHES = KeywordCaches()

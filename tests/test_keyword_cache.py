@@ -1,0 +1,202 @@
+"""The keyword leg of large indexes (core/keyword_cache.py): the same ids, order and scores as FTS5's bm25 over the
+OR of the query's phrases, under every tokenizer, with filters, and never stale after a sync or a rebuild."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import numpy as np
+import pytest
+
+from core import MemoryIndex
+from core.keyword_cache import KEYWORD_CACHES, KeywordCaches
+from core.query import fts_phrases
+from core.store import Store
+
+TOKENIZERS = {
+    "porter": "porter unicode61 remove_diacritics 2",
+    "plain": "unicode61 remove_diacritics 2",
+    "trigram": "trigram",
+}
+WORDS = (
+    "deploy deployed deploying running runs ran proxy certificate morning standup tea dentist friday "
+    "café cafe naïve resume résumé alpha beta gamma budget berlin ramen allergic elena marco"
+).split()
+SPECIAL = [
+    "The deploy failed with ERR_SSL_PROTOCOL after PR #17 merged; err ssl protocol again",
+    'alpha AND beta OR gamma NOT delta; NEAR(foo bar) prefix* ^caret "quoted words" col:on',
+    "日本語のメモ 東京で会議 한국어 메모 café naïve résumé",
+    "running runs ran the runner 2026 12 17 v1.2.3",
+    "the a is of and to it",  # stop words only
+]
+QUERIES = [
+    "deploy",
+    "running",
+    "runs ran",
+    "what is it",  # stop words only: they are all there is
+    "the",
+    "ERR_SSL_PROTOCOL",
+    "err ssl protocol",
+    "PR #17",
+    "17",
+    "2026 12",
+    "v1.2.3",
+    "alpha AND beta",
+    "NEAR(foo bar)",
+    "prefix*",
+    '"quoted words"',
+    "col:on ^caret",
+    "東京",
+    "会議 メモ",
+    "한국어",
+    "cafe",
+    "café naïve",
+    "resume",
+    "Elena allergic ramen Berlin budget",
+    "morning tea before the standup with Marco",
+    "zzzz nothing matches this",
+]
+
+
+def _fill(store: Store, chunks: int, seed: int = 7) -> None:
+    """`chunks` one-chunk files of words drawn with repeats (so many rows tie), and the special texts."""
+    rng = random.Random(seed)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(chunks)]
+    texts[:: max(1, chunks // len(SPECIAL))][: len(SPECIAL)] = SPECIAL
+    for i, text in enumerate(texts[:chunks] + SPECIAL):
+        rows = [(1, 1, text, hashlib.sha256(text.encode()).hexdigest())]
+        store.replace_file(f"memory/{i:04d}.md", "memory", len(text), 0, str(i), rows, None)
+
+
+@pytest.fixture(scope="module", params=sorted(TOKENIZERS))
+def store(request, tmp_path_factory):
+    """A real index file of 600 chunks under each tokenizer (with and without the porter stemmer)."""
+    tokenize = TOKENIZERS[request.param]
+    s = Store(tmp_path_factory.mktemp("kw") / "kw.sqlite", use_vec=False)
+    s.reset({"tokenizer": tokenize}, tokenize)
+    with s.transaction():
+        _fill(s, 600)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def large(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Treat every index as large, so the cached phrases answer (thousands of real chunks would be slow)."""
+    monkeypatch.setattr("core.store.CACHE_MIN_CHUNKS", 1)
+
+
+def _ids(store: Store) -> np.ndarray:
+    return np.array([r[0] for r in store.conn.execute("SELECT id FROM chunks ORDER BY id")], dtype=np.int64)
+
+
+def _same(cached: list[tuple[int, float]], fts: list[tuple[int, float]]) -> None:
+    """The same ids in the same order with the same scores: bit for bit, since each row's terms are added in
+    the order fts5Bm25Function adds them (a tolerance would hide a change of that order)."""
+    assert [c for c, _ in cached] == [c for c, _ in fts]
+    assert [s for _, s in cached] == [s for _, s in fts]
+
+
+@pytest.mark.parametrize("limit", [1, 7, 40, 5000])
+def test_cached_phrases_rank_as_fts5_bm25(store: Store, large, limit: int) -> None:
+    matched = 0
+    for query in QUERIES:
+        phrases = fts_phrases(query)
+        fts = store.fts_search(" OR ".join(phrases), limit)
+        for _ in range(2):  # the first search fills the phrases, the second reads them
+            _same(store.keyword_search(phrases, limit), fts)
+        matched += bool(fts)
+    assert matched >= len(QUERIES) - 3  # the queries do reach the rows (a few match nothing under trigram)
+
+
+def test_a_filtered_search_still_gets_limit_candidates(store: Store, large) -> None:
+    phrases = fts_phrases("deploy running tea")
+    paths = [f"memory/{i:04d}.md" for i in range(0, 600, 3)]
+    fts = store.fts_search(" OR ".join(phrases), 20, paths)
+    cached = store.keyword_search(phrases, 20, paths)
+    _same(cached, fts)
+    rows = store.chunks_by_ids(c for c, _ in cached)
+    assert len(cached) == 20 and all(rows[c].path in paths for c, _ in cached)
+
+
+def test_small_indexes_are_answered_by_fts5(store: Store) -> None:
+    caches = KeywordCaches()
+    tag = ("small", 1)
+    ids = lambda: _ids(store)  # noqa: E731
+    asked: list[str] = []
+
+    def phrase_scores(phrase: str) -> list[tuple[int, float]]:
+        asked.append(phrase)
+        return []
+
+    assert caches.search("x", tag, ids, ['"deploy"'], phrase_scores, 10, min_chunks=10_000) is None
+    assert asked == [] and caches.nbytes == 0
+
+
+def test_memory_stays_within_its_bound_and_answers_stay_exact(store: Store) -> None:
+    caches = KeywordCaches(max_bytes=4_000)  # a few hundred rows of phrases
+    ids = lambda: _ids(store)  # noqa: E731
+
+    def phrase_scores(phrase: str) -> list[tuple[int, float]]:
+        return store.conn.execute(
+            "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?", (phrase,)
+        ).fetchall()
+
+    held = []
+    for query in QUERIES * 2:
+        phrases = fts_phrases(query)
+        found = caches.search(str(store.path), (1,), ids, phrases, phrase_scores, 15, min_chunks=1)
+        assert found is not None
+        _same(found, store.fts_search(" OR ".join(phrases), 15))
+        held.append(caches.nbytes)
+    assert 0 < max(held) <= 4_000  # phrases were cached, and evicted to fit (a phrase too large is never held)
+
+
+NOTES = {
+    "MEMORY.md": "# Facts\n\nDana drinks green tea every morning before the standup.\n",
+    "memory/2026-01-05.md": "# Monday\n\nThe deploy failed with ERR_SSL_PROTOCOL because the proxy stripped SNI.\n",
+    "memory/2026-01-06.md": "# Tuesday\n\nBooked the dentist for Friday; the car needs new tyres.\n",
+}
+
+
+def _keyword(index: MemoryIndex, query: str) -> list[tuple[int, float]]:
+    phrases = fts_phrases(query)
+    cached = index.store.keyword_search(phrases, 10)
+    _same(cached, index.store.fts_search(" OR ".join(phrases), 10))
+    return cached
+
+
+def test_a_sync_and_a_rebuild_are_seen_by_the_next_search(workspace, make_config, large) -> None:
+    ws = workspace(NOTES)
+    config = make_config(ws, **{"embedding.provider": "none"})
+    with MemoryIndex(config) as index:
+        index.sync()
+        assert len(_keyword(index, "tea deploy violin")) == 2
+        assert str(config.db_path) in KEYWORD_CACHES._indexes
+        (ws / "memory" / "2026-01-07.md").write_text("# Wednesday\n\nViolin lesson moved; tea after it.\n")
+        index.sync()  # a file added
+        found = _keyword(index, "tea deploy violin")
+        assert len(found) == 3 and index.store.chunks_by_ids([found[0][0]])[found[0][0]].path == "memory/2026-01-07.md"
+        (ws / "MEMORY.md").write_text("# Facts\n\nDana drinks coffee now.\n")
+        index.sync()  # a file changed
+        assert len(_keyword(index, "tea deploy violin")) == 2 and len(_keyword(index, "coffee")) == 1
+        (ws / "memory" / "2026-01-05.md").unlink()
+        index.sync()  # a file removed
+        assert len(_keyword(index, "tea deploy violin")) == 1 and _keyword(index, "proxy") == []
+        (ws / "memory" / "2026-01-05.md").write_text("# Monday\n\nThe proxy again.\n")
+        index.sync(force=True)  # a rebuilt file is swapped in: another inode
+        assert len(_keyword(index, "proxy dentist")) == 2
+        response = index.search("proxy", mode="keyword")
+        assert [r.path for r in response.results] == ["memory/2026-01-05.md"]
+
+
+def test_stores_of_one_file_share_one_cache(store: Store, large) -> None:
+    phrases = fts_phrases("deploy tea")
+    store.keyword_search(phrases, 5)
+    cached = KEYWORD_CACHES._indexes[str(store.path)]
+    filled = [cached.phrases[p] for p in phrases]
+    with Store(store.path, use_vec=False, readonly=True) as other:
+        _same(other.keyword_search(phrases, 5), store.fts_search(" OR ".join(phrases), 5))
+    assert KEYWORD_CACHES._indexes[str(store.path)] is cached  # not reloaded, and no phrase filled again
+    assert all(cached.phrases[p] is f for p, f in zip(phrases, filled))
