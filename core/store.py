@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
@@ -468,10 +469,13 @@ class Store:
         return self.fts_search(" OR ".join(phrases), limit, paths) if found is None else found
 
     def _vectors_changed(self) -> None:
-        """Bump the counter that tells in-memory matrices (core.vector_matrix) to reload."""
+        """Bump the counter that tells in-memory copies of this index (core.vector_matrix, core.keyword_cache)
+        to reload. A new file's counter starts at a random number: a rebuild's file can get the inode of one
+        swapped out before it, and with both counters starting at 1 it could match a stale copy's tag."""
         self.conn.execute(
-            "INSERT INTO meta(key, value) VALUES ('vectors_version', '1') "
-            "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+            "INSERT INTO meta(key, value) VALUES ('vectors_version', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+            (str(secrets.randbits(62)),),
         )
 
     def vec_search(

@@ -69,6 +69,22 @@ def test_embedding_cache_round_trip_survives_reset(tmp_path):
         assert store.cache_get(("local", "m", "other"), ["h1"]) == {}
 
 
+def test_two_new_files_never_share_a_version_of_their_chunks(tmp_path):
+    """In-memory copies of an index (vector matrix, keyword cache) are tagged with the file's inode and its
+    `vectors_version`. A rebuild's new file may get the inode of a file swapped out before it; the counter
+    must then differ, so it starts anywhere but at a fixed number, and every write still moves it on."""
+    versions = []
+    for name in ("a.sqlite", "b.sqlite", "c.sqlite"):
+        with Store(tmp_path / name) as store:
+            store.reset({}, "unicode61")
+            first = store.get_meta("vectors_version")
+            with store.transaction():
+                store.replace_file("memory/a.md", "memory", 1, 1, "h", [(1, 1, "t", "h1")], None)
+            assert int(store.get_meta("vectors_version")) == int(first) + 1
+            versions.append(first)
+    assert len(set(versions)) == 3
+
+
 def test_numpy_fallback_matches_sqlite_vec(workspace, make_config, open_index, counting_embedder):
     config = make_config(workspace(NOTES))
     with_vec = open_index(config, embedder=counting_embedder)
