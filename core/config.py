@@ -232,6 +232,7 @@ class SearchConfig:
         (never a request's), at least `candidatePool`, at most 200. A request's maxResults does not move it, so
         top-k is monotonic: the first j hits of maxResults k are those of maxResults j."""
         return min(200, max(self.candidatePool, self.maxResults * self.candidateMultiplier))
+
     decayEnabled: bool
     halfLifeDays: float
     mmrEnabled: bool

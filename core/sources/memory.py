@@ -212,6 +212,7 @@ def is_memory_path(config: Config, rel: str) -> bool:
             return True
     return False
 
+
 @dataclass(frozen=True)
 class ExternalRoot:
     entry: str  # as configured
