@@ -144,7 +144,7 @@ def build_query_index(
     from core.chunking import chunk_text
     from core.indexer import cache_key
     from core.rerankers.maxsim import MaxSimReranker
-    from core.store import Store
+    from core.shared_cache import SharedCache
 
     emb, _ = embedder()
     ws = tmp / "s3-workspace"
@@ -211,10 +211,11 @@ def build_query_index(
     # Without `rerank`, no MaxSim rerank: the sync would run the model over every copy for its token bits.
     # Search figures are then the retrieval stages alone.
     config = load_config(workspace=ws, overrides={} if rerank else {"rerank.enabled": False})
-    with Store(config.db_path) as store, store.transaction():
-        store.cache_put(cache_key(emb), cache)
+    # Into the shared cache of MEMSIFT_HOME: a first sync is a rebuild into a new file, which reads from there.
+    with SharedCache.open(config.home) as shared:
+        shared.put(cache_key(emb), cache)
         if capture is not None:
-            store.tokens_put(capture.fingerprint, bits)
+            shared.tokens_put(capture.fingerprint, bits)
     with MemoryIndex(config) as index:
         t = time.perf_counter()
         report = index.sync()
