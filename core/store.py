@@ -31,6 +31,7 @@ import numpy as np
 from .errors import StoreError
 from .locking import swap_lock
 from .query import fts_text
+from .token_bits import TOKEN_BITS
 from .vector_matrix import MATRICES, MATRIX_MIN_CHUNKS, top_k
 
 SCHEMA_VERSION = 3  # 2: index chunks(hash); 3: token_cache
@@ -376,6 +377,7 @@ class Store:
             "INSERT OR REPLACE INTO token_cache(fingerprint, hash, tokens) VALUES (?, ?, ?)",
             [(fingerprint, h, blob) for h, blob in items.items()],
         )
+        self._vectors_changed()
 
     def tokens_known(self, fingerprint: str, hashes: Iterable[str]) -> set[str]:
         sql = "SELECT hash FROM token_cache WHERE fingerprint = ? AND hash"
@@ -385,16 +387,22 @@ class Store:
         return self.conn.execute("SELECT count(*) FROM token_cache WHERE fingerprint = ?", (fingerprint,)).fetchone()[0]
 
     def tokens_for(self, ids: Iterable[int], fingerprint: str) -> dict[int, bytes]:
-        """Stored token bits of some chunks (those indexed with them)."""
+        """Stored token bits of some chunks (those indexed with them), through the process's copy of the recently
+        read ones (core.token_bits)."""
         ids = list(ids)
         if not ids:
             return {}
-        marks = ",".join("?" * len(ids))
-        sql = (
-            "SELECT c.id, t.tokens FROM chunks c CROSS JOIN token_cache t ON t.hash = c.hash AND t.fingerprint = ? "
-            f"WHERE c.id IN ({marks})"
-        )
-        return {int(i): blob for i, blob in self.conn.execute(sql, (fingerprint, *ids))}
+
+        def read(wanted: list[int]) -> dict[int, bytes]:
+            marks = ",".join("?" * len(wanted))
+            sql = (
+                "SELECT c.id, t.tokens FROM chunks c CROSS JOIN token_cache t "
+                f"ON t.hash = c.hash AND t.fingerprint = ? WHERE c.id IN ({marks})"
+            )
+            return {int(i): blob for i, blob in self.conn.execute(sql, (fingerprint, *wanted))}
+
+        tag = (self._inode, fingerprint, self.get_meta("vectors_version"))
+        return TOKEN_BITS.get(str(self.path), tag, ids, read)
 
     def chunks_without_cached_vectors(self, key: tuple[str, str, str]) -> dict[str, str]:
         """hash -> text of the chunks whose vector the cache lacks under `key` (a sync the embedder failed)."""
@@ -447,7 +455,7 @@ class Store:
         return [(int(r), float(s)) for r, s in self.conn.execute(sql, args)]
 
     def _vectors_changed(self) -> None:
-        """Bump the counter that tells in-memory matrices (core.vector_matrix) to reload."""
+        """Bump the counter that tells in-memory copies (core.vector_matrix, core.token_bits) to reload."""
         self.conn.execute(
             "INSERT INTO meta(key, value) VALUES ('vectors_version', '1') "
             "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"

@@ -1,0 +1,60 @@
+"""core/token_bits.py: the MaxSim token bits a process keeps, bounded, and never stale after a sync."""
+
+from __future__ import annotations
+
+from core.rerankers.maxsim import MaxSimReranker
+from core.token_bits import TOKEN_BITS, TokenBits
+
+
+def reader(store: dict[int, bytes], asked: list[list[int]]):
+    def read(ids: list[int]) -> dict[int, bytes]:
+        asked.append(ids)
+        return {i: store[i] for i in ids if i in store}
+
+    return read
+
+
+def test_reads_only_what_it_lacks_and_stays_under_its_capacity() -> None:
+    blobs = {i: bytes([i]) * 100 for i in range(10)}
+    asked: list[list[int]] = []
+    bits = TokenBits(capacity=500)
+    read = reader(blobs, asked)
+    assert bits.get("a.sqlite", 1, [1, 2, 3], read) == {i: blobs[i] for i in (1, 2, 3)}
+    assert bits.get("a.sqlite", 1, [2, 3, 4, 99], read) == {i: blobs[i] for i in (2, 3, 4)}
+    assert asked == [[1, 2, 3], [4, 99]]  # 99 has no bits: absent, and asked again next time
+    bits.get("a.sqlite", 1, [5, 6, 7], read)
+    assert bits.size <= 500
+    bits.get("a.sqlite", 1, [1, 7], read)
+    assert asked[-1] == [1]  # the least recently used went first; 7 was just read
+    bits.get("b.sqlite", 1, [1], read)  # another file: its own entries under the same capacity
+    assert asked[-1] == [1] and bits.size <= 500
+
+
+def test_a_new_tag_drops_the_file_s_bits() -> None:
+    asked: list[list[int]] = []
+    bits = TokenBits()
+    bits.get("a.sqlite", 1, [1], reader({1: b"old"}, asked))
+    assert bits.get("a.sqlite", 2, [1], reader({1: b"new"}, asked)) == {1: b"new"}
+    assert bits.get("a.sqlite", 2, [1], reader({1: b"newer"}, asked)) == {1: b"new"}
+    assert len(asked) == 2
+
+
+def test_bits_after_a_sync_rewrote_a_chunk_are_the_new_ones(workspace, make_config, open_index) -> None:
+    # One file, one chunk: rewriting it deletes chunk 1 and SQLite gives the new chunk the same id.
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana Whitfield drinks a flat white every morning.\n"})
+    index = open_index(make_config(ws, **{"rerank.enabled": True}))
+    index.sync()
+    fingerprint = MaxSimReranker.shared().fingerprint
+    store = index.store
+    (chunk_id,) = [r[0] for r in store.conn.execute("SELECT id FROM chunks")]
+    before = store.tokens_for([chunk_id], fingerprint)[chunk_id]
+    assert TOKEN_BITS.size >= len(before)
+
+    (ws / "MEMORY.md").write_text("# Memory\n- The Berlin trip is booked: train on the 3rd, back on the 9th.\n")
+    index.sync()
+    store = index.store
+    assert [r[0] for r in store.conn.execute("SELECT id FROM chunks")] == [chunk_id]
+    sql = "SELECT t.tokens FROM chunks c JOIN token_cache t ON t.hash = c.hash AND t.fingerprint = ? WHERE c.id = ?"
+    stored = store.conn.execute(sql, (fingerprint, chunk_id)).fetchone()[0]
+    assert stored != before
+    assert store.tokens_for([chunk_id], fingerprint) == {chunk_id: stored}
