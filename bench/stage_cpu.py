@@ -8,6 +8,10 @@ through `MemoryIndex.search`, and reads the thread's CPU clock (`time.thread_tim
 `core.timings` (a wrapper of `StageClock.stage`) and around the whole search. One onnxruntime thread and one
 BLAS thread (the defaults of `core.threads`) run in the caller's thread, so nothing escapes the clock.
 
+Two arms, alternating query by query in the one run: `kept` as the product runs (the process keeps the token
+bits it read, core/token_bits.py, warming up over the run), and `read` with a token-bits cache of no
+capacity (every rerank reads its 30 chunks' bits from SQLite, as before issue 17's throughput work).
+
     .venv/bin/python bench/stage_cpu.py                 # 10,000 chunks, 300 queries
     .venv/bin/python bench/stage_cpu.py --chunks 2000 --distinct 100 --queries 100
 """
@@ -31,7 +35,9 @@ sys.path.insert(0, str(BENCH))
 import corpus  # noqa: E402  (the seeded notes and queries)
 import harness  # noqa: E402  (timing, the model, the query index, results)
 
+import core.store  # noqa: E402  (its TOKEN_BITS is swapped per arm)
 from core import MemoryIndex, timings  # noqa: E402
+from core.token_bits import TokenBits  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in [n for n in os.environ if n.startswith("MEMSIFT_")]:
         del os.environ[name]
     tmp = Path(tempfile.mkdtemp(prefix="memsift-stage-cpu-"))
+    arms = {"kept": core.store.TOKEN_BITS, "read": TokenBits(capacity=0)}
+    spent: dict[str, dict[str, float]] = {arm: {} for arm in arms}
     cpu: dict[str, float] = {}
     plain = timings.StageClock.stage
 
@@ -66,32 +74,47 @@ def main(argv: list[str] | None = None) -> int:
         with MemoryIndex(built.config) as index:
             for q in queries[:20]:
                 index.search(q)
-            cpu.clear()
-            started, wall = time.thread_time(), time.perf_counter()
-            for q in queries[20:]:
+            totals = {arm: [0.0, 0.0] for arm in arms}  # CPU seconds, wall seconds
+            for i, q in enumerate(queries[20:]):
+                arm = "kept" if i % 2 == 0 else "read"
+                core.store.TOKEN_BITS = arms[arm]
+                cpu.clear()
+                started, wall = time.thread_time(), time.perf_counter()
                 index.search(q)
-            total, wall = time.thread_time() - started, time.perf_counter() - wall
-        n = len(queries) - 20
+                totals[arm][0] += time.thread_time() - started
+                totals[arm][1] += time.perf_counter() - wall
+                for k, v in cpu.items():
+                    spent[arm][k] = spent[arm].get(k, 0.0) + v
+        n = (len(queries) - 20) / 2
         results |= {
             "chunks": built.chunks,
-            "searches": n,
-            "cpu_ms_per_search": round(total / n * 1000, 2),
-            "wall_ms_per_search": round(wall / n * 1000, 2),
-            "stage_cpu_ms": {k: round(v / n * 1000, 2) for k, v in cpu.items()},
+            "searches_per_arm": n,
+            "arms": {
+                arm: {
+                    "cpu_ms_per_search": round(totals[arm][0] / n * 1000, 2),
+                    "wall_ms_per_search": round(totals[arm][1] / n * 1000, 2),
+                    "stage_cpu_ms": {k: round(v / n * 1000, 2) for k, v in spent[arm].items()},
+                }
+                for arm in arms
+            },
+            "token_bits_kept_mib": round(arms["kept"].size / 2**20, 1),
             "loadavg": os.getloadavg(),
         }
     finally:
         timings.StageClock.stage = plain  # type: ignore[method-assign]
+        core.store.TOKEN_BITS = arms["kept"]
         shutil.rmtree(tmp, ignore_errors=True)
-    stages = results["stage_cpu_ms"]
-    rest = round(results["cpu_ms_per_search"] - sum(stages.values()), 2)
-    print("| chunks | CPU ms/search | " + " | ".join(stages) + " | other | wall ms/search | load avg |")
-    print("|---" * (len(stages) + 5) + "|")
-    print(
-        f"| {results['chunks']} | {results['cpu_ms_per_search']} | "
-        + " | ".join(str(v) for v in stages.values())
-        + f" | {rest} | {results['wall_ms_per_search']} | {results['loadavg'][0]:.1f} |"
-    )
+    stages = list(results["arms"]["kept"]["stage_cpu_ms"])
+    print("| chunks | token bits | CPU ms/search | " + " | ".join(stages) + " | other | wall ms/search | load avg |")
+    print("|---" * (len(stages) + 6) + "|")
+    for arm, figures in results["arms"].items():
+        rest = round(figures["cpu_ms_per_search"] - sum(figures["stage_cpu_ms"].values()), 2)
+        print(
+            f"| {results['chunks']} | {arm} | {figures['cpu_ms_per_search']} | "
+            + " | ".join(str(figures["stage_cpu_ms"].get(k, 0.0)) for k in stages)
+            + f" | {rest} | {figures['wall_ms_per_search']} | {results['loadavg'][0]:.1f} |"
+        )
+    harness.log(f"token bits kept at the end: {results['token_bits_kept_mib']} MiB")
     harness.log(f"wrote {harness.save_result('stage-cpu', results)}")
     return 0
 
