@@ -117,3 +117,28 @@ def test_workers_answer_like_one_process_and_a_dead_worker_is_replaced(indexed: 
         stop_process(proc)
     assert proc.returncode == 0
     wait_for(lambda: not any(alive(p) for p in replaced), 30, "the workers to end with the server")
+
+
+def test_a_worker_searches_with_the_settings_of_a_reload(workspace, memsift_home: Path) -> None:
+    ws = workspace(
+        {
+            "memsift.toml": "[rerank]\nenabled = false\n",
+            "MEMORY.md": "# Memory\n- Dana starts every morning with a flat white.\n",
+            "memory/2026-11-24.md": "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the staging proxy.\n",
+        }
+    )
+    assert main(["--workspace", str(ws), "index"]) == 0
+    base, proc = start(ws, memsift_home, "--workers", "1")
+
+    def top_score() -> float:
+        r = httpx.post(f"{base}/v1/search", json={"query": "ERR_SSL_PROTOCOL staging proxy deploy failed"}, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()["results"][0]["score"]
+
+    try:
+        assert top_score() == 1.0  # best in both legs: vectorWeight + textWeight (0.35 + 0.65)
+        (ws / "memsift.toml").write_text("[rerank]\nenabled = false\n[search]\nvectorWeight = 0.2\ntextWeight = 0.3\n")
+        wait_for(lambda: top_score() == 0.5, 60, "the reloaded weights in a worker's search", every=0.2)
+        assert len(spawned_workers(proc.pid)) == 1
+    finally:
+        stop_process(proc)
