@@ -8,9 +8,10 @@ through `MemoryIndex.search`, and reads the thread's CPU clock (`time.thread_tim
 `core.timings` (a wrapper of `StageClock.stage`) and around the whole search. One onnxruntime thread and one
 BLAS thread (the defaults of `core.threads`) run in the caller's thread, so nothing escapes the clock.
 
-Two arms, alternating query by query in the one run: `kept` as the product runs (the process keeps the token
-bits it read, core/token_bits.py, warming up over the run), and `read` with a token-bits cache of no
-capacity (every rerank reads its 30 chunks' bits from SQLite, as before issue 17's throughput work).
+Two arms, alternating query by query in the one run: `kept` as the product runs (the process keeps the chunk
+rows and token bits it read, core/chunk_cache.py, warming up over the run), and `read` with caches of no
+capacity (every search reads its candidates' rows and its shortlist's token bits from SQLite, as before issue
+17's throughput work).
 
     .venv/bin/python bench/stage_cpu.py                 # 10,000 chunks, 300 queries
     .venv/bin/python bench/stage_cpu.py --chunks 2000 --distinct 100 --queries 100
@@ -35,9 +36,9 @@ sys.path.insert(0, str(BENCH))
 import corpus  # noqa: E402  (the seeded notes and queries)
 import harness  # noqa: E402  (timing, the model, the query index, results)
 
-import core.store  # noqa: E402  (its TOKEN_BITS is swapped per arm)
+import core.store  # noqa: E402  (its CHUNK_ROWS and TOKEN_BITS are swapped per arm)
 from core import MemoryIndex, timings  # noqa: E402
-from core.token_bits import TokenBits  # noqa: E402
+from core.chunk_cache import ChunkCache  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in [n for n in os.environ if n.startswith("MEMSIFT_")]:
         del os.environ[name]
     tmp = Path(tempfile.mkdtemp(prefix="memsift-stage-cpu-"))
-    arms = {"kept": core.store.TOKEN_BITS, "read": TokenBits(capacity=0)}
+    none: ChunkCache = ChunkCache(0, lambda _: 1)
+    arms = {"kept": (core.store.CHUNK_ROWS, core.store.TOKEN_BITS), "read": (none, none)}
     spent: dict[str, dict[str, float]] = {arm: {} for arm in arms}
     cpu: dict[str, float] = {}
     plain = timings.StageClock.stage
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             totals = {arm: [0.0, 0.0] for arm in arms}  # CPU seconds, wall seconds
             for i, q in enumerate(queries[20:]):
                 arm = "kept" if i % 2 == 0 else "read"
-                core.store.TOKEN_BITS = arms[arm]
+                core.store.CHUNK_ROWS, core.store.TOKEN_BITS = arms[arm]
                 cpu.clear()
                 started, wall = time.thread_time(), time.perf_counter()
                 index.search(q)
@@ -97,15 +99,18 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for arm in arms
             },
-            "token_bits_kept_mib": round(arms["kept"].size / 2**20, 1),
+            "kept_mib": {
+                "rows": round(arms["kept"][0].size / 2**20, 1),
+                "bits": round(arms["kept"][1].size / 2**20, 1),
+            },
             "loadavg": os.getloadavg(),
         }
     finally:
         timings.StageClock.stage = plain  # type: ignore[method-assign]
-        core.store.TOKEN_BITS = arms["kept"]
+        core.store.CHUNK_ROWS, core.store.TOKEN_BITS = arms["kept"]
         shutil.rmtree(tmp, ignore_errors=True)
     stages = list(results["arms"]["kept"]["stage_cpu_ms"])
-    print("| chunks | token bits | CPU ms/search | " + " | ".join(stages) + " | other | wall ms/search | load avg |")
+    print("| chunks | rows, bits | CPU ms/search | " + " | ".join(stages) + " | other | wall ms/search | load avg |")
     print("|---" * (len(stages) + 6) + "|")
     for arm, figures in results["arms"].items():
         rest = round(figures["cpu_ms_per_search"] - sum(figures["stage_cpu_ms"].values()), 2)
@@ -114,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             + " | ".join(str(figures["stage_cpu_ms"].get(k, 0.0)) for k in stages)
             + f" | {rest} | {figures['wall_ms_per_search']} | {results['loadavg'][0]:.1f} |"
         )
-    harness.log(f"token bits kept at the end: {results['token_bits_kept_mib']} MiB")
+    harness.log(f"kept at the end, MiB: {results['kept_mib']}")
     harness.log(f"wrote {harness.save_result('stage-cpu', results)}")
     return 0
 

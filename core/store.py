@@ -28,10 +28,10 @@ from typing import Any
 import apsw
 import numpy as np
 
+from .chunk_cache import CHUNK_ROWS, TOKEN_BITS
 from .errors import StoreError
 from .locking import swap_lock
 from .query import fts_text
-from .token_bits import TOKEN_BITS
 from .vector_matrix import MATRICES, MATRIX_MIN_CHUNKS, top_k
 
 SCHEMA_VERSION = 3  # 2: index chunks(hash); 3: token_cache
@@ -321,14 +321,19 @@ class Store:
         )
 
     def chunks_by_ids(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        """Rows of some chunks, through the process's copy of the recently read ones (core.chunk_cache)."""
         ids = list(ids)
         if not ids:
             return {}
-        marks = ",".join("?" * len(ids))
-        rows = self.conn.execute(
-            f"SELECT id, path, source, start_line, end_line, text, hash FROM chunks WHERE id IN ({marks})", ids
-        )
-        return {r[0]: ChunkRow(*r) for r in rows}
+
+        def read(wanted: list[int]) -> dict[int, ChunkRow]:
+            marks = ",".join("?" * len(wanted))
+            rows = self.conn.execute(
+                f"SELECT id, path, source, start_line, end_line, text, hash FROM chunks WHERE id IN ({marks})", wanted
+            )
+            return {r[0]: ChunkRow(*r) for r in rows}
+
+        return CHUNK_ROWS.get(str(self.path), (self._inode, self.get_meta("vectors_version")), ids, read)
 
     def file_mtimes(self, paths: Iterable[str] | None = None) -> dict[str, int]:
         """mtime_ns by path of some files, or of every file (None)."""
@@ -388,7 +393,7 @@ class Store:
 
     def tokens_for(self, ids: Iterable[int], fingerprint: str) -> dict[int, bytes]:
         """Stored token bits of some chunks (those indexed with them), through the process's copy of the recently
-        read ones (core.token_bits)."""
+        read ones (core.chunk_cache)."""
         ids = list(ids)
         if not ids:
             return {}
@@ -455,7 +460,7 @@ class Store:
         return [(int(r), float(s)) for r, s in self.conn.execute(sql, args)]
 
     def _vectors_changed(self) -> None:
-        """Bump the counter that tells in-memory copies (core.vector_matrix, core.token_bits) to reload."""
+        """Bump the counter that tells in-memory copies (core.vector_matrix, core.chunk_cache) to reload."""
         self.conn.execute(
             "INSERT INTO meta(key, value) VALUES ('vectors_version', '1') "
             "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"

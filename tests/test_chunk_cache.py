@@ -1,9 +1,9 @@
-"""core/token_bits.py: the MaxSim token bits a process keeps, bounded, and never stale after a sync."""
+"""core/chunk_cache.py: the chunk rows and MaxSim token bits a process keeps, bounded, never stale after a sync."""
 
 from __future__ import annotations
 
+from core.chunk_cache import CHUNK_ROWS, TOKEN_BITS, ChunkCache
 from core.rerankers.maxsim import MaxSimReranker
-from core.token_bits import TOKEN_BITS, TokenBits
 
 
 def reader(store: dict[int, bytes], asked: list[list[int]]):
@@ -17,7 +17,7 @@ def reader(store: dict[int, bytes], asked: list[list[int]]):
 def test_reads_only_what_it_lacks_and_stays_under_its_capacity() -> None:
     blobs = {i: bytes([i]) * 100 for i in range(10)}
     asked: list[list[int]] = []
-    bits = TokenBits(capacity=500)
+    bits = ChunkCache(500, len)
     read = reader(blobs, asked)
     assert bits.get("a.sqlite", 1, [1, 2, 3], read) == {i: blobs[i] for i in (1, 2, 3)}
     assert bits.get("a.sqlite", 1, [2, 3, 4, 99], read) == {i: blobs[i] for i in (2, 3, 4)}
@@ -32,7 +32,7 @@ def test_reads_only_what_it_lacks_and_stays_under_its_capacity() -> None:
 
 def test_a_new_tag_drops_the_file_s_bits() -> None:
     asked: list[list[int]] = []
-    bits = TokenBits()
+    bits = ChunkCache(1000, len)
     bits.get("a.sqlite", 1, [1], reader({1: b"old"}, asked))
     assert bits.get("a.sqlite", 2, [1], reader({1: b"new"}, asked)) == {1: b"new"}
     assert bits.get("a.sqlite", 2, [1], reader({1: b"newer"}, asked)) == {1: b"new"}
@@ -58,3 +58,18 @@ def test_bits_after_a_sync_rewrote_a_chunk_are_the_new_ones(workspace, make_conf
     stored = store.conn.execute(sql, (fingerprint, chunk_id)).fetchone()[0]
     assert stored != before
     assert store.tokens_for([chunk_id], fingerprint) == {chunk_id: stored}
+
+
+def test_rows_after_a_sync_rewrote_a_chunk_are_the_new_ones(workspace, make_config, open_index) -> None:
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana Whitfield drinks a flat white every morning.\n"})
+    index = open_index(make_config(ws, **{"rerank.enabled": False}))
+    index.sync()
+    (chunk_id,) = [r[0] for r in index.store.conn.execute("SELECT id FROM chunks")]
+    assert "flat white" in index.store.chunks_by_ids([chunk_id])[chunk_id].text
+    assert CHUNK_ROWS.size > 0
+
+    (ws / "MEMORY.md").write_text("# Memory\n- The Berlin trip is booked: train on the 3rd, back on the 9th.\n")
+    index.sync()
+    assert [r[0] for r in index.store.conn.execute("SELECT id FROM chunks")] == [chunk_id]
+    assert "Berlin" in index.store.chunks_by_ids([chunk_id])[chunk_id].text
+    assert index.search("Berlin trip", rerank=False).results[0].snippet.count("Berlin") >= 1
