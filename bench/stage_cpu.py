@@ -14,6 +14,7 @@ capacity (every search reads its candidates' rows and its shortlist's token bits
 17's throughput work).
 
     .venv/bin/python bench/stage_cpu.py                 # 10,000 chunks, 300 queries
+    .venv/bin/python bench/stage_cpu.py --warm 600      # the kept caches warmed by 600 other searches first
     .venv/bin/python bench/stage_cpu.py --chunks 2000 --distinct 100 --queries 100
 """
 
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", type=int, default=10_000)
     p.add_argument("--distinct", type=int, default=300, help="chunks embedded by the real model")
     p.add_argument("--queries", type=int, default=300)
+    p.add_argument("--warm", type=int, default=20, help="distinct searches before, warming the kept caches")
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
     for name in [n for n in os.environ if n.startswith("MEMSIFT_")]:
@@ -71,13 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         built = harness.build_query_index(
             tmp, seed=args.seed, chunks=args.chunks, distinct=args.distinct, noise=0.15, rerank=True
         )
-        queries = list(dict.fromkeys(corpus.make_queries(args.seed + 5, 20 * args.queries)))[: 20 + args.queries]
+        wanted = args.warm + args.queries
+        queries = list(dict.fromkeys(corpus.make_queries(args.seed + 5, 20 * wanted)))[:wanted]
         timings.StageClock.stage = stage  # type: ignore[method-assign]
         with MemoryIndex(built.config) as index:
-            for q in queries[:20]:
+            for q in queries[: args.warm]:
                 index.search(q)
             totals = {arm: [0.0, 0.0] for arm in arms}  # CPU seconds, wall seconds
-            for i, q in enumerate(queries[20:]):
+            for i, q in enumerate(queries[args.warm :]):
                 arm = "kept" if i % 2 == 0 else "read"
                 core.store.CHUNK_ROWS, core.store.TOKEN_BITS = arms[arm]
                 cpu.clear()
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 totals[arm][1] += time.perf_counter() - wall
                 for k, v in cpu.items():
                     spent[arm][k] = spent[arm].get(k, 0.0) + v
-        n = (len(queries) - 20) / 2
+        n = (len(queries) - args.warm) / 2
         results |= {
             "chunks": built.chunks,
             "searches_per_arm": n,
