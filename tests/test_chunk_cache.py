@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import core.store
 from core.chunk_cache import CHUNK_ROWS, TOKEN_BITS, ChunkCache
 from core.rerankers.maxsim import MaxSimReranker
+from core.rerankers.shortlist import SCORES
 
 
 def reader(store: dict[int, bytes], asked: list[list[int]]):
@@ -73,3 +75,31 @@ def test_rows_after_a_sync_rewrote_a_chunk_are_the_new_ones(workspace, make_conf
     assert [r[0] for r in index.store.conn.execute("SELECT id FROM chunks")] == [chunk_id]
     assert "Berlin" in index.store.chunks_by_ids([chunk_id])[chunk_id].text
     assert index.search("Berlin trip", rerank=False).results[0].snippet.count("Berlin") >= 1
+
+
+def test_searches_answer_the_same_with_kept_rows_and_bits(workspace, make_config, open_index, monkeypatch) -> None:
+    notes = {f"memory/2026-05-{d:02d}.md": f"# 2026-05-{d:02d}\n- {text}\n" for d, text in enumerate(TEXTS, 1)}
+    index = open_index(make_config(workspace(notes), **{"rerank.enabled": True}))
+    index.sync()
+    queries = ["what does Dana drink", "deploy certificate error", "trip to Berlin", "database choice billing"]
+
+    def answers() -> list[list[tuple[str, float, str]]]:
+        SCORES.__init__()  # no rerank score from an earlier search: MaxSim reads the bits each time
+        return [[(h.path, h.score, h.snippet) for h in index.search(q).results] for q in queries]
+
+    kept = answers()
+    assert kept == answers()  # now from the kept rows and bits
+    assert TOKEN_BITS.size > 0 and CHUNK_ROWS.size > 0
+    none: ChunkCache = ChunkCache(0, lambda _: 1)
+    monkeypatch.setattr(core.store, "CHUNK_ROWS", none)
+    monkeypatch.setattr(core.store, "TOKEN_BITS", none)
+    assert answers() == kept and none.size == 0
+
+
+TEXTS = [
+    "Dana Whitfield drinks a flat white every morning, no sugar.",
+    "The deploy failed: the certificate on the staging proxy expired.",
+    "Booked the Berlin trip: train on the 3rd, back on the 9th.",
+    "We picked PostgreSQL over MySQL for the billing service.",
+    "Dana switched to oat milk in her flat white last week.",
+]
