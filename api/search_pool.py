@@ -45,7 +45,6 @@ class SearchPool:
     def __init__(self, config: Config, workers: int) -> None:
         self.config = config
         self.workers = workers
-        self.ready = threading.Event()
         self.state = "starting"
         self.started = False
         self._lock = threading.Lock()
@@ -61,7 +60,7 @@ class SearchPool:
 
     def warm_up(self) -> None:
         """Start every worker now (one task each: a pool starts a process per task while none is idle) and
-        wait until each has loaded the model; `ready` is set either way, `state` says how it went."""
+        wait until each has loaded the model; `state` says how it went, `started` whether all did."""
         try:
             for future in [self._pool.submit(os.getpid) for _ in range(self.workers)]:
                 future.result()
@@ -70,8 +69,6 @@ class SearchPool:
             self.started = len(pids) == self.workers
         except Exception as exc:
             self.state = f"failed: {type(exc).__name__}: {exc}"
-        finally:
-            self.ready.set()
 
     def search(self, config: Config, query: str, options: dict[str, Any]) -> SearchResponse:
         with self._lock:
@@ -85,12 +82,6 @@ class SearchPool:
                     self._pool = self._new_pool()
             pool.shutdown(wait=False, cancel_futures=True)
             raise WorkersUnavailable("a search worker process died during this search; try again") from exc
-
-    def pids(self) -> list[int]:
-        """The worker processes alive now (for tests and `memsift serve`'s start line)."""
-        with self._lock:
-            processes = dict(self._pool._processes or {})  # noqa: SLF001  (the executor keeps no public list)
-        return sorted(pid for pid, process in processes.items() if process.is_alive())
 
     def close(self) -> None:
         with self._lock:
