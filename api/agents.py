@@ -20,10 +20,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, load_config
+from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse, load_config
 from core.embedders import create_embedder
+
+if TYPE_CHECKING:
+    from api.search_pool import SearchPool
 
 DEFAULT_AGENT = "main"
 
@@ -48,6 +51,7 @@ class Agents:
         self.ready = threading.Event()
         self.embedder_state = "loading"
         self.config_state: dict[str, Any] | None = None  # set by a configuration reloader (api.config_reload)
+        self.pool: SearchPool | None = None  # worker processes for searches (api.workers > 0), set by the app
 
     @property
     def names(self) -> list[str]:
@@ -83,7 +87,7 @@ class Agents:
             idle = self._idle[config.agent]
             index = idle.pop() if idle else None
         if index is None:
-            index = self._open(config)
+            index = open_index(config)
         try:
             yield index
         finally:
@@ -94,15 +98,17 @@ class Agents:
             if not keep:
                 index.close()
 
-    def _open(self, config: Config) -> MemoryIndex:
-        try:
-            embedder = create_embedder(config.embedding)  # the process-wide instance once loaded
-        except EmbedderUnavailable:
-            return MemoryIndex(config)  # it meets the same error, keeps the reason and searches say it
-        return MemoryIndex(config, embedder=embedder)
+    def search(self, agent: str | None, query: str, options: dict[str, Any]) -> tuple[str, SearchResponse]:
+        """(agent, answer): in a worker process when there is a pool, else in this thread with a leased index."""
+        if self.pool is not None:
+            config = self.config(agent)
+            return config.agent, self.pool.search(config, query, options)
+        with self.lease(agent) as index:
+            return index.config.agent, index.search(query, **options)
 
     def warm_up(self) -> None:
-        """Load the embedder and run it once (the first call sizes the ONNX session's buffers)."""
+        """Load the embedder and run it once (the first call sizes the ONNX session's buffers), then start the
+        search workers, if any; `ready` is set when all of it is done."""
         try:
             embedder = create_embedder(self.configs[DEFAULT_AGENT].embedding)
             if embedder is None:
@@ -113,6 +119,8 @@ class Agents:
         except Exception as exc:  # searches degrade to keywords; readiness reports why
             self.embedder_state = f"unavailable: {type(exc).__name__}: {exc}"
         finally:
+            if self.pool is not None:
+                self.pool.warm_up()
             self.ready.set()
 
     def check(self) -> dict[str, str]:
@@ -135,3 +143,15 @@ class Agents:
                 idle.clear()
         for index in indexes:
             index.close()
+        if self.pool is not None:
+            self.pool.close()
+
+
+def open_index(config: Config) -> MemoryIndex:
+    """An index of `config` with the process-wide embedder, or without one when it cannot start: the index
+    meets the same error, keeps the reason and its searches say it."""
+    try:
+        embedder = create_embedder(config.embedding)  # the process-wide instance once loaded
+    except EmbedderUnavailable:
+        return MemoryIndex(config)
+    return MemoryIndex(config, embedder=embedder)

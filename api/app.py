@@ -46,6 +46,10 @@ def create_app(config: Config) -> Litestar:
     makes every `/v1` route require `Authorization: Bearer <key>`."""
     metrics = Metrics()
     agents = Agents(config)
+    if config.api.workers:
+        from api.search_pool import SearchPool
+
+        agents.pool = SearchPool(config, config.api.workers)
     metrics.track_indexes(lambda: agents.names, agents.lease)
     runs = IndexRuns()
     key = config.api.key

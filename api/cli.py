@@ -120,6 +120,12 @@ def _parser() -> _Parser:
     serve.add_argument("--host", metavar="H", help="address to bind (default: api.host, 127.0.0.1)")
     serve.add_argument("--port", type=_bounded(int, 1, 65535), metavar="P", help="port (default: api.port, 8000)")
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without an API key")
+    serve.add_argument(
+        "--workers",
+        type=_bounded(int, 0, 64),
+        metavar="N",
+        help="processes that run searches, one core each (default: api.workers, 0: in the server's threads)",
+    )
 
     up = sub.add_parser(
         "up",
@@ -478,6 +484,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         insecure=args.insecure,
+        workers=args.workers,
         load=lambda: agent_configs(args.config, args.workspace),
     )
 

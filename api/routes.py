@@ -77,20 +77,19 @@ class MemoryController(Controller):
         size = len(data.query.encode())
         if size > MAX_QUERY_BYTES:
             raise QueryTooLarge(f"query: {size} bytes, over the limit of {MAX_QUERY_BYTES}")
-        with agents.lease(data.agent) as index:
-            response = index.search(
-                data.query,
-                max_results=data.max_results,
-                min_score=data.min_score,
-                mode=data.mode,
-                path_prefix=data.path_prefix,
-                after=data.after,
-                before=data.before,
-                evergreen=data.evergreen,
-                explain=data.explain,
-                rerank=data.rerank,
-            )
-        metrics.observe_search(index.config.agent, response)
+        options = {
+            "max_results": data.max_results,
+            "min_score": data.min_score,
+            "mode": data.mode,
+            "path_prefix": data.path_prefix,
+            "after": data.after,
+            "before": data.before,
+            "evergreen": data.evergreen,
+            "explain": data.explain,
+            "rerank": data.rerank,
+        }
+        agent, response = agents.search(data.agent, data.query, options)
+        metrics.observe_search(agent, response)
         return msgspec.convert(response.to_dict(), SearchAnswer)
 
     @post(
@@ -178,7 +177,9 @@ class HealthController(Controller):
         indexes = agents.check()
         ready = agents.ready.is_set() and all(state == "ok" for state in indexes.values())
         config = UNSET if agents.config_state is None else msgspec.convert(agents.config_state, ConfigState)
-        answer = Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes, config=config)
+        workers = UNSET if agents.pool is None else agents.pool.state
+        ready = ready and (agents.pool is None or agents.pool.started)
+        answer = Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes, config=config, workers=workers)
         return Response(answer, status_code=200 if ready else 503)
 
     @get("/metrics", sync_to_thread=True, summary="Prometheus metrics", media_type=CONTENT_TYPE_LATEST)

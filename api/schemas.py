@@ -292,6 +292,10 @@ class Readiness(msgspec.Struct):
         ConfigState | UnsetType,
         Meta(description="an invalid configuration file does not make the server unready: the last valid one serves"),
     ] = UNSET
+    workers: Annotated[
+        str | UnsetType,
+        Meta(description="with api.workers > 0: the search worker processes, 'N of N started' when ready"),
+    ] = UNSET
 
 
 class Health(msgspec.Struct):

@@ -1,8 +1,10 @@
-"""`memsift serve [--host H] [--port P] [--insecure]`: the REST API under uvicorn, one process.
+"""`memsift serve [--host H] [--port P] [--insecure] [--workers N]`: the REST API under uvicorn.
 
-One process on purpose: the embedder is loaded once and shared by every request, and searches run in the
-server's worker threads. It binds to `api.host` (127.0.0.1) by default; an address other machines can reach
-is refused without an API key (`api.key` or MEMSIFT_API_KEY), unless `--insecure` says that is intended.
+One server process: the embedder is loaded once and shared by every request, and searches run in the
+server's threads; with `--workers N` (`api.workers`) they run in N worker processes instead, so a server uses
+more than one core (api/search_pool.py), while everything else stays in the one process. It binds to
+`api.host` (127.0.0.1) by default; an address other machines can reach is refused without an API key
+(`api.key` or MEMSIFT_API_KEY), unless `--insecure` says that is intended.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import uvicorn
@@ -27,11 +30,14 @@ def run_serve(
     host: str | None,
     port: int | None,
     insecure: bool,
+    workers: int | None = None,
     load: Callable[[], Mapping[str, Config]] | None = None,
 ) -> int:
     """Serve until Ctrl-C or SIGTERM. With `load` (every agent's configuration, read again), the server follows
     its configuration file and SIGHUP (api.config_reload): search settings and agents change in place; it
     never indexes on a change (`memsift up` does)."""
+    if workers is not None:
+        config = replace(config, api=replace(config.api, workers=workers))
     host = host or config.api.host
     port = port or config.api.port
     if not config.api.key and not insecure and not is_loopback(host):
@@ -45,6 +51,8 @@ def run_serve(
     previous = signal.signal(signal.SIGTERM, _interrupt)
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
+    if config.api.workers:
+        _say(f"searches run in {config.api.workers} worker processes (api.workers)")
     app = create_app(config)
     stop = threading.Event()
     try:

@@ -145,7 +145,6 @@ def build_query_index(
     from core.indexer import cache_key
     from core.rerankers.maxsim import MaxSimReranker
     from core.shared_cache import SharedCache
-    from core.store import Store
 
     emb, _ = embedder()
     ws = tmp / "s3-workspace"
@@ -212,12 +211,10 @@ def build_query_index(
     # Without `rerank`, no MaxSim rerank: the sync would run the model over every copy for its token bits.
     # Search figures are then the retrieval stages alone.
     config = load_config(workspace=ws, overrides={} if rerank else {"rerank.enabled": False})
-    # In the shared cache too: a first index is built by a rebuild, whose vectors come from there.
-    with Store(config.db_path) as store, store.transaction(), SharedCache.open(config.home) as shared:
-        store.cache_put(cache_key(emb), cache)
+    # Into the shared cache of MEMSIFT_HOME: a first sync is a rebuild into a new file, which reads from there.
+    with SharedCache.open(config.home) as shared:
         shared.put(cache_key(emb), cache)
         if capture is not None:
-            store.tokens_put(capture.fingerprint, bits)
             shared.tokens_put(capture.fingerprint, bits)
     with MemoryIndex(config) as index:
         t = time.perf_counter()

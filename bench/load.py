@@ -7,8 +7,10 @@ and for each level runs that many clients (httpx AsyncClients in this process, o
 loop: a client sends its next request when the last one answered) until `--requests` requests have been
 answered. It reports requests/s and p50/p99 latency per level, and the server's RSS (VmRSS and its peak
 VmHWM, from /proc/<pid>/status). The configuration is the default (MaxSim rerank on; the index is built with
-token bits, `build_query_index(rerank=True)`) unless `--no-rerank`. What bounds a level: the server's CPU
-seconds per request (utime + stime of its process), this script's (the clients'), and the mean time per
+token bits, `build_query_index(rerank=True)`) unless `--no-rerank`. `--workers 0,2` runs one server after
+the other over the same index and queries, with `api.workers` 0 (searches in the server's threads) and then 2
+(in two worker processes). What bounds a level: the server's CPU seconds per request (utime + stime of its
+process and its worker processes), this script's (the clients'), and the mean time per
 search stage from the server's own `memsift_search_stage_seconds` histograms (scraped from /metrics before
 and after the level); server CPU minus the stages is roughly what HTTP, JSON and threads cost. Everything
 is bounded: a fixed request count per level, a timeout per request, a deadline for the server's start; the
@@ -16,6 +18,7 @@ server is stopped by its pid at the end.
 
     .venv/bin/python bench/load.py                              # defaults: 10,000 chunks, 400 requests a level
     .venv/bin/python bench/load.py --chunks 2000 --distinct 200 --requests 200 --levels 1,8
+    .venv/bin/python bench/load.py --distinct 300 --requests 300 --levels 1,8,32 --workers 0,2
 """
 
 from __future__ import annotations
@@ -51,6 +54,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--chunks", type=int, default=10_000, help="chunks in the index (default 10,000)")
     p.add_argument("--distinct", type=int, default=1_000, help="chunks embedded by the real model (default 1,000)")
     p.add_argument("--levels", default="1,8,32", help="concurrent clients per level (default 1,8,32)")
+    p.add_argument(
+        "--workers",
+        default="0",
+        help="api.workers of each server, one server after the other over the same index (default 0; e.g. 0,2)",
+    )
     p.add_argument("--requests", type=int, default=400, help="requests per level (default 400)")
     p.add_argument("--warmup", type=int, default=20, help="requests before the first level (default 20)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
@@ -61,12 +69,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=BENCH / "results", help="folder for the JSON result")
     args = p.parse_args(argv)
     args.levels = [int(n) for n in args.levels.split(",")]
+    args.workers = [int(n) for n in args.workers.split(",")]
     return args
 
 
-def start_server(workspace: Path, home: Path, log_path: Path, rerank: bool) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    workspace: Path, home: Path, log_path: Path, rerank: bool, workers: int
+) -> tuple[subprocess.Popen[bytes], str]:
     port = harness.free_port()
-    env = dict(os.environ, MEMSIFT_HOME=str(home))
+    env = dict(os.environ, MEMSIFT_HOME=str(home), MEMSIFT_API_WORKERS=str(workers))
     if not rerank:  # the configuration the index was built with
         env["MEMSIFT_RERANK_ENABLED"] = "false"
     memsift = Path(sys.executable).with_name("memsift")
@@ -105,10 +116,22 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
 
 
+def family(pid: int) -> list[int]:
+    """A process and its descendants alive now (the server and its search workers)."""
+    found = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += family(int(child))
+    return found
+
+
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """utime + stime of a process and its live descendants, all their threads."""
+    total = 0
+    for p in family(pid):
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def stage_sums(base: str) -> dict[str, tuple[float, float]]:
@@ -122,13 +145,16 @@ def stage_sums(base: str) -> dict[str, tuple[float, float]]:
 
 
 def memory_of(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM (peak RSS) of a process, MiB."""
-    found = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            found[key] = round(int(value.split()[0]) / 1024, 1)
-    return found
+    """VmRSS and VmHWM (peak RSS) summed over the server and its workers, MiB (pages they share, such as the
+    model's file, count once per process), and the processes counted."""
+    found = {"VmRSS": 0.0, "VmHWM": 0.0}
+    processes = family(pid)
+    for p in processes:
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in found:
+                found[key] = round(found[key] + int(value.split()[0]) / 1024, 1)
+    return found | {"processes": len(processes)}
 
 
 async def run_level(base: str, queries: list[str], clients: int, requests: int, timeout: float) -> dict[str, Any]:
@@ -177,27 +203,50 @@ async def run_level(base: str, queries: list[str], clients: int, requests: int, 
     }
 
 
+def measure_level(pid: int, base: str, queries: list[str], clients: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One level against a running server, with its CPU per request (server and workers, and the clients) and
+    the mean time per search stage from its /metrics."""
+    stages0, server0, client0 = stage_sums(base), cpu_seconds(pid), time.process_time()
+    level = asyncio.run(run_level(base, queries, clients, args.requests, args.timeout))
+    server1, client1, stages1 = cpu_seconds(pid), time.process_time(), stage_sums(base)
+    answered = level["requests"] - sum(level["failures"].values())
+    level["cpu_ms_per_request"] = {
+        "server": round((server1 - server0) * 1000 / answered, 2),
+        "clients": round((client1 - client0) * 1000 / answered, 2),
+    }
+    level["stage_ms_per_request"] = {
+        stage: round((s1 - stages0.get(stage, (0.0, 0.0))[0]) * 1000 / answered, 2)
+        for stage, (s1, _) in stages1.items()
+    }
+    level["loadavg"] = round(os.getloadavg()[0], 1)
+    level["memory_mib"] = memory_of(pid)
+    return level
+
+
 def table(results: dict[str, Any]) -> str:
     rows = [
-        "| clients | requests | requests/s | p50 ms | p99 ms | max ms | core tookMs p50 | failures "
-        "| server CPU ms/req | client CPU ms/req | stage ms/req | load avg | RSS after, MiB |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| workers | clients | requests | requests/s | p50 ms | p99 ms | max ms | core tookMs p50 | failures "
+        "| server CPU ms/req | client CPU ms/req | stage ms/req | load avg | RSS after, MiB (processes) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for level in results["levels"]:
         lat = level["latency_ms"]
         cpu = level["cpu_ms_per_request"]
+        mem = level["memory_mib"]
         stages = ", ".join(f"{k} {v}" for k, v in level["stage_ms_per_request"].items())
         rows.append(
-            f"| {level['clients']} | {level['requests']} | {level['requests_per_s']} | {lat['p50']} | {lat['p99']} "
-            f"| {lat['max']} | {level['core_took_ms_p50']} | {sum(level['failures'].values())} "
-            f"| {cpu['server']} | {cpu['clients']} | {stages} | {level['loadavg']} | {level['memory_mib']['VmRSS']} |"
+            f"| {level['workers']} | {level['clients']} | {level['requests']} | {level['requests_per_s']} "
+            f"| {lat['p50']} | {lat['p99']} | {lat['max']} | {level['core_took_ms_p50']} "
+            f"| {sum(level['failures'].values())} | {cpu['server']} | {cpu['clients']} | {stages} "
+            f"| {level['loadavg']} | {mem['VmRSS']} ({mem['processes']}) |"
         )
-    mem = results["memory_mib"]
     rows.append("")
-    rows.append(
-        f"Index: {results['index']['chunks']} chunks in {results['index']['files']} files. Server RSS: "
-        f"{mem['ready']['VmRSS']} MiB when ready, {mem['end']['VmRSS']} MiB at the end, peak {mem['end']['VmHWM']} MiB."
-    )
+    rows.append(f"Index: {results['index']['chunks']} chunks in {results['index']['files']} files.")
+    for mem in results["memory_mib"]:
+        rows.append(
+            f"Server RSS with api.workers {mem['workers']} (all its processes): {mem['ready']['VmRSS']} MiB when "
+            f"ready, {mem['end']['VmRSS']} MiB at the end, peaks summed {mem['end']['VmHWM']} MiB."
+        )
     return "\n".join(rows)
 
 
@@ -220,34 +269,29 @@ def main(argv: list[str] | None = None) -> int:
             tmp, seed=args.seed, chunks=args.chunks, distinct=args.distinct, noise=args.noise, rerank=args.rerank
         )
         results["index"] = {"chunks": built.chunks, "files": built.files, "embedded_by_model": built.distinct_texts}
-        proc, base = start_server(built.config.workspace, built.config.home, tmp / "serve.log", args.rerank)
-        harness.log(f"memsift serve pid {proc.pid} ready at {base}")
-        results["memory_mib"] = {"ready": memory_of(proc.pid)}
-        # A query is asked once in the whole run: a repeat would be answered from the rerank score cache.
+        # A query is asked once per server: a repeat would be answered from the rerank score cache (per process).
+        # Every server gets the same queries at the same level, so the servers compare like for like.
         pool = list(dict.fromkeys(corpus.make_queries(args.seed + 1, 4 * args.requests * len(args.levels))))
-        asyncio.run(run_level(base, corpus.make_queries(args.seed + 2, args.warmup), 1, args.warmup, args.timeout))
-        for n, clients in enumerate(args.levels):
-            queries = pool[n * len(pool) // len(args.levels) : (n + 1) * len(pool) // len(args.levels)]
-            stages0, server0, client0 = stage_sums(base), cpu_seconds(proc.pid), time.process_time()
-            level = asyncio.run(run_level(base, queries, clients, args.requests, args.timeout))
-            server1, client1, stages1 = cpu_seconds(proc.pid), time.process_time(), stage_sums(base)
-            answered = level["requests"] - sum(level["failures"].values())
-            level["cpu_ms_per_request"] = {
-                "server": round((server1 - server0) * 1000 / answered, 2),
-                "clients": round((client1 - client0) * 1000 / answered, 2),
-            }
-            level["stage_ms_per_request"] = {
-                stage: round((s1 - stages0.get(stage, (0.0, 0.0))[0]) * 1000 / answered, 2)
-                for stage, (s1, _) in stages1.items()
-            }
-            level["loadavg"] = round(os.getloadavg()[0], 1)
-            level["memory_mib"] = memory_of(proc.pid)
-            results["levels"].append(level)
-            lat = level["latency_ms"]
-            harness.log(
-                f"{clients} clients: {level['requests_per_s']} requests/s, p50 {lat['p50']} ms, p99 {lat['p99']} ms"
-            )
-        results["memory_mib"]["end"] = memory_of(proc.pid)
+        results["memory_mib"] = []
+        for workers in args.workers:
+            log_path = tmp / f"serve-{workers}.log"
+            proc, base = start_server(built.config.workspace, built.config.home, log_path, args.rerank, workers)
+            harness.log(f"memsift serve pid {proc.pid} (api.workers {workers}) ready at {base}")
+            memory = {"workers": workers, "ready": memory_of(proc.pid)}
+            warmup = corpus.make_queries(args.seed + 2, args.warmup)
+            asyncio.run(run_level(base, warmup, max(1, workers), args.warmup, args.timeout))
+            for n, clients in enumerate(args.levels):
+                queries = pool[n * len(pool) // len(args.levels) : (n + 1) * len(pool) // len(args.levels)]
+                level = measure_level(proc.pid, base, queries, clients, args)
+                results["levels"].append({"workers": workers} | level)
+                lat = level["latency_ms"]
+                harness.log(
+                    f"workers {workers}, {clients} clients: {level['requests_per_s']} requests/s, "
+                    f"p50 {lat['p50']} ms, p99 {lat['p99']} ms"
+                )
+            memory["end"] = memory_of(proc.pid)
+            results["memory_mib"].append(memory)
+            stop_server(proc)
     finally:
         if proc is not None:
             stop_server(proc)

@@ -179,6 +179,8 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "api.host": ("127.0.0.1", _str),
     "api.port": (8000, _number(int, 1, 65535)),
     "api.key": (None, _optional(_str)),
+    # Processes that run searches (api/search_pool.py); 0: in the server's threads, one core's worth of Python.
+    "api.workers": (0, _number(int, 0, 64)),
     # Session transcripts (docs/indexing-and-prefect.md); OpenClaw's delta defaults.
     "sources": (("memory",), _sources),
     "sessions.dir": (None, _optional(_str)),
@@ -297,6 +299,7 @@ class ApiConfig:
     host: str
     port: int
     key: str | None = field(default=None, repr=False)  # a secret: never printed
+    workers: int = 0
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Any
 import apsw
 import numpy as np
 
+from .chunk_cache import CHUNK_ROWS, TOKEN_BITS
 from .errors import StoreError
 from .keyword_cache import CACHE_MIN_CHUNKS, KEYWORD_CACHES
 from .locking import swap_lock
@@ -322,14 +323,19 @@ class Store:
         )
 
     def chunks_by_ids(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        """Rows of some chunks, through the process's copy of the recently read ones (core.chunk_cache)."""
         ids = list(ids)
         if not ids:
             return {}
-        marks = ",".join("?" * len(ids))
-        rows = self.conn.execute(
-            f"SELECT id, path, source, start_line, end_line, text, hash FROM chunks WHERE id IN ({marks})", ids
-        )
-        return {r[0]: ChunkRow(*r) for r in rows}
+
+        def read(wanted: list[int]) -> dict[int, ChunkRow]:
+            marks = ",".join("?" * len(wanted))
+            rows = self.conn.execute(
+                f"SELECT id, path, source, start_line, end_line, text, hash FROM chunks WHERE id IN ({marks})", wanted
+            )
+            return {r[0]: ChunkRow(*r) for r in rows}
+
+        return CHUNK_ROWS.get(str(self.path), (self._inode, self.get_meta("vectors_version")), ids, read)
 
     def file_mtimes(self, paths: Iterable[str] | None = None) -> dict[str, int]:
         """mtime_ns by path of some files, or of every file (None)."""
@@ -378,6 +384,7 @@ class Store:
             "INSERT OR REPLACE INTO token_cache(fingerprint, hash, tokens) VALUES (?, ?, ?)",
             [(fingerprint, h, blob) for h, blob in items.items()],
         )
+        self._vectors_changed()
 
     def tokens_known(self, fingerprint: str, hashes: Iterable[str]) -> set[str]:
         sql = "SELECT hash FROM token_cache WHERE fingerprint = ? AND hash"
@@ -387,16 +394,22 @@ class Store:
         return self.conn.execute("SELECT count(*) FROM token_cache WHERE fingerprint = ?", (fingerprint,)).fetchone()[0]
 
     def tokens_for(self, ids: Iterable[int], fingerprint: str) -> dict[int, bytes]:
-        """Stored token bits of some chunks (those indexed with them)."""
+        """Stored token bits of some chunks (those indexed with them), through the process's copy of the recently
+        read ones (core.chunk_cache)."""
         ids = list(ids)
         if not ids:
             return {}
-        marks = ",".join("?" * len(ids))
-        sql = (
-            "SELECT c.id, t.tokens FROM chunks c CROSS JOIN token_cache t ON t.hash = c.hash AND t.fingerprint = ? "
-            f"WHERE c.id IN ({marks})"
-        )
-        return {int(i): blob for i, blob in self.conn.execute(sql, (fingerprint, *ids))}
+
+        def read(wanted: list[int]) -> dict[int, bytes]:
+            marks = ",".join("?" * len(wanted))
+            sql = (
+                "SELECT c.id, t.tokens FROM chunks c CROSS JOIN token_cache t "
+                f"ON t.hash = c.hash AND t.fingerprint = ? WHERE c.id IN ({marks})"
+            )
+            return {int(i): blob for i, blob in self.conn.execute(sql, (fingerprint, *wanted))}
+
+        tag = (self._inode, fingerprint, self.get_meta("vectors_version"))
+        return TOKEN_BITS.get(str(self.path), tag, ids, read)
 
     def chunks_without_cached_vectors(self, key: tuple[str, str, str]) -> dict[str, str]:
         """hash -> text of the chunks whose vector the cache lacks under `key` (a sync the embedder failed)."""
@@ -469,9 +482,10 @@ class Store:
         return self.fts_search(" OR ".join(phrases), limit, paths) if found is None else found
 
     def _vectors_changed(self) -> None:
-        """Bump the counter that tells in-memory copies of this index (core.vector_matrix, core.keyword_cache)
-        to reload. A new file's counter starts at a random number: a rebuild's file can get the inode of one
-        swapped out before it, and with both counters starting at 1 it could match a stale copy's tag."""
+        """Bump the counter that tells in-memory copies of this index (core.vector_matrix, core.keyword_cache,
+        core.chunk_cache) to reload. A new file's counter starts at a random number: a rebuild's file can get
+        the inode of one swapped out before it, and with both counters starting at 1 it could match a stale
+        copy's tag."""
         self.conn.execute(
             "INSERT INTO meta(key, value) VALUES ('vectors_version', ?) "
             "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
