@@ -239,7 +239,10 @@ def _learned_order(
     pool, problem = shortlist.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
     if problem:
         return pool, problem
-    x = learned.features(query, pool, rows, today)
+    # The reranker just worked; both ways of getting it return the same long-lived instance.
+    reranker = make_reranker() if make_reranker else rerankers.create_reranker(config.rerank, embedder)
+    lines = shortlist.line_signals(store, query, pool, rows, reranker)
+    x = learned.features(query, pool, rows, today, lines)
     if collect is not None:
         collect(pool, rows, x)
     for c, p in zip(pool, learned.model_for(config.rerank.rankerModel).predict(x)):
