@@ -60,12 +60,13 @@ def blend_order(x: np.ndarray, shortlist: int = 30, weight: float = 0.4) -> np.n
     return np.concatenate([head[np.argsort(-mixed, kind="stable")], tail])
 
 
-def table(data: ranker_training.Dataset, scores: list[np.ndarray], k: int = 10) -> dict:
-    """Metrics of each question's pool ordered by `scores`, top k, per category and overall."""
+def table(data: ranker_training.Dataset, scores: list[np.ndarray], k: int = 10, floor: float = -np.inf) -> dict:
+    """Metrics of each question's pool ordered by `scores`, top k, hits below `floor` dropped, per category
+    and overall."""
     rows: dict[str, list[dict[str, float]]] = defaultdict(list)
     spans: list[int] = []
     for i, q in enumerate(data.queries):
-        hits = [data.spans[i][j] for j in np.argsort(-scores[i], kind="stable")[:k]]
+        hits = [data.spans[i][j] for j in np.argsort(-scores[i], kind="stable")[:k] if scores[i][j] >= floor]
         spans.extend(h.endLine - h.startLine + 1 for h in hits)
         rows[str(q.get("category_name") or q.get("category") or "all")].append(score_query(hits, q["relevant"], k))
     rows["overall"] = [r for name in list(rows) for r in rows[name]]
@@ -100,11 +101,13 @@ def fit(parts: list[ranker_training.Dataset], args: argparse.Namespace, meta: di
         xs.append(x)
         ys.append(y)
         ws.append(np.full(len(y), args.code_weight if code else 1.0))
-    x, y, w = np.vstack(xs), np.concatenate(ys), np.concatenate(ws)
-    params = {"num_leaves": args.leaves, "learning_rate": args.rate}
+    x, y = np.vstack(xs), np.concatenate(ys)
+    w = np.concatenate(ws) if args.code_weight != 1.0 else None
+    params = {"num_leaves": args.leaves, "learning_rate": args.rate, "objective": args.objective}
     model = learned.fit(x, y, l2=args.l2, meta=meta)
     if args.trees:
-        trees = ranker_training.fit_trees(x, y, model.linear(x), args.trees, weight=w, params=params)
+        groups = [len(y) for part in parts for y in part.y] if args.objective == "lambdarank" else None
+        trees = ranker_training.fit_trees(x, y, model.linear(x), args.trees, weight=w, params=params, groups=groups)
         model = model.with_trees(trees)
     return model
 
@@ -137,15 +140,17 @@ def main() -> None:
     ap.add_argument("--trees", type=int, default=150, help="boosting rounds on top of the regression (0: none)")
     ap.add_argument("--leaves", type=int, default=8)
     ap.add_argument("--rate", type=float, default=0.05)
+    ap.add_argument("--objective", default="binary", choices=("binary", "lambdarank"), help="the trees' loss")
     ap.add_argument("--code-weight", type=float, default=1.0, help="weight of cosqa-dev rows for the trees")
     ap.add_argument("--cv-only", action="store_true")
+    ap.add_argument("--no-cv", action="store_true", help="only fit and write the model")
     ap.add_argument("--out", type=Path, default=learned.DEFAULT_MODEL)
     args = ap.parse_args()
 
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     sets = {name: load(path, args.cache_dir / f"feat-{name}.pkl") for name, path in SETS.items()}
-    cv = cross_validate(sets, args)
-    for name, data in sets.items():
+    cv = cross_validate(sets, args) if not args.no_cv else {}
+    for name, data in sets.items() if cv else ():
         print(f"\n### {name}: {len(data.queries)} questions, {sum(len(y) for y in data.y)} candidates")
         show(
             "today: MaxSim blend of the fused top 30 (offline)",
@@ -154,6 +159,11 @@ def main() -> None:
         show(
             f"learned (l2 {args.l2}, {args.trees} trees, {args.leaves} leaves, rate {args.rate}), CV",
             table(data, cv[name]),
+        )
+        floors = {f: table(data, cv[name], floor=f)["overall"] for f in (0.01, 0.05, 0.1, 0.2, 0.35)}
+        print(
+            "floor on the probability, R@10 / nDCG@10: "
+            + ", ".join(f"{f}: {t['R@10']:.3f} / {t['nDCG@10']:.3f}" for f, t in floors.items())
         )
     if args.cv_only:
         return

@@ -367,17 +367,20 @@ def features(
     lines = [p[0] for p in parsed]
     speakers = [p[1] for p in parsed]
     qterms = _terms(query)
-    idf = _idf(qterms, lines)
+    # Only the query's terms on each line matter: intersect once, then every signal reads the small sets.
+    matched = [[qterms & terms for terms in chunk] for chunk in lines]
+    idf = _idf(qterms, matched)
     total = sum(idf.values()) or 1.0
     named = _named(query)
     for i in range(n):
-        per_line = [sum(idf[t] for t in qterms & terms) / total for terms in lines[i]]
+        found = matched[i]
+        per_line = [sum(idf[t] for t in terms) / total for terms in found]
         ranked = sorted(per_line, reverse=True) + [0.0, 0.0]
         window = max(
-            (sum(idf[t] for t in qterms & set().union(*lines[i][j : j + 3])) / total for j in range(len(lines[i]))),
+            (sum(idf[t] for t in set().union(*found[j : j + 3])) / total for j in range(len(found)) if found[j]),
             default=0.0,
         )
-        everything = set().union(*lines[i]) if lines[i] else set()
+        everything = set().union(*found) if found else set()
         attributed = [s for s, who in zip(per_line, speakers[i]) if who is not None and _names_match(who, named)]
         x[i, col["line_best"]] = ranked[0]
         x[i, col["line_second"]] = ranked[1]

@@ -112,15 +112,16 @@ def fit_trees(
     *,
     weight: np.ndarray | None = None,
     params: dict[str, Any] | None = None,
+    groups: list[int] | None = None,
 ) -> learned.Trees:
     """Boosted trees that correct `base` (the logistic regression's logit), fitted by LightGBM and returned
-    as arrays for numpy."""
+    as arrays for numpy. `groups` (candidates per question, in order) is for a ranking objective."""
     try:
         import lightgbm
     except ImportError:
         raise ValueError("fitting trees needs LightGBM, a training-only extra: pip install 'memsift[train]'") from None
     settings = TREE_PARAMS | (params or {})
-    dataset = lightgbm.Dataset(x, y, weight=weight, init_score=base, params={"verbose": -1})
+    dataset = lightgbm.Dataset(x, y, weight=weight, init_score=base, group=groups, params={"verbose": -1})
     booster = lightgbm.train(settings, dataset, num_boost_round=rounds)
     return learned.Trees.from_nested([t["tree_structure"] for t in booster.dump_model()["tree_info"]])
 

@@ -179,8 +179,10 @@ def search(
             cands, problem = _learned_order(
                 store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
             )
-        # The score is the probability that the hit is relevant: the floor keeps the likely ones.
-        cands = [c for c in cands if c.score >= floor]
+        # The floor acts as it does for the blend, on retrieval scores (a hit the keyword leg found, or a
+        # cosine >= minScore), after the model ordered the whole pool: a floor of 0.35 on the probability
+        # would cost a third of locomo-dev's recall (docs/search-and-ranking.md, "Learned ranker").
+        cands = [c for c in cands if ranking.passes_floor(c, floor)]
         if problem:
             degraded = f"{degraded}; {problem}" if degraded else problem
     else:
@@ -236,12 +238,14 @@ def _learned_order(
     """Every candidate scored by MaxSim and blended (both features), then ordered by the model's probability.
     Without MaxSim scores the model has no basis: the fused order stands and the reason is returned."""
     pool = sorted(cands, key=lambda c: (-c.score, c.id))
+    try:  # MaxSim per line, and (into the score cache) each candidate's MaxSim, from one product per chunk
+        reranker = make_reranker() if make_reranker else rerankers.create_reranker(config.rerank, embedder)
+        lines = shortlist.line_signals(store, query, pool, rows, reranker)
+    except Exception:  # the same failure reaches rerank_shortlist, which says why in `degraded`
+        lines = None
     pool, problem = shortlist.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
     if problem:
         return pool, problem
-    # The reranker just worked; both ways of getting it return the same long-lived instance.
-    reranker = make_reranker() if make_reranker else rerankers.create_reranker(config.rerank, embedder)
-    lines = shortlist.line_signals(store, query, pool, rows, reranker)
     x = learned.features(query, pool, rows, today, lines)
     if collect is not None:
         collect(pool, rows, x)

@@ -137,15 +137,15 @@ class MaxSimReranker:
         return scores
 
     def line_scores(self, query: str, packed: list[bytes | None], documents: list[str]) -> np.ndarray:
-        """Per document: MaxSim of its best line, of its second best, and of its best window of 3 lines
-        (`LINE_SIGNALS`), from the stored token lines (computed here for documents without stored bits)."""
+        """Per document: its MaxSim (as `score` gives it), then MaxSim of its best line, of its second best
+        and of its best window of 3 lines (`LINE_SIGNALS`), from one product of the query's tokens with the
+        stored ones (computed here for documents without stored bits)."""
         todo = [i for i, blob in enumerate(packed) if blob is None]
         blobs = list(packed)
         if todo:
             for i, blob in zip(todo, self.document_tokens([documents[i] for i in todo])[1]):
                 blobs[i] = blob
-        q = self.query_tokens(query)
-        return np.array([line_maxsim(q, *unpack_lines(b, self._dims)) for b in blobs]).reshape(-1, len(LINE_SIGNALS))
+        return line_maxsim_many(self.query_tokens(query), [unpack_lines(b, self._dims) for b in blobs])
 
     def score(self, query: str, documents: list[str], packed: list[bytes | None] | None = None) -> list[float]:
         """MaxSim of each document; `packed` holds stored token bits where the index has them."""
@@ -164,23 +164,49 @@ LINE_SIGNALS = ("maxsim_line_best", "maxsim_line_second", "maxsim_window_best")
 WINDOW_LINES = 3
 
 
-def line_maxsim(query_tokens: np.ndarray, signs: np.ndarray, lines: np.ndarray) -> tuple[float, float, float]:
-    """MaxSim restricted to each line's tokens: the best line, the second best and the best window of
-    WINDOW_LINES consecutive lines (lines without content tokens score nothing)."""
-    if not len(signs):
-        return 0.0, 0.0, 0.0
-    order = np.argsort(lines, kind="stable")
-    lines = lines[order]
-    sim = query_tokens @ signs[order].T  # query tokens x document tokens, in line order
-    present, starts = np.unique(lines, return_index=True)
-    dense = np.full((len(query_tokens), int(present[-1]) + WINDOW_LINES), -np.inf, dtype=np.float32)
-    dense[:, present] = np.maximum.reduceat(sim, starts, axis=1)  # each query token's best match per line
-    per_line = np.sort(dense[:, present].mean(axis=0))[::-1]
-    window = dense[:, : -WINDOW_LINES + 1]
+def line_maxsim(query_tokens: np.ndarray, signs: np.ndarray, lines: np.ndarray) -> tuple[float, float, float, float]:
+    """MaxSim over the whole document, then restricted to each line's tokens: the best line, the second best
+    and the best window of WINDOW_LINES consecutive lines (lines without content tokens score nothing)."""
+    whole, best, second, window = line_maxsim_many(query_tokens, [(signs, lines)])[0]
+    return float(whole), float(best), float(second), float(window)
+
+
+def line_maxsim_many(query_tokens: np.ndarray, documents: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """`line_maxsim` of many (signs, lines) documents at once, one row each: a single product of the query's
+    tokens with every document's, and per-line maxima by one `reduceat` (the learned ranker asks this of
+    every candidate of every search)."""
+    out = np.zeros((len(documents), 1 + len(LINE_SIGNALS)))
+    if not documents or not any(len(s) for s, _ in documents):
+        return out
+    # Every document's lines on one axis, WINDOW_LINES - 1 empty columns after each so no window crosses.
+    offsets = np.cumsum([0] + [int(ln.max()) + WINDOW_LINES if len(ln) else 0 for _, ln in documents])
+    keys = np.concatenate([ln + off for (_, ln), off in zip(documents, offsets[:-1])])
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    sim = query_tokens @ np.concatenate([s for s, _ in documents])[order].T
+    present, starts = np.unique(keys, return_index=True)
+    dense = np.full((len(query_tokens), int(offsets[-1])), -np.inf, dtype=np.float32)
+    dense[:, present] = np.maximum.reduceat(sim, starts, axis=1)
+    window = dense.copy()
     for shift in range(1, WINDOW_LINES):
-        window = np.maximum(window, dense[:, shift : dense.shape[1] - WINDOW_LINES + 1 + shift])
-    best_window = float(window[:, present].mean(axis=0).max())
-    return float(per_line[0]), float(per_line[1]) if len(per_line) > 1 else 0.0, best_window
+        window[:, :-shift] = np.maximum(window[:, :-shift], dense[:, shift:])
+    line_mean = dense[:, present].mean(axis=0)  # per present line, in key order (documents in order)
+    window_mean = window[:, present].mean(axis=0)
+    owner = np.searchsorted(offsets, present, side="right") - 1  # the document of each present line
+    bounds = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    docs = owner[bounds]
+    best = np.maximum.reduceat(line_mean, bounds)
+    segment = np.cumsum(np.isin(np.arange(len(present)), bounds)) - 1  # each line's position in `docs`
+    top = np.flatnonzero(line_mean == best[segment])
+    first = top[np.r_[True, segment[top][1:] != segment[top][:-1]]]  # one best line per document
+    rest = line_mean.copy()
+    rest[first] = -np.inf
+    second = np.maximum.reduceat(rest, bounds)
+    out[docs, 0] = np.maximum.reduceat(dense[:, present], bounds, axis=1).mean(axis=0)
+    out[docs, 1] = best
+    out[docs, 2] = np.where(np.isfinite(second), second, 0.0)
+    out[docs, 3] = np.maximum.reduceat(window_mean, bounds)
+    return out
 
 
 def pack(states: np.ndarray, lines: np.ndarray) -> bytes:

@@ -117,8 +117,10 @@ def line_signals(
     rows: dict[int, ChunkRow],
     reranker: Reranker,
     cache: ScoreCache = LINES,
+    scores: ScoreCache = SCORES,
 ) -> np.ndarray:
-    """maxsim.LINE_SIGNALS of each candidate (zeros unless `reranker` is MaxSim), from stored token lines."""
+    """maxsim.LINE_SIGNALS of each candidate (zeros unless `reranker` is MaxSim), from stored token lines.
+    The same pass gives each candidate's MaxSim, put in `scores`: a rerank_shortlist after it unpacks nothing."""
     from .maxsim import LINE_SIGNALS, MaxSimReranker
 
     out = np.zeros((len(pool), len(LINE_SIGNALS)))
@@ -130,7 +132,8 @@ def line_signals(
     if todo:
         stored = store.tokens_for((c.id for c in todo), reranker.fingerprint)
         fresh = reranker.line_scores(query, [stored.get(c.id) for c in todo], [rows[c.id].text for c in todo])
-        new = {rows[c.id].hash: tuple(map(float, v)) for c, v in zip(todo, fresh)}
+        scores.put(reranker.fingerprint, query, {rows[c.id].hash: float(v[0]) for c, v in zip(todo, fresh)})
+        new = {rows[c.id].hash: tuple(map(float, v[1:])) for c, v in zip(todo, fresh)}
         cache.put(reranker.fingerprint, query, new)  # type: ignore[arg-type]
         known.update(new)  # type: ignore[arg-type]
     for i, h in enumerate(hashes):
