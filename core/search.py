@@ -240,12 +240,13 @@ def _learned_order(
     pool = sorted(cands, key=lambda c: (-c.score, c.id))
     try:  # MaxSim per line, and (into the score cache) each candidate's MaxSim, from one product per chunk
         reranker = make_reranker() if make_reranker else rerankers.create_reranker(config.rerank, embedder)
-        lines = shortlist.line_signals(store, query, pool, rows, reranker)
+        by_id = dict(zip((c.id for c in pool), shortlist.line_signals(store, query, pool, rows, reranker)))
     except Exception:  # the same failure reaches rerank_shortlist, which says why in `degraded`
-        lines = None
+        by_id = {}
     pool, problem = shortlist.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
     if problem:
         return pool, problem
+    lines = np.array([by_id[c.id] for c in pool]) if by_id else None  # in the blend's order, as `pool` now is
     x = learned.features(query, pool, rows, today, lines)
     if collect is not None:
         collect(pool, rows, x)

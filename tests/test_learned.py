@@ -197,3 +197,23 @@ def test_numpy_trees_equal_lightgbm_on_a_fitted_model() -> None:
     test[:, 5] = rng.integers(0, 3, size=500)
     assert np.allclose(trees.predict(test), booster.predict(test, raw_score=True), atol=1e-9)
     assert len(trees.feature) == 30
+
+
+def test_a_search_feeds_each_candidate_its_own_line_maxsim(workspace, make_config, open_index) -> None:
+    """The features a search hands the model, row by row, are those of the candidate in that row (the blend
+    reorders the pool between computing MaxSim per line and the features)."""
+    from sample import NOTES
+
+    index = open_index(make_config(workspace(NOTES)))
+    index.sync()
+    found = []
+    index.search("why did the deploy fail", min_score=0.0, collect=lambda *args: found.append(args))
+    (cands, rows, x), reranker = found[0], index.reranker()
+    assert len(cands) > 2 and x[:, COL["maxsim_line_best"]].any()
+    stored = index.store.tokens_for([c.id for c in cands], reranker.fingerprint)
+    alone = reranker.line_scores(
+        "why did the deploy fail", [stored[c.id] for c in cands], [rows[c.id].text for c in cands]
+    )
+    assert np.allclose(x[:, COL["maxsim"]], alone[:, 0], atol=1e-6)
+    names = ["maxsim_line_best", "maxsim_line_second", "maxsim_window_best"]
+    assert np.allclose(x[:, [COL[n] for n in names]], alone[:, 1:], atol=1e-6)
