@@ -121,20 +121,26 @@ class Trees:
     values: np.ndarray  # trees x leaves
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """The summed leaf values per row: all trees step down together, one level per iteration."""
+        """The summed leaf values per row: every (tree, row) pair steps down together, one level per
+        iteration, over flat arrays; pairs that reached a leaf drop out."""
         n = len(x)
-        if not n or not len(self.feature):
+        trees, width = self.feature.shape
+        if not n or not trees:
             return np.zeros(n)
-        t = np.arange(len(self.feature))[:, None]
-        rows = np.arange(n)[None, :]
-        node = np.zeros((len(self.feature), n), dtype=np.int64)
-        while (node >= 0).any():
-            inside = node >= 0
-            at = np.where(inside, node, 0)
-            go_left = x[rows, self.feature[t, at]] <= self.threshold[t, at]
-            step = np.where(go_left, self.left[t, at], self.right[t, at])
-            node = np.where(inside, step, node)
-        return self.values[t, ~node].sum(axis=0)
+        flat_x = np.ascontiguousarray(x, dtype=np.float64).ravel()
+        start = np.repeat(np.arange(trees) * width, n)  # each pair's tree, as an offset into the node arrays
+        row = np.tile(np.arange(n) * x.shape[1], trees)  # each pair's row, as an offset into flat_x
+        feature, threshold = self.feature.ravel(), self.threshold.ravel()
+        left, right = self.left.ravel(), self.right.ravel()
+        node = np.zeros(trees * n, dtype=np.int64)
+        active = np.arange(trees * n)
+        while len(active):
+            at = start[active] + node[active]
+            go_left = flat_x[row[active] + feature[at]] <= threshold[at]
+            node[active] = np.where(go_left, left[at], right[at])
+            active = active[node[active] >= 0]
+        leaves = self.values.shape[1]
+        return self.values.ravel()[np.repeat(np.arange(trees) * leaves, n) + ~node].reshape(trees, n).sum(axis=0)
 
     def to_dict(self) -> dict:
         return {

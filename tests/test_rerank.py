@@ -147,7 +147,7 @@ def test_many_documents_at_once_score_as_each_alone():
     sizes = [12, 1, 0, 30, 7, 3]
     docs = [(rng.normal(size=(n, 16)).astype(np.float32), rng.integers(0, 9, size=n)) for n in sizes]
     docs.append((np.ones((2, 16), np.float32), np.array([4, 5])))  # two lines tie for the best
-    together = line_maxsim_many(query, docs)
+    together = line_maxsim_many(query, np.concatenate([signs for signs, _ in docs]), [lines for _, lines in docs])
     assert together.shape == (7, 4) and not together[2].any()  # a document without tokens scores nothing
     for row, (signs, lines) in zip(together, docs):
         brute = [

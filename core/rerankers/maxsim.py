@@ -145,7 +145,7 @@ class MaxSimReranker:
         if todo:
             for i, blob in zip(todo, self.document_tokens([documents[i] for i in todo])[1]):
                 blobs[i] = blob
-        return line_maxsim_many(self.query_tokens(query), [unpack_lines(b, self._dims) for b in blobs])
+        return line_maxsim_many(self.query_tokens(query), *unpack_many([b for b in blobs if b is not None], self._dims))
 
     def score(self, query: str, documents: list[str], packed: list[bytes | None] | None = None) -> list[float]:
         """MaxSim of each document; `packed` holds stored token bits where the index has them."""
@@ -167,23 +167,24 @@ WINDOW_LINES = 3
 def line_maxsim(query_tokens: np.ndarray, signs: np.ndarray, lines: np.ndarray) -> tuple[float, float, float, float]:
     """MaxSim over the whole document, then restricted to each line's tokens: the best line, the second best
     and the best window of WINDOW_LINES consecutive lines (lines without content tokens score nothing)."""
-    whole, best, second, window = line_maxsim_many(query_tokens, [(signs, lines)])[0]
+    whole, best, second, window = line_maxsim_many(query_tokens, signs, [lines])[0]
     return float(whole), float(best), float(second), float(window)
 
 
-def line_maxsim_many(query_tokens: np.ndarray, documents: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """`line_maxsim` of many (signs, lines) documents at once, one row each: a single product of the query's
-    tokens with every document's, and per-line maxima by one `reduceat` (the learned ranker asks this of
-    every candidate of every search)."""
-    out = np.zeros((len(documents), 1 + len(LINE_SIGNALS)))
-    if not documents or not any(len(s) for s, _ in documents):
+def line_maxsim_many(query_tokens: np.ndarray, signs: np.ndarray, lines: list[np.ndarray]) -> np.ndarray:
+    """`line_maxsim` of many documents at once, one row each: `signs` holds every document's token rows one
+    document after the other, `lines` each document's token lines. A single product of the query's tokens
+    with all of them, and per-line maxima by one `reduceat` (the learned ranker asks this of every
+    candidate of every search)."""
+    out = np.zeros((len(lines), 1 + len(LINE_SIGNALS)))
+    if not len(signs):
         return out
     # Every document's lines on one axis, WINDOW_LINES - 1 empty columns after each so no window crosses.
-    offsets = np.cumsum([0] + [int(ln.max()) + WINDOW_LINES if len(ln) else 0 for _, ln in documents])
-    keys = np.concatenate([ln + off for (_, ln), off in zip(documents, offsets[:-1])])
+    offsets = np.cumsum([0] + [int(ln.max()) + WINDOW_LINES if len(ln) else 0 for ln in lines])
+    keys = np.concatenate([ln + off for ln, off in zip(lines, offsets[:-1])])
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
-    sim = query_tokens @ np.concatenate([s for s, _ in documents])[order].T
+    sim = (query_tokens @ signs.T)[:, order]  # reorder the small product, not the token rows
     present, starts = np.unique(keys, return_index=True)
     dense = np.full((len(query_tokens), int(offsets[-1])), -np.inf, dtype=np.float32)
     dense[:, present] = np.maximum.reduceat(sim, starts, axis=1)
@@ -216,12 +217,22 @@ def pack(states: np.ndarray, lines: np.ndarray) -> bytes:
 
 def unpack_lines(blob: bytes, dims: int) -> tuple[np.ndarray, np.ndarray]:
     """The sign rows of `unpack` and each token's line."""
+    signs, (lines,) = unpack_many([blob], dims)
+    return signs, lines
+
+
+def unpack_many(blobs: list[bytes], dims: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Many blobs' sign rows as one matrix (one unpacking, one conversion) and each blob's token lines."""
     width = dims // 8
-    n = len(blob) // (width + 2)
-    raw = np.frombuffer(blob, dtype=np.uint8)
-    bits = np.unpackbits(raw[: n * width].reshape(-1, width), axis=1)
-    lines = np.frombuffer(blob, dtype="<u2", offset=n * width, count=n).astype(np.int64)
-    return (bits.astype(np.float32) * 2 - 1) / np.sqrt(dims, dtype=np.float32), lines
+    counts = [len(b) // (width + 2) for b in blobs]
+    bits = b"".join(b[: n * width] for b, n in zip(blobs, counts))
+    lines = [np.frombuffer(b, dtype="<u2", offset=n * width, count=n).astype(np.int64) for b, n in zip(blobs, counts)]
+    table = _SIGNS / np.sqrt(dims, dtype=np.float32)  # one lookup per byte gives its 8 scaled signs
+    return np.take(table, np.frombuffer(bits, dtype=np.uint8), axis=0).reshape(-1, dims), lines
+
+
+#: Each byte's 8 bits as +-1 (most significant first, as np.packbits writes them): unpacking is one lookup.
+_SIGNS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float32) * 2 - 1
 
 
 def unpack(blob: bytes, dims: int) -> np.ndarray:
