@@ -174,7 +174,9 @@ def search(
         rows = store.chunks_by_ids(c.id for c in cands)
         if s.decayEnabled:
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
-    if use_learned and mode == "hybrid" and cands:
+    # The model reads both legs: a keyword or vector search (asked for, or degraded to) gets the blend.
+    learned_order = use_learned and mode == "hybrid" and bool(cands)
+    if learned_order:
         with clock.stage("rerank"):  # the learned ranker's features include the MaxSim score
             cands, problem = _learned_order(
                 store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
@@ -189,7 +191,7 @@ def search(
         with clock.stage("fusion"):
             # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
             cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
-    if cands and not use_learned and shortlist.wanted(config, rerank, embedder):
+    if cands and not learned_order and shortlist.wanted(config, rerank, embedder):
         with clock.stage("rerank"):
             head, problem = shortlist.rerank_shortlist(
                 store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
