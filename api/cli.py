@@ -192,6 +192,13 @@ def _parser() -> _Parser:
     tr.add_argument("queries", nargs="+", metavar="QUERIES.jsonl", help="query files in the eval format")
     tr.add_argument("--out", required=True, type=Path, metavar="PATH", help="where to write the model (JSON)")
     tr.add_argument("--l2", type=_bounded(float, 0.0, 1e6), default=1.0, metavar="X", help="L2 penalty (default 1)")
+    tr.add_argument(
+        "--trees",
+        type=_bounded(int, 0, 10000),
+        default=0,
+        metavar="N",
+        help="boosted trees on top of the regression (default 0; needs the training extra: memsift[train])",
+    )
     return p
 
 
@@ -459,7 +466,8 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
             return _fail(args, f"{path}: no such query file")
     data = collect(_config(args), args.queries)
     try:
-        model = train(data, l2=args.l2, meta={"trainedOn": [Path(p).name for p in args.queries], "l2": args.l2})
+        trained_on = [Path(p).name for p in args.queries]
+        model = train(data, l2=args.l2, trees=args.trees, meta={"trainedOn": trained_on, "l2": args.l2})
     except ValueError as exc:
         return _fail(args, str(exc))
     args.out.write_text(model.to_json() + "\n", encoding="utf-8")

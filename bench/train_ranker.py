@@ -1,18 +1,22 @@
-"""Train the shipped learned ranker (core/ranker.json) and report leave-one-conversation-out CV on locomo-dev.
+"""Train the shipped learned ranker (core/ranker.json) on locomo-dev and both cosqa-dev files, with CV figures.
 
-    .venv/bin/python bench/train_ranker.py                       # CV table, then writes core/ranker.json
-    .venv/bin/python bench/train_ranker.py --cv-only --l2 3      # try a setting without writing the model
+    .venv/bin/python bench/train_ranker.py                     # CV tables, then writes core/ranker.json
+    .venv/bin/python bench/train_ranker.py --cv-only --trees 0 # the logistic regression alone, no model written
+
+CV: each locomo-dev conversation is scored by a model fitted on the other conversations and all of cosqa-dev
+(leave one conversation out); each half of each cosqa-dev file (questions alternate) by a model fitted on all
+of locomo-dev and the other halves. So every figure is on questions the model never saw, and every model saw
+both chat and code. Trees need the training extra (`pip install 'memsift[train]'`: LightGBM).
 
 Candidates and features are collected once through the real search (`memsift train-ranker` does the same) and
-cached in --cache, so later runs fit and score offline in numpy in seconds. Offline metrics rank each question's
-candidate pool by the model, take the top 10 and score them as `memsift eval` does; the "today" row orders the
-same pools as the MaxSim blend did before the learned ranker (top 30 by fused score, blend 0.4).
+cached in --cache-dir (~10 min per file on a busy 2-core machine); delete the cache after changing features.
+Offline metrics rank each question's candidate pool by the model, take the top 10 and score them as
+`memsift eval` does; the "today" rows order the same pools as the MaxSim blend (top 30 by fused score, blend 0.4).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import pickle
 import statistics
 import sys
@@ -27,7 +31,11 @@ from core import learned, ranker_training  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.evaluate import METRICS, score_query  # noqa: E402
 
-LOCOMO = Path("../shared/bench/locomo-dev/queries.jsonl")  # from the checkout, as README's commands
+SETS = {  # from the checkout, as README's commands
+    "locomo": Path("../shared/bench/locomo-dev/queries.jsonl"),
+    "web": Path("../shared/bench/cosqa-dev/queries.jsonl"),
+    "ident": Path("../shared/bench/cosqa-dev/queries_ident.jsonl"),
+}
 COL = {name: i for i, name in enumerate(learned.FEATURES)}
 
 
@@ -39,22 +47,8 @@ def load(path: Path, cache: Path) -> ranker_training.Dataset:
     return data
 
 
-def shifted(path: Path, out: Path) -> Path:
-    """Every question asked of the next conversation's workspace, with nothing relevant: the negatives that
-    teach the model what a question about something absent looks like, so that its probability means the
-    same across questions (trained on answerable questions only, the top of any pool looks relevant)."""
-    queries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    spaces = sorted({q["workspace"] for q in queries})
-    with out.open("w") as f:
-        for q in queries:
-            target = spaces[(spaces.index(q["workspace"]) + 1) % len(spaces)]
-            moved = q | {"workspace": str((path.parent / target).resolve()), "relevant": [], "askedOf": q["workspace"]}
-            f.write(json.dumps(moved) + "\n")
-    return out
-
-
 def blend_order(x: np.ndarray, shortlist: int = 30, weight: float = 0.4) -> np.ndarray:
-    """The pre-learned default: the fused top `shortlist` blended with MaxSim, the rest in fused order."""
+    """The MaxSim blend default: the fused top `shortlist` blended with MaxSim, the rest in fused order."""
     fused, maxsim = x[:, COL["fused"]], x[:, COL["maxsim"]]
     order = np.argsort(-fused, kind="stable")
     head, tail = order[:shortlist], order[shortlist:]
@@ -66,19 +60,15 @@ def blend_order(x: np.ndarray, shortlist: int = 30, weight: float = 0.4) -> np.n
     return np.concatenate([head[np.argsort(-mixed, kind="stable")], tail])
 
 
-def table(
-    data: ranker_training.Dataset, scores: list[np.ndarray], floor: float = 0.0, k: int = 10, on_top: bool = False
-) -> dict:
-    """Metrics of each question's pool ordered by `scores`, top k, hits below `floor` dropped (`on_top`: all
-    of a question's hits dropped when its best is below the floor, none otherwise)."""
+def table(data: ranker_training.Dataset, scores: list[np.ndarray], k: int = 10, floor: float = -np.inf) -> dict:
+    """Metrics of each question's pool ordered by `scores`, top k, hits below `floor` dropped, per category
+    and overall."""
     rows: dict[str, list[dict[str, float]]] = defaultdict(list)
     spans: list[int] = []
     for i, q in enumerate(data.queries):
-        order = np.argsort(-scores[i], kind="stable")
-        least = scores[i][order[0]] if on_top else None
-        hits = [data.spans[i][j] for j in order[:k] if (least if on_top else scores[i][j]) >= floor]
+        hits = [data.spans[i][j] for j in np.argsort(-scores[i], kind="stable")[:k] if scores[i][j] >= floor]
         spans.extend(h.endLine - h.startLine + 1 for h in hits)
-        rows[str(q.get("category_name") or "all")].append(score_query(hits, q["relevant"], k))
+        rows[str(q.get("category_name") or q.get("category") or "all")].append(score_query(hits, q["relevant"], k))
     rows["overall"] = [r for name in list(rows) for r in rows[name]]
     out = {name: {m: statistics.fmean(r[m] for r in rs) for m in METRICS} | {"n": len(rs)} for name, rs in rows.items()}
     out["span"] = statistics.fmean(spans) if spans else 0.0
@@ -88,95 +78,108 @@ def table(
 def show(label: str, t: dict) -> None:
     print(f"== {label} (mean hit span {t['span']:.2f} lines)")
     print(f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in METRICS))
-    for name in sorted(k for k in t if k not in ("overall", "span")) + ["overall"]:
+    names = sorted(k for k in t if k not in ("overall", "span"))
+    for name in (names if len(names) > 1 else []) + ["overall"]:
         print(f"{name:<14}{t[name]['n']:>5}" + "".join(f"{t[name][m]:>9.3f}" for m in METRICS))
 
 
-def loco(
-    data: ranker_training.Dataset, negatives: ranker_training.Dataset | None, l2: float, also: list | None = None
-) -> tuple[list, list]:
-    """Leave one conversation (workspace) out: each conversation's questions, and the other conversations'
-    questions asked of it, are scored by a model fitted on everything that touches neither."""
-    groups = [q["workspace"] for q in data.queries]
-    touches = [{q["askedOf"], Path(q["workspace"]).name} for q in (negatives.queries if negatives else [])]
-    out: list[np.ndarray] = [np.zeros(0)] * len(groups)
-    neg_out: list[np.ndarray] = [np.zeros(0)] * len(touches)
+def subset(data: ranker_training.Dataset, keep: list[int]) -> ranker_training.Dataset:
+    return ranker_training.Dataset(
+        [data.x[i] for i in keep],
+        [data.y[i] for i in keep],
+        [data.spans[i] for i in keep],
+        [data.queries[i] for i in keep],
+    )
+
+
+def fit(parts: list[ranker_training.Dataset], args: argparse.Namespace, meta: dict | None = None) -> learned.Model:
+    """One model on the union of `parts`; each code part's rows weighted by --code-weight."""
+    xs, ys, ws = [], [], []
+    for part in parts:
+        x, y = part.stacked()
+        code = bool(part.queries) and "cosqa" in part.queries[0]["workspace"]
+        xs.append(x)
+        ys.append(y)
+        ws.append(np.full(len(y), args.code_weight if code else 1.0))
+    x, y = np.vstack(xs), np.concatenate(ys)
+    w = np.concatenate(ws) if args.code_weight != 1.0 else None
+    params = {"num_leaves": args.leaves, "learning_rate": args.rate, "objective": args.objective}
+    model = learned.fit(x, y, l2=args.l2, meta=meta)
+    if args.trees:
+        groups = [len(y) for part in parts for y in part.y] if args.objective == "lambdarank" else None
+        trees = ranker_training.fit_trees(x, y, model.linear(x), args.trees, weight=w, params=params, groups=groups)
+        model = model.with_trees(trees)
+    return model
+
+
+def cross_validate(sets: dict[str, ranker_training.Dataset], args: argparse.Namespace) -> dict[str, list[np.ndarray]]:
+    """Scores of every question by a model that never saw it (see the module's docstring)."""
+    out = {name: [np.zeros(0)] * len(data.x) for name, data in sets.items()}
+    locomo = sets["locomo"]
+    groups = [q["workspace"] for q in locomo.queries]
+    code = [name for name in sets if name != "locomo"]
     for g in sorted(set(groups)):
-        x, y = data.stacked([i for i, h in enumerate(groups) if h != g])
-        if negatives:
-            keep = [i for i, t in enumerate(touches) if g not in t and Path(g).name not in t]
-            nx, ny = negatives.stacked(keep)
-            x, y = np.vstack([x, nx]), np.concatenate([y, ny])
-        for extra in also or []:
-            ex, ey = extra.stacked()
-            x, y = np.vstack([x, ex]), np.concatenate([y, ey])
-        model = learned.fit(x, y, l2=l2)
+        rest = subset(locomo, [i for i, h in enumerate(groups) if h != g])
+        model = fit([rest, *(sets[name] for name in code)], args)
         for i, h in enumerate(groups):
             if h == g:
-                out[i] = model.predict(data.x[i])
-        for i, q in enumerate(negatives.queries if negatives else []):
-            if Path(q["workspace"]).name == Path(g).name:
-                neg_out[i] = model.predict(negatives.x[i])
-    return out, neg_out
+                out["locomo"][i] = model.predict(locomo.x[i])
+    for half in (0, 1):
+        train = [locomo] + [subset(sets[name], list(range(1 - half, len(sets[name].x), 2))) for name in code]
+        model = fit(train, args)
+        for name in code:
+            for i in range(half, len(sets[name].x), 2):
+                out[name][i] = model.predict(sets[name].x[i])
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--queries", type=Path, default=LOCOMO)
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/memsift-ranker-locomo.pkl"))
-    ap.add_argument("--l2", type=float, default=1.0)
+    ap.add_argument("--cache-dir", type=Path, default=Path("/tmp/memsift-ranker"))
+    ap.add_argument("--l2", type=float, default=100.0)
+    ap.add_argument("--trees", type=int, default=300, help="boosting rounds on top of the regression (0: none)")
+    ap.add_argument("--leaves", type=int, default=16)
+    ap.add_argument("--rate", type=float, default=0.05)
+    ap.add_argument("--objective", default="binary", choices=("binary", "lambdarank"), help="the trees' loss")
+    ap.add_argument("--code-weight", type=float, default=1.0, help="weight of cosqa-dev rows for the trees")
     ap.add_argument("--cv-only", action="store_true")
-    ap.add_argument("--also", type=Path, action="append", default=[], help="another query file for every training fold")
-    ap.add_argument(
-        "--negatives", action="store_true", help="also train on every question asked of the next conversation"
-    )
+    ap.add_argument("--no-cv", action="store_true", help="only fit and write the model")
     ap.add_argument("--out", type=Path, default=learned.DEFAULT_MODEL)
     args = ap.parse_args()
 
-    data = load(args.queries, args.cache)
-    negatives = None
-    if args.negatives:
-        shifted_path = shifted(args.queries, args.cache.with_suffix(".shifted.jsonl"))
-        negatives = load(shifted_path, args.cache.with_suffix(".shifted.pkl"))
-    print(f"{len(data.queries)} questions, {sum(len(y) for y in data.y)} candidates")
-    show(
-        "today: MaxSim blend of the fused top 30 (offline)",
-        table(data, [-np.argsort(blend_order(x)).astype(float) for x in data.x], floor=-np.inf),  # minus the rank
-    )
-    also = [load(path, args.cache.with_suffix(f".{path.stem}.pkl")) for path in args.also]
-    cv, neg_cv = loco(data, negatives, args.l2, also)
-    show(f"learned, leave-one-conversation-out CV (l2 {args.l2})", table(data, cv))
-    tops = np.array([p.max() for p in cv])
-    neg_tops = np.array([p.max() if len(p) else 0.0 for p in neg_cv])
-    for floor in (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5):
-        t, top = table(data, cv, floor), table(data, cv, floor, on_top=True)
+    args.cache_dir.mkdir(parents=True, exist_ok=True)
+    sets = {name: load(path, args.cache_dir / f"feat-{name}.pkl") for name, path in SETS.items()}
+    cv = cross_validate(sets, args) if not args.no_cv else {}
+    for name, data in sets.items() if cv else ():
+        print(f"\n### {name}: {len(data.queries)} questions, {sum(len(y) for y in data.y)} candidates")
+        show(
+            "today: MaxSim blend of the fused top 30 (offline)",
+            table(data, [-np.argsort(blend_order(x)).astype(float) for x in data.x]),
+        )
+        show(
+            f"learned (l2 {args.l2}, {args.trees} trees, {args.leaves} leaves, rate {args.rate}), CV",
+            table(data, cv[name]),
+        )
+        floors = {f: table(data, cv[name], floor=f)["overall"] for f in (0.01, 0.05, 0.1, 0.2, 0.35)}
         print(
-            f"floor {floor}: R@10 {t['overall']['R@10']:.3f} nDCG@10 {t['overall']['nDCG@10']:.3f} "
-            f"(on the best hit only: {top['overall']['R@10']:.3f} / {top['overall']['nDCG@10']:.3f}), "
-            f"questions left with no hit {np.mean(tops < floor):.3f}"
-            + (
-                f", questions of another conversation left with no hit {np.mean(neg_tops < floor):.3f}"
-                if neg_cv
-                else ""
-            )
+            "floor on the probability, R@10 / nDCG@10: "
+            + ", ".join(f"{f}: {t['R@10']:.3f} / {t['nDCG@10']:.3f}" for f, t in floors.items())
         )
     if args.cv_only:
         return
-    for extra in also:
-        data.x += extra.x
-        data.y += extra.y
-        data.queries += extra.queries
-    if negatives:
-        data.x += negatives.x
-        data.y += negatives.y
-        data.queries += negatives.queries
-    trained_on = [args.queries.parent.name] + [f"{p.parent.name}/{p.name}" for p in args.also]
-    meta = {"trainedOn": trained_on, "negatives": args.negatives, "l2": args.l2}
-    model = ranker_training.train(data, l2=args.l2, meta=meta)
+    meta = {
+        "trainedOn": [f"{p.parent.name}/{p.name}" for p in SETS.values()],
+        "l2": args.l2,
+        "trees": args.trees,
+        "leaves": args.leaves,
+        "rate": args.rate,
+        "codeWeight": args.code_weight,
+        "questions": sum(len(d.x) for d in sets.values()),
+        "candidates": int(sum(sum(len(y) for y in d.y) for d in sets.values())),
+    }
+    model = fit(list(sets.values()), args, meta)
     args.out.write_text(model.to_json() + "\n", encoding="utf-8")
     print(f"wrote {args.out} (fingerprint {model.fingerprint})")
-    for name, w in sorted(zip(learned.FEATURES, model.weights), key=lambda t: -abs(t[1])):
-        print(f"  {name:<18}{w:+.3f}")
 
 
 if __name__ == "__main__":

@@ -158,7 +158,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
     # How a MaxSim rerank orders hits: the blend above (default), or the learned ranker over all candidates,
     # whose score is a probability (docs/search-and-ranking.md "Learned ranker": not yet the default).
-    "rerank.method": ("blend", _choice("learned", "blend")),
+    "rerank.method": ("learned", _choice("learned", "blend")),
     # The learned ranker's model file (`memsift train-ranker --out`); unset: the one shipped in the package.
     "rerank.rankerModel": (None, _optional(_str)),
     # The hosted reranker (docs/search-and-ranking.md): a search waits for it, so a shorter timeout than embeddings'.
@@ -265,7 +265,7 @@ class RerankConfig:
     weight: float
     dialect: str = "cohere"
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold keys
-    method: str = "blend"
+    method: str = "learned"
     rankerModel: str | None = None
     timeoutSeconds: float = 10.0
     retries: int = 1

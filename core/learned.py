@@ -1,16 +1,15 @@
 """The learned second stage: signals of each fused candidate, combined by a logistic regression into the
-probability that the hit is relevant (issue 18).
+probability that the hit is relevant (issue 18), optionally corrected by a small gradient-boosted tree ensemble.
 
 The hand-tuned pipeline (min-max fusion, then a MaxSim blend) sits on a plateau: its weights move nDCG by less
 than half a point. What moves it are signals it never looks at, combined by a small model: the date the
 question names against the note's date, which lines of a chunk hold the query's terms and who wrote them, and
-how the other chunks of the same note scored. Inference is one dot product over standardised features, in
-numpy; the model is a small JSON file (`ranker.json` ships in the package, `memsift train-ranker` writes
-others). Its output is a probability, so a `score` means the same in every workspace and a floor on it
-(`search.minScore`) removes hits that are probably not relevant.
-
-MaxSim per line is not a feature: the stored token bits are not mapped to lines (that needs a line id per
-token at index time); line evidence is term overlap only.
+how the other chunks of the same note scored, MaxSim per line of the chunk (the stored token bits carry each
+token's line). Inference is one dot product over standardised features plus, when the model has them, the sum
+of a few shallow trees (their splits read the raw features; evaluated here in numpy, so the library that fitted
+them is needed only for training). Trees also see the shape of the query (an identifier or a sentence), so one
+model serves chat logs and code. The model is a small JSON file (`ranker.json` ships in the package,
+`memsift train-ranker` writes others).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import json
 import math
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
@@ -37,7 +36,17 @@ from .store import ChunkRow
 DEFAULT_MODEL = Path(__file__).with_name("ranker.json")
 
 #: Signals whose best value over the pool is a feature too.
-_POOLED = ("vector", "text", "maxsim", "line_best", "window_best", "coverage", "attr_best", "date_affinity")
+_POOLED = (
+    "vector",
+    "text",
+    "maxsim",
+    "line_best",
+    "window_best",
+    "coverage",
+    "attr_best",
+    "date_affinity",
+    "maxsim_line_best",
+)
 
 FEATURES = (
     # what the pipeline already computes
@@ -73,6 +82,14 @@ FEATURES = (
     "file_best_maxsim",
     "file_rr",
     "file_count",
+    # MaxSim per line of the chunk, from the token lines stored with the token bits (maxsim.LINE_SIGNALS)
+    "maxsim_line_best",
+    "maxsim_line_second",
+    "maxsim_window_best",
+    # the shape of the query, the same for every candidate: an identifier or a sentence
+    "query_ident",
+    "query_code_share",
+    "query_words",
     # the best of some signals over the whole pool, the same for every candidate of a question: whether the
     # memory holds an answer at all, so that probabilities compare across questions
     *(f"pool_{name}" for name in _POOLED),
@@ -81,6 +98,8 @@ FEATURES = (
 _WORD = re.compile(r"\w+", re.UNICODE)
 # A line that says who wrote it: "Caroline: ...", "- **user**: ...", "assistant: ...".
 _SPEAKER = re.compile(r"^\s*(?:[-*]\s+)?\**([^\W\d_][\w.' -]{0,40}?)\**\s*:\s", re.UNICODE)
+# A word that reads as code: snake_case, camelCase, dotted.path, call(), or letters mixed with digits.
+_CODE_WORD = re.compile(r"_|[a-z][A-Z]|\w\.\w|\(|[A-Za-z]\d|\d[A-Za-z]")
 _FIRST_PERSON = {"i", "me", "my", "mine", "we", "our", "us"}
 _SECOND_PERSON = {"you", "your", "yours", "assistant"}
 
@@ -90,8 +109,118 @@ class RankerModelError(ConfigError):
 
 
 @dataclass(frozen=True)
+class Trees:
+    """Binary trees over raw features, summed into the logit. Node arrays are padded to one width per tree:
+    an internal node sends x to `left` when x[feature] <= threshold, else to `right`; a child below zero is
+    the leaf ~child, whose value is `values[tree, ~child]`. Every tree starts at node 0."""
+
+    feature: np.ndarray  # trees x nodes, int
+    threshold: np.ndarray  # trees x nodes
+    left: np.ndarray  # trees x nodes, int
+    right: np.ndarray  # trees x nodes, int
+    values: np.ndarray  # trees x leaves
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The summed leaf values per row: every (tree, row) pair steps down together, one level per
+        iteration, over flat arrays; pairs that reached a leaf drop out."""
+        n = len(x)
+        trees, width = self.feature.shape
+        if not n or not trees:
+            return np.zeros(n)
+        flat_x = np.ascontiguousarray(x, dtype=np.float64).ravel()
+        start = np.repeat(np.arange(trees) * width, n)  # each pair's tree, as an offset into the node arrays
+        row = np.tile(np.arange(n) * x.shape[1], trees)  # each pair's row, as an offset into flat_x
+        feature, threshold = self.feature.ravel(), self.threshold.ravel()
+        left, right = self.left.ravel(), self.right.ravel()
+        node = np.zeros(trees * n, dtype=np.int64)
+        active = np.arange(trees * n)
+        while len(active):
+            at = start[active] + node[active]
+            go_left = flat_x[row[active] + feature[at]] <= threshold[at]
+            node[active] = np.where(go_left, left[at], right[at])
+            active = active[node[active] >= 0]
+        leaves = self.values.shape[1]
+        return self.values.ravel()[np.repeat(np.arange(trees) * leaves, n) + ~node].reshape(trees, n).sum(axis=0)
+
+    def to_dict(self) -> dict:
+        return {
+            "feature": self.feature.tolist(),
+            "threshold": self.threshold.tolist(),  # exact: a rounded split point can move a row
+            "left": self.left.tolist(),
+            "right": self.right.tolist(),
+            "values": self.values.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> Trees:
+        trees = cls(
+            np.asarray(raw["feature"], dtype=np.int64).reshape(len(raw["feature"]), -1),
+            np.asarray(raw["threshold"], dtype=np.float64).reshape(len(raw["threshold"]), -1),
+            np.asarray(raw["left"], dtype=np.int64).reshape(len(raw["left"]), -1),
+            np.asarray(raw["right"], dtype=np.int64).reshape(len(raw["right"]), -1),
+            np.asarray(raw["values"], dtype=np.float64).reshape(len(raw["values"]), -1),
+        )
+        shapes = {a.shape for a in (trees.feature, trees.threshold, trees.left, trees.right)}
+        if len(shapes) != 1 or len(trees.values) != len(trees.feature):
+            raise ValueError("tree arrays of different shapes")
+        if len(trees.feature) and not (0 <= trees.feature.min() and trees.feature.max() < len(FEATURES)):
+            raise ValueError("a tree splits on a feature this version does not have")
+        return trees
+
+    @classmethod
+    def from_nested(cls, roots: list[dict]) -> Trees:
+        """From nested nodes as LightGBM's `dump_model()["tree_info"][i]["tree_structure"]` writes them
+        (`split_feature`, `threshold`, `left_child`, `right_child`; leaves with `leaf_value`); only numerical
+        `<=` splits, which is all LightGBM makes over numeric features without missing values."""
+        flat = [_flatten(root) for root in roots]
+        width = max((len(f[0]) for f in flat), default=1) or 1
+        leaves = max((len(f[4]) for f in flat), default=1)
+
+        def pad(values: list, size: int, fill: float) -> list:
+            return values + [fill] * (size - len(values))
+
+        return cls(
+            np.array([pad(f[0], width, 0) for f in flat], dtype=np.int64).reshape(len(flat), width),
+            np.array([pad(f[1], width, 0.0) for f in flat], dtype=np.float64).reshape(len(flat), width),
+            np.array([pad(f[2], width, -1) for f in flat], dtype=np.int64).reshape(len(flat), width),
+            np.array([pad(f[3], width, -1) for f in flat], dtype=np.int64).reshape(len(flat), width),
+            np.array([pad(f[4], leaves, 0.0) for f in flat], dtype=np.float64).reshape(len(flat), leaves),
+        )
+
+
+def _flatten(root: dict) -> tuple[list[int], list[float], list[int], list[int], list[float]]:
+    """One nested tree as node arrays (internal nodes numbered in visiting order, leaves as ~index)."""
+    feature: list[int] = []
+    threshold: list[float] = []
+    left: list[int] = []
+    right: list[int] = []
+    values: list[float] = []
+    if "leaf_value" in root:  # a tree that never split: one node whose both sides reach its only leaf
+        return [0], [0.0], [-1], [-1], [float(root["leaf_value"])]
+
+    def visit(node: dict) -> int:
+        if "leaf_value" in node:
+            values.append(float(node["leaf_value"]))
+            return ~(len(values) - 1)
+        if node.get("decision_type", "<=") != "<=":
+            raise ValueError(f"a split of kind {node['decision_type']!r}: only numerical '<=' splits are evaluated")
+        i = len(feature)
+        feature.append(int(node["split_feature"]))
+        threshold.append(float(node["threshold"]))
+        left.append(0)
+        right.append(0)
+        left[i] = visit(node["left_child"])
+        right[i] = visit(node["right_child"])
+        return i
+
+    visit(root)
+    return feature, threshold, left, right, values
+
+
+@dataclass(frozen=True)
 class Model:
-    """A logistic regression over standardised features: p = sigmoid(bias + sum w_i (x_i - mean_i) / std_i)."""
+    """A logistic regression over standardised features, plus optional trees over the raw features:
+    p = sigmoid(bias + sum w_i (x_i - mean_i) / std_i + sum of the trees' leaves)."""
 
     features: tuple[str, ...]
     mean: np.ndarray
@@ -99,25 +228,36 @@ class Model:
     weights: np.ndarray
     bias: float
     meta: dict
+    trees: Trees | None = None
 
     @property
     def fingerprint(self) -> str:
         """Changes whenever the model would score anything differently: part of the search identity."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
+    def linear(self, x: np.ndarray) -> np.ndarray:
+        """The logistic regression's logit alone (trees are fitted on top of it)."""
+        return self.bias + ((x - self.mean) / self.std) @ self.weights
+
     def predict(self, x: np.ndarray) -> np.ndarray:
-        z = self.bias + ((x - self.mean) / self.std) @ self.weights
+        z = self.linear(x)
+        if self.trees is not None:
+            z = z + self.trees.predict(x)
         return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
+
+    def with_trees(self, trees: Trees | None, meta: dict | None = None) -> Model:
+        return replace(self, trees=trees, meta={**self.meta, **(meta or {})})
 
     def to_json(self) -> str:
         return json.dumps(
             {
-                "kind": "logistic",
+                "kind": "logistic+trees" if self.trees is not None else "logistic",
                 "features": list(self.features),
                 "mean": [round(float(v), 8) for v in self.mean],
                 "std": [round(float(v), 8) for v in self.std],
                 "weights": [round(float(v), 8) for v in self.weights],
                 "bias": round(float(self.bias), 8),
+                **({"trees": self.trees.to_dict()} if self.trees is not None else {}),
                 "meta": self.meta,
             },
             indent=1,
@@ -128,8 +268,8 @@ class Model:
         path = Path(path) if path else DEFAULT_MODEL
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-            if raw.get("kind") != "logistic" or list(raw["features"]) != list(FEATURES):
-                raise ValueError("not a logistic model over this version's features")
+            if raw.get("kind") not in ("logistic", "logistic+trees") or list(raw["features"]) != list(FEATURES):
+                raise ValueError("not a model over this version's features")
             model = cls(
                 tuple(raw["features"]),
                 np.asarray(raw["mean"], dtype=np.float64),
@@ -137,6 +277,7 @@ class Model:
                 np.asarray(raw["weights"], dtype=np.float64),
                 float(raw["bias"]),
                 dict(raw.get("meta") or {}),
+                Trees.from_dict(raw["trees"]) if raw["kind"] == "logistic+trees" else None,
             )
             if not (len(model.mean) == len(model.std) == len(model.weights) == len(FEATURES)):
                 raise ValueError("vector lengths do not match the features")
@@ -178,9 +319,16 @@ def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, meta: dict | None = No
     return Model(FEATURES, mean, std, w[1:], float(w[0]), dict(meta or {}))
 
 
-def features(query: str, cands: list[ranking.Candidate], rows: dict[int, ChunkRow], today: date) -> np.ndarray:
+def features(
+    query: str,
+    cands: list[ranking.Candidate],
+    rows: dict[int, ChunkRow],
+    today: date,
+    line_maxsim: np.ndarray | None = None,
+) -> np.ndarray:
     """One row of FEATURES per candidate. Each candidate needs `fused` (the retrieval score after decay),
-    `rerank` (MaxSim) and `score` (the MaxSim blend), as rerankers.rerank_shortlist leaves them."""
+    `rerank` (MaxSim) and `score` (the MaxSim blend), as rerankers.rerank_shortlist leaves them;
+    `line_maxsim` holds maxsim.LINE_SIGNALS per candidate (zeros when absent)."""
     n = len(cands)
     x = np.zeros((n, len(FEATURES)))
     if not n:
@@ -209,6 +357,13 @@ def features(query: str, cands: list[ranking.Candidate], rows: dict[int, ChunkRo
     put("maxsim_gap", maxsim - maxsim.max())
     put("rr_maxsim", _reciprocal_ranks(maxsim))
     put("blend", [c.score for c in cands])
+    if line_maxsim is not None:
+        for j, name in enumerate(("maxsim_line_best", "maxsim_line_second", "maxsim_window_best")):
+            put(name, line_maxsim[:, j])
+    put("query_ident", float(is_identifier(query)))
+    words = query.split()
+    put("query_code_share", sum(bool(_CODE_WORD.search(w)) for w in words) / max(len(words), 1))
+    put("query_words", min(len(words), 20) / 20)
 
     period = dates.parse(query, today)
     put("has_period", float(period is not None))
@@ -218,17 +373,20 @@ def features(query: str, cands: list[ranking.Candidate], rows: dict[int, ChunkRo
     lines = [p[0] for p in parsed]
     speakers = [p[1] for p in parsed]
     qterms = _terms(query)
-    idf = _idf(qterms, lines)
+    # Only the query's terms on each line matter: intersect once, then every signal reads the small sets.
+    matched = [[qterms & terms for terms in chunk] for chunk in lines]
+    idf = _idf(qterms, matched)
     total = sum(idf.values()) or 1.0
     named = _named(query)
     for i in range(n):
-        per_line = [sum(idf[t] for t in qterms & terms) / total for terms in lines[i]]
+        found = matched[i]
+        per_line = [sum(idf[t] for t in terms) / total for terms in found]
         ranked = sorted(per_line, reverse=True) + [0.0, 0.0]
         window = max(
-            (sum(idf[t] for t in qterms & set().union(*lines[i][j : j + 3])) / total for j in range(len(lines[i]))),
+            (sum(idf[t] for t in set().union(*found[j : j + 3])) / total for j in range(len(found)) if found[j]),
             default=0.0,
         )
-        everything = set().union(*lines[i]) if lines[i] else set()
+        everything = set().union(*found) if found else set()
         attributed = [s for s, who in zip(per_line, speakers[i]) if who is not None and _names_match(who, named)]
         x[i, col["line_best"]] = ranked[0]
         x[i, col["line_second"]] = ranked[1]
@@ -250,6 +408,13 @@ def features(query: str, cands: list[ranking.Candidate], rows: dict[int, ChunkRo
             x[i, col["file_rr"]] = 1.0 / rank
             x[i, col["file_count"]] = len(members) / 10.0
     return pool_context(x)
+
+
+def is_identifier(query: str) -> bool:
+    """A query that reads as one code identifier: a single word with an underscore, a dot, camelCase or
+    parentheses (`parse_args`, `os.path.join`, `getUserName`, `run()`)."""
+    words = query.split()
+    return len(words) == 1 and bool(re.search(r"_|[a-z][A-Z]|\w\.\w|\(", words[0]))
 
 
 def pool_context(x: np.ndarray) -> np.ndarray:

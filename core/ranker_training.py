@@ -3,6 +3,10 @@
 The features of every candidate are collected by running the real search (through `search(collect=...)`), so
 a model is trained on exactly what it will see when it serves. A candidate is a positive when its line range
 covers a relevant line of its question.
+
+The logistic regression is fitted in numpy. Trees on top of it (`trees` > 0) are fitted by LightGBM, an
+optional training-only dependency (`pip install 'memsift[train]'`): the model file holds the trees as arrays
+that `learned.Trees` evaluates in numpy, so searching never needs LightGBM.
 """
 
 from __future__ import annotations
@@ -82,7 +86,63 @@ def collect(config: Config, paths: list[str | Path]) -> Dataset:
     return data
 
 
-def train(data: Dataset, *, l2: float = 1.0, meta: dict[str, Any] | None = None) -> learned.Model:
+#: The tree ensemble's settings (measured on the dev sets, docs/search-and-ranking.md "Learned ranker").
+TREE_PARAMS: dict[str, Any] = {
+    "objective": "binary",
+    "num_leaves": 8,
+    "learning_rate": 0.05,
+    "min_data_in_leaf": 50,
+    "feature_fraction": 0.8,
+    "bagging_fraction": 0.8,
+    "bagging_freq": 1,
+    "lambda_l2": 1.0,
+    "verbose": -1,
+    "seed": 0,
+    "deterministic": True,
+    "force_col_wise": True,
+    "num_threads": 2,
+}
+
+
+def fit_trees(
+    x: np.ndarray,
+    y: np.ndarray,
+    base: np.ndarray,
+    rounds: int,
+    *,
+    weight: np.ndarray | None = None,
+    params: dict[str, Any] | None = None,
+    groups: list[int] | None = None,
+) -> learned.Trees:
+    """Boosted trees that correct `base` (the logistic regression's logit), fitted by LightGBM and returned
+    as arrays for numpy. `groups` (candidates per question, in order) is for a ranking objective."""
+    try:
+        import lightgbm
+    except ImportError:
+        raise ValueError("fitting trees needs LightGBM, a training-only extra: pip install 'memsift[train]'") from None
+    settings = TREE_PARAMS | (params or {})
+    dataset = lightgbm.Dataset(x, y, weight=weight, init_score=base, group=groups, params={"verbose": -1})
+    booster = lightgbm.train(settings, dataset, num_boost_round=rounds)
+    return learned.Trees.from_nested([t["tree_structure"] for t in booster.dump_model()["tree_info"]])
+
+
+def fit(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    l2: float = 1.0,
+    trees: int = 0,
+    weight: np.ndarray | None = None,
+    meta: dict[str, Any] | None = None,
+) -> learned.Model:
+    """The logistic regression, then `trees` boosting rounds on top of its logit."""
+    model = learned.fit(x, y, l2=l2, meta=meta)
+    if trees:
+        model = model.with_trees(fit_trees(x, y, model.linear(x), trees, weight=weight), {"trees": trees})
+    return model
+
+
+def train(data: Dataset, *, l2: float = 1.0, trees: int = 0, meta: dict[str, Any] | None = None) -> learned.Model:
     if not data.x:
         raise ValueError(
             "no question reached the learned ranker: it needs hybrid search over an index the local model built "
@@ -91,4 +151,4 @@ def train(data: Dataset, *, l2: float = 1.0, meta: dict[str, Any] | None = None)
     x, y = data.stacked()
     if not len(y) or y.min() == y.max():
         raise ValueError("training needs candidates of both kinds: some covering a relevant line, some not")
-    return learned.fit(x, y, l2=l2, meta={"questions": len(data.x), "candidates": int(len(y)), **(meta or {})})
+    return fit(x, y, l2=l2, trees=trees, meta={"questions": len(data.x), "candidates": int(len(y)), **(meta or {})})

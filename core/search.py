@@ -174,20 +174,24 @@ def search(
         rows = store.chunks_by_ids(c.id for c in cands)
         if s.decayEnabled:
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
-    if use_learned and mode == "hybrid" and cands:
+    # The model reads both legs: a keyword or vector search (asked for, or degraded to) gets the blend.
+    learned_order = use_learned and mode == "hybrid" and bool(cands)
+    if learned_order:
         with clock.stage("rerank"):  # the learned ranker's features include the MaxSim score
             cands, problem = _learned_order(
                 store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
             )
-        # The score is the probability that the hit is relevant: the floor keeps the likely ones.
-        cands = [c for c in cands if c.score >= floor]
+        # The floor acts as it does for the blend, on retrieval scores (a hit the keyword leg found, or a
+        # cosine >= minScore), after the model ordered the whole pool: a floor of 0.35 on the probability
+        # would cost a third of locomo-dev's recall (docs/search-and-ranking.md, "Learned ranker").
+        cands = [c for c in cands if ranking.passes_floor(c, floor)]
         if problem:
             degraded = f"{degraded}; {problem}" if degraded else problem
     else:
         with clock.stage("fusion"):
             # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
             cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
-    if cands and not use_learned and shortlist.wanted(config, rerank, embedder):
+    if cands and not learned_order and shortlist.wanted(config, rerank, embedder):
         with clock.stage("rerank"):
             head, problem = shortlist.rerank_shortlist(
                 store, config, embedder, query, cands[: config.rerank.candidates], rows, make_reranker=make_reranker
@@ -236,10 +240,16 @@ def _learned_order(
     """Every candidate scored by MaxSim and blended (both features), then ordered by the model's probability.
     Without MaxSim scores the model has no basis: the fused order stands and the reason is returned."""
     pool = sorted(cands, key=lambda c: (-c.score, c.id))
+    try:  # MaxSim per line, and (into the score cache) each candidate's MaxSim, from one product per chunk
+        reranker = make_reranker() if make_reranker else rerankers.create_reranker(config.rerank, embedder)
+        by_id = dict(zip((c.id for c in pool), shortlist.line_signals(store, query, pool, rows, reranker)))
+    except Exception:  # the same failure reaches rerank_shortlist, which says why in `degraded`
+        by_id = {}
     pool, problem = shortlist.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
     if problem:
         return pool, problem
-    x = learned.features(query, pool, rows, today)
+    lines = np.array([by_id[c.id] for c in pool]) if by_id else None  # in the blend's order, as `pool` now is
+    x = learned.features(query, pool, rows, today, lines)
     if collect is not None:
         collect(pool, rows, x)
     for c, p in zip(pool, learned.model_for(config.rerank.rankerModel).predict(x)):

@@ -22,6 +22,7 @@ from sample import NOTES
 from api.cli import main
 from core import MemoryIndex, SearchError, load_config
 from core.config import db_path
+from core.learned import model_for
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 HEAD = re.compile(r"^(\d\.\d{3}) (\S+):(\d+)-(\d+)$")
@@ -279,7 +280,7 @@ def test_status_json(capsys, ws: Path) -> None:
     assert doc["sharedCache"]["path"].endswith("/cache/embeddings.sqlite")
     assert doc["rerank"] | {"weight": None} == {
         "enabled": "auto", "active": True, "provider": "local", "model": "maxsim",
-        "candidates": 30, "weight": None, "method": "blend", "ranker": None, "tokenBits": 3,
+        "candidates": 30, "weight": None, "method": "learned", "ranker": model_for(None).fingerprint, "tokenBits": 3,
     }  # fmt: skip
     synced = datetime.fromisoformat(doc["lastSync"])
     assert abs((datetime.now(UTC) - synced).total_seconds()) < 120

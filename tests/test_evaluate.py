@@ -61,7 +61,7 @@ def test_eval_compares_two_configs(capsys, queries: Path):
 
 
 def test_eval_json_and_a_bad_setting(capsys, queries: Path):
-    assert main(["eval", str(queries), "--json", "--set", "rerank.weight=1.0"]) == 0
+    assert main(["eval", str(queries), "--json", "--set", "rerank.method=blend", "--set", "rerank.weight=1.0"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["queries"] == 2 and doc["overall"]["R@10"] == 1.0
     assert doc["rerank"].startswith("auto: local/maxsim (weight 1.0)")

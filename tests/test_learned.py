@@ -100,7 +100,7 @@ def test_fit_learns_a_separable_signal_and_round_trips(tmp_path) -> None:
 def test_a_bad_model_file_is_a_clear_error(tmp_path) -> None:
     path = tmp_path / "m.json"
     path.write_text('{"kind": "logistic", "features": ["vector"]}')
-    with pytest.raises(learned.RankerModelError, match="m.json: not a logistic model"):
+    with pytest.raises(learned.RankerModelError, match="m.json: not a model"):
         learned.Model.load(path)
     with pytest.raises(learned.RankerModelError, match="missing.json"):
         learned.Model.load(tmp_path / "missing.json")
@@ -111,3 +111,109 @@ def test_status_names_the_learned_ranker_it_scores_with(workspace, make_config, 
     index.sync()
     rerank = index.status()["rerank"]
     assert rerank["method"] == "learned" and rerank["ranker"] == learned.model_for(None).fingerprint
+
+
+def test_line_maxsim_and_query_shape_are_features() -> None:
+    cands, rows = _pool()
+    lines = np.array([[0.7, 0.5, 0.8], [0.6, 0.1, 0.6], [0.2, 0.0, 0.2], [0.3, 0.3, 0.4]])
+    x = learned.features("puppy", cands, rows, TODAY, lines)
+    assert list(x[:, COL["maxsim_line_best"]]) == [0.7, 0.6, 0.2, 0.3]
+    assert list(x[:, COL["maxsim_window_best"]]) == [0.8, 0.6, 0.2, 0.4]
+    assert list(x[:, COL["pool_maxsim_line_best"]]) == [0.7] * 4
+    assert not learned.features("puppy", cands, rows, TODAY)[:, COL["maxsim_line_best"]].any()  # none given
+    # The shape of the query: a bare identifier, code words inside a sentence, or plain words.
+    assert x[0, COL["query_ident"]] == 0 and x[0, COL["query_code_share"]] == 0
+    for ident in ("parse_args", "os.path.join", "getUserName", "run()"):
+        assert learned.is_identifier(ident), ident
+    assert not learned.is_identifier("puppy") and not learned.is_identifier("parse the args")
+    mixed = learned.features("how does parse_args read sys.argv here", cands, rows, TODAY)
+    assert mixed[0, COL["query_ident"]] == 0 and mixed[0, COL["query_code_share"]] == pytest.approx(2 / 6)
+    assert mixed[0, COL["query_words"]] == pytest.approx(6 / 20)
+
+
+#: A hand-written ensemble of two trees over features 0 and 1: the first splits twice, the second never.
+NESTED = [
+    {
+        "split_feature": 0,
+        "threshold": 0.5,
+        "decision_type": "<=",
+        "left_child": {"leaf_value": -1.0},
+        "right_child": {
+            "split_feature": 1,
+            "threshold": 2.0,
+            "decision_type": "<=",
+            "left_child": {"leaf_value": 0.25},
+            "right_child": {"leaf_value": 3.0},
+        },
+    },
+    {"leaf_value": 0.5},
+]
+
+
+def test_trees_evaluate_a_hand_written_ensemble_in_numpy() -> None:
+    trees = learned.Trees.from_nested(NESTED)
+    x = np.zeros((4, len(learned.FEATURES)))
+    x[:, 0] = [0.5, 0.6, 0.6, -3.0]
+    x[:, 1] = [9.0, 2.0, 2.1, 9.0]
+    # Row 0 sits on the split point: `<=` goes left, as LightGBM does.
+    assert list(trees.predict(x)) == [-0.5, 0.75, 3.5, -0.5]
+    again = learned.Trees.from_dict(trees.to_dict())
+    assert list(again.predict(x)) == [-0.5, 0.75, 3.5, -0.5]
+    with pytest.raises(ValueError, match="only numerical"):
+        learned.Trees.from_nested([{**NESTED[0], "decision_type": "=="}])
+
+
+def test_a_model_with_trees_adds_them_to_the_logit_and_round_trips(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, len(learned.FEATURES)))
+    y = (x[:, 0] > 0).astype(float)
+    plain = learned.fit(x, y, l2=1.0)
+    model = plain.with_trees(learned.Trees.from_nested(NESTED), {"trees": 2})
+    z = np.log(model.predict(x) / (1 - model.predict(x)))
+    assert np.allclose(z - plain.linear(x), model.trees.predict(x), atol=1e-6)
+    path = tmp_path / "m.json"
+    path.write_text(model.to_json())
+    again = learned.Model.load(path)
+    assert again.trees is not None and np.allclose(again.predict(x), model.predict(x))
+    assert again.fingerprint == model.fingerprint != plain.fingerprint and again.meta["trees"] == 2
+
+
+def test_numpy_trees_equal_lightgbm_on_a_fitted_model() -> None:
+    lightgbm = pytest.importorskip("lightgbm")  # the training extra; search never needs it
+    from core.ranker_training import fit_trees
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2000, len(learned.FEATURES)))
+    x[:, 5] = rng.integers(0, 3, size=2000)  # a few discrete values: splits fall between them
+    y = ((x[:, 0] * x[:, 5] + np.sin(x[:, 1]) + 0.3 * rng.normal(size=2000)) > 0.2).astype(float)
+    base = 0.1 * x[:, 2]
+    trees = fit_trees(x, y, base, 30)
+    booster = lightgbm.train(
+        __import__("core.ranker_training", fromlist=["TREE_PARAMS"]).TREE_PARAMS,
+        lightgbm.Dataset(x, y, init_score=base, params={"verbose": -1}),
+        num_boost_round=30,
+    )
+    test = rng.normal(size=(500, len(learned.FEATURES)))
+    test[:, 5] = rng.integers(0, 3, size=500)
+    assert np.allclose(trees.predict(test), booster.predict(test, raw_score=True), atol=1e-9)
+    assert len(trees.feature) == 30
+
+
+def test_a_search_feeds_each_candidate_its_own_line_maxsim(workspace, make_config, open_index) -> None:
+    """The features a search hands the model, row by row, are those of the candidate in that row (the blend
+    reorders the pool between computing MaxSim per line and the features)."""
+    from sample import NOTES
+
+    index = open_index(make_config(workspace(NOTES)))
+    index.sync()
+    found = []
+    index.search("why did the deploy fail", min_score=0.0, collect=lambda *args: found.append(args))
+    (cands, rows, x), reranker = found[0], index.reranker()
+    assert len(cands) > 2 and x[:, COL["maxsim_line_best"]].any()
+    stored = index.store.tokens_for([c.id for c in cands], reranker.fingerprint)
+    alone = reranker.line_scores(
+        "why did the deploy fail", [stored[c.id] for c in cands], [rows[c.id].text for c in cands]
+    )
+    assert np.allclose(x[:, COL["maxsim"]], alone[:, 0], atol=1e-6)
+    names = ["maxsim_line_best", "maxsim_line_second", "maxsim_window_best"]
+    assert np.allclose(x[:, [COL[n] for n in names]], alone[:, 1:], atol=1e-6)

@@ -11,7 +11,7 @@ from core.embedders import EmbedderWrapper
 from core.embedders.local import LocalEmbedder
 from core.rerankers import RerankError
 from core.rerankers.local import token_capture
-from core.rerankers.maxsim import MaxSimReranker, pack, unpack
+from core.rerankers.maxsim import MaxSimReranker, line_maxsim, line_maxsim_many, pack, unpack, unpack_lines
 from core.rerankers.shortlist import ScoreCache, rerank_shortlist, wanted
 
 
@@ -116,12 +116,69 @@ def test_an_unavailable_reranker_degrades_search_not_fails(workspace, make_confi
     assert "reranker unavailable" in response.degraded
 
 
-def test_pack_round_trip_keeps_signs():
+def test_pack_round_trip_keeps_signs_and_lines():
     states = np.random.default_rng(7).normal(size=(5, 384)).astype(np.float32)
-    signs = unpack(pack(states), 384)
-    assert signs.shape == (5, 384)
-    assert np.array_equal(np.sign(signs), np.sign(states))
+    signs, lines = unpack_lines(pack(states, np.array([0, 0, 2, 7, 300])), 384)
+    assert signs.shape == (5, 384) and list(lines) == [0, 0, 2, 7, 300]
+    assert np.array_equal(np.sign(signs), np.sign(states)) and np.array_equal(unpack(pack(states, lines), 384), signs)
     assert np.allclose(np.linalg.norm(signs, axis=1), 1.0)
+
+
+def test_line_maxsim_is_maxsim_over_one_line_and_over_three():
+    rng = np.random.default_rng(3)
+    query, signs = rng.normal(size=(4, 16)), rng.normal(size=(12, 16))
+    lines = np.array([5, 0, 0, 1, 3, 3, 3, 5, 6, 6, 9, 1])  # out of order, as windows arrive
+
+    def maxsim(mask: np.ndarray) -> float:
+        return float((query @ signs[mask].T).max(axis=1).mean())
+
+    per_line = sorted((maxsim(lines == ln) for ln in set(lines)), reverse=True)
+    window = max(maxsim((lines >= ln) & (lines < ln + 3)) for ln in set(lines))
+    assert line_maxsim(query, signs, lines) == pytest.approx((maxsim(lines >= 0), per_line[0], per_line[1], window))
+    one = maxsim(np.arange(12) == 0)  # a single token on a single line: no second line
+    assert line_maxsim(query, signs[:1], lines[:1]) == pytest.approx((one, one, 0.0, one))
+    assert line_maxsim(query, signs[:0], lines[:0]) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_many_documents_at_once_score_as_each_alone():
+    """One product for the whole pool: no window or best line leaks from one document into the next."""
+    rng = np.random.default_rng(5)
+    query = rng.normal(size=(5, 16)).astype(np.float32)
+    sizes = [12, 1, 0, 30, 7, 3]
+    docs = [(rng.normal(size=(n, 16)).astype(np.float32), rng.integers(0, 9, size=n)) for n in sizes]
+    docs.append((np.ones((2, 16), np.float32), np.array([4, 5])))  # two lines tie for the best
+    together = line_maxsim_many(query, np.concatenate([signs for signs, _ in docs]), [lines for _, lines in docs])
+    assert together.shape == (7, 4) and not together[2].any()  # a document without tokens scores nothing
+    for row, (signs, lines) in zip(together, docs):
+        brute = [
+            float((query @ signs[mask].T).max(axis=1).mean()) if mask.any() else 0.0
+            for mask in [lines >= 0] + [lines == ln for ln in np.unique(lines)]
+        ]
+        if len(signs):
+            per_line = sorted(brute[1:], reverse=True) + [0.0]
+            windows = [(query @ signs[(lines >= ln) & (lines < ln + 3)].T).max(axis=1).mean() for ln in set(lines)]
+            assert row == pytest.approx([brute[0], per_line[0], per_line[1], max(windows)], abs=1e-5)
+
+
+def test_document_tokens_carry_the_line_of_each_token():
+    """Over a chunk longer than one model window (its windows reach the sink out of order): each line's
+    content tokens, counted alone, are the tokens stored with that line."""
+    reranker = MaxSimReranker.shared()
+    words = ["puppy", "deploy", "certificate", "Lisbon", "cello", "tomatoes", "ledger", "marathon"]
+    text = "\n".join(f"Dana: the {words[i % 8]} note number {i} about {words[(i * 3) % 8]}" for i in range(60))
+    _, (blob,) = reranker.document_tokens([text])
+    signs, lines = unpack_lines(blob, 384)
+    tokenizer = reranker.embedder._tokenizer
+    expected = [
+        int(reranker._content[tokenizer.encode(line, add_special_tokens=False).ids].sum()) for line in text.split("\n")
+    ]
+    assert len(tokenizer.encode(text).ids) > 256  # several windows
+    assert list(np.bincount(lines, minlength=60)) == expected and len(signs) == sum(expected)
+    # The best line for a question about one line's words is found, and beats the second best.
+    whole, best, second, window = reranker.line_scores("Lisbon note number 3", [blob], [text])[0]
+    assert best > second and window >= best - 1e-6 and whole >= window - 1e-6
+    assert whole == pytest.approx(reranker.score("Lisbon note number 3", [text], [blob])[0])
+    assert np.allclose(reranker.line_scores("Lisbon note number 3", [None], [text]), [[whole, best, second, window]])
 
 
 def test_auto_reranks_only_over_the_local_model(make_config, tmp_path, counting_embedder):

@@ -12,10 +12,14 @@ Two measured choices keep it cheap enough to run on every search:
   punctuation dropped, half the tokens): the same quality as float32 token vectors on locomo-dev.
 - They are captured while the sync embeds a chunk (the model already computes every token's state), kept in
   the index next to the embedding cache, and computed at search time only for chunks indexed without them.
+
+Each stored token also carries the chunk line it came from (2 bytes), so the learned ranker can ask which
+line matches the query best (`line_scores`) without another model pass.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import threading
@@ -37,7 +41,9 @@ class MaxSimReranker:
 
     def __init__(self, embedder: LocalEmbedder) -> None:
         self.embedder = embedder
-        self.fingerprint = f"maxsim-bits:{embedder.fingerprint}"
+        # "lines": each token's chunk line is stored after its bits; the older format lacks it, so an index
+        # built with it captures its tokens again (the fingerprint is part of the index identity).
+        self.fingerprint = f"maxsim-bits-lines:{embedder.fingerprint}"
         self._dims = embedder.dims
 
     @functools.cached_property
@@ -68,14 +74,48 @@ class MaxSimReranker:
         return states[self._content[np.asarray(ids)]]
 
     def document_tokens(self, texts: list[str]) -> tuple[np.ndarray, list[bytes]]:
-        """Chunk vectors and each chunk's packed token bits, from one pass of the model."""
-        parts: list[list[np.ndarray]] = [[] for _ in texts]
+        """Chunk vectors and each chunk's packed token bits and lines, from one pass of the model."""
+        parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in texts]
+        lines = [self._token_lines(text) for text in texts]
+        used: list[set[int]] = [set() for _ in texts]
+        body = self._window_body
 
         def sink(owner: int, ids: list[int], states: np.ndarray) -> None:
-            parts[owner].append(self._content_states(ids, states))
+            token_ids, token_lines = lines[owner]
+            inner = ids[1:-1]  # the window's tokens without CLS and SEP
+            # Windows arrive in batch order, not text order: find where this one starts in the text.
+            start = next(
+                (
+                    s
+                    for s in range(0, max(len(token_ids), 1), body)
+                    if s not in used[owner] and token_ids[s : s + len(inner)] == inner
+                ),
+                0,
+            )
+            used[owner].add(start)
+            keep = self._content[np.asarray(ids)]
+            window_lines = np.zeros(len(ids), dtype=np.int64)
+            window_lines[1:-1] = token_lines[start : start + len(inner)]
+            parts[owner].append((states[keep], window_lines[keep]))
 
         vectors = self.embedder.embed_documents(texts, sink=sink)
-        return vectors, [pack(np.concatenate(p) if p else np.zeros((0, self._dims), np.float32)) for p in parts]
+        packed = []
+        for p in parts:
+            states = np.concatenate([s for s, _ in p]) if p else np.zeros((0, self._dims), np.float32)
+            packed.append(pack(states, np.concatenate([ln for _, ln in p]) if p else np.zeros(0, np.int64)))
+        return vectors, packed
+
+    @functools.cached_property
+    def _window_body(self) -> int:
+        from ..embedders.local import MAX_TOKENS
+
+        return MAX_TOKENS - 2
+
+    def _token_lines(self, text: str) -> tuple[list[int], list[int]]:
+        """The text's token ids (no CLS/SEP, as the model's windows cut them) and each token's 0-based line."""
+        enc = self.embedder._tokenizer.encode(text, add_special_tokens=False)
+        breaks = [i for i, ch in enumerate(text) if ch == "\n"]
+        return list(enc.ids), [bisect.bisect_right(breaks, start) for start, _ in enc.offsets]
 
     def query_tokens(self, query: str) -> np.ndarray:
         """The query's content-token states, unit length (all tokens when it has no content token)."""
@@ -96,6 +136,17 @@ class MaxSimReranker:
             scores.append(float((query_tokens @ signs.T).max(axis=1).mean()) if len(signs) else 0.0)
         return scores
 
+    def line_scores(self, query: str, packed: list[bytes | None], documents: list[str]) -> np.ndarray:
+        """Per document: its MaxSim (as `score` gives it), then MaxSim of its best line, of its second best
+        and of its best window of 3 lines (`LINE_SIGNALS`), from one product of the query's tokens with the
+        stored ones (computed here for documents without stored bits)."""
+        todo = [i for i, blob in enumerate(packed) if blob is None]
+        blobs = list(packed)
+        if todo:
+            for i, blob in zip(todo, self.document_tokens([documents[i] for i in todo])[1]):
+                blobs[i] = blob
+        return line_maxsim_many(self.query_tokens(query), *unpack_many([b for b in blobs if b is not None], self._dims))
+
     def score(self, query: str, documents: list[str], packed: list[bytes | None] | None = None) -> list[float]:
         """MaxSim of each document; `packed` holds stored token bits where the index has them."""
         packed = list(packed) if packed is not None else [None] * len(documents)
@@ -107,12 +158,83 @@ class MaxSimReranker:
         return self.score_packed(self.query_tokens(query), [b for b in packed if b is not None])
 
 
-def pack(states: np.ndarray) -> bytes:
-    """Token states as sign bits, one row of dims/8 bytes per token."""
-    return np.packbits(states > 0, axis=1).tobytes()
+#: What `line_scores` gives per document, in order.
+LINE_SIGNALS = ("maxsim_line_best", "maxsim_line_second", "maxsim_window_best")
+#: Lines a window spans.
+WINDOW_LINES = 3
+
+
+def line_maxsim(query_tokens: np.ndarray, signs: np.ndarray, lines: np.ndarray) -> tuple[float, float, float, float]:
+    """MaxSim over the whole document, then restricted to each line's tokens: the best line, the second best
+    and the best window of WINDOW_LINES consecutive lines (lines without content tokens score nothing)."""
+    whole, best, second, window = line_maxsim_many(query_tokens, signs, [lines])[0]
+    return float(whole), float(best), float(second), float(window)
+
+
+def line_maxsim_many(query_tokens: np.ndarray, signs: np.ndarray, lines: list[np.ndarray]) -> np.ndarray:
+    """`line_maxsim` of many documents at once, one row each: `signs` holds every document's token rows one
+    document after the other, `lines` each document's token lines. A single product of the query's tokens
+    with all of them, and per-line maxima by one `reduceat` (the learned ranker asks this of every
+    candidate of every search)."""
+    out = np.zeros((len(lines), 1 + len(LINE_SIGNALS)))
+    if not len(signs):
+        return out
+    # Every document's lines on one axis, WINDOW_LINES - 1 empty columns after each so no window crosses.
+    offsets = np.cumsum([0] + [int(ln.max()) + WINDOW_LINES if len(ln) else 0 for ln in lines])
+    keys = np.concatenate([ln + off for ln, off in zip(lines, offsets[:-1])])
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    sim = (query_tokens @ signs.T)[:, order]  # reorder the small product, not the token rows
+    present, starts = np.unique(keys, return_index=True)
+    dense = np.full((len(query_tokens), int(offsets[-1])), -np.inf, dtype=np.float32)
+    dense[:, present] = np.maximum.reduceat(sim, starts, axis=1)
+    window = dense.copy()
+    for shift in range(1, WINDOW_LINES):
+        window[:, :-shift] = np.maximum(window[:, :-shift], dense[:, shift:])
+    line_mean = dense[:, present].mean(axis=0)  # per present line, in key order (documents in order)
+    window_mean = window[:, present].mean(axis=0)
+    owner = np.searchsorted(offsets, present, side="right") - 1  # the document of each present line
+    bounds = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    docs = owner[bounds]
+    best = np.maximum.reduceat(line_mean, bounds)
+    segment = np.cumsum(np.isin(np.arange(len(present)), bounds)) - 1  # each line's position in `docs`
+    top = np.flatnonzero(line_mean == best[segment])
+    first = top[np.r_[True, segment[top][1:] != segment[top][:-1]]]  # one best line per document
+    rest = line_mean.copy()
+    rest[first] = -np.inf
+    second = np.maximum.reduceat(rest, bounds)
+    out[docs, 0] = np.maximum.reduceat(dense[:, present], bounds, axis=1).mean(axis=0)
+    out[docs, 1] = best
+    out[docs, 2] = np.where(np.isfinite(second), second, 0.0)
+    out[docs, 3] = np.maximum.reduceat(window_mean, bounds)
+    return out
+
+
+def pack(states: np.ndarray, lines: np.ndarray) -> bytes:
+    """Token states as sign bits, one row of dims/8 bytes per token, then each token's line (uint16)."""
+    return np.packbits(states > 0, axis=1).tobytes() + np.minimum(lines, 65535).astype("<u2").tobytes()
+
+
+def unpack_lines(blob: bytes, dims: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sign rows of `unpack` and each token's line."""
+    signs, (lines,) = unpack_many([blob], dims)
+    return signs, lines
+
+
+def unpack_many(blobs: list[bytes], dims: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Many blobs' sign rows as one matrix (one unpacking, one conversion) and each blob's token lines."""
+    width = dims // 8
+    counts = [len(b) // (width + 2) for b in blobs]
+    bits = b"".join(b[: n * width] for b, n in zip(blobs, counts))
+    lines = [np.frombuffer(b, dtype="<u2", offset=n * width, count=n).astype(np.int64) for b, n in zip(blobs, counts)]
+    table = _SIGNS / np.sqrt(dims, dtype=np.float32)  # one lookup per byte gives its 8 scaled signs
+    return np.take(table, np.frombuffer(bits, dtype=np.uint8), axis=0).reshape(-1, dims), lines
+
+
+#: Each byte's 8 bits as +-1 (most significant first, as np.packbits writes them): unpacking is one lookup.
+_SIGNS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float32) * 2 - 1
 
 
 def unpack(blob: bytes, dims: int) -> np.ndarray:
     """Sign bits as +-1/sqrt(dims) rows, so a dot product with a unit query token approximates a cosine."""
-    bits = np.unpackbits(np.frombuffer(blob, dtype=np.uint8).reshape(-1, dims // 8), axis=1)
-    return (bits.astype(np.float32) * 2 - 1) / np.sqrt(dims, dtype=np.float32)
+    return unpack_lines(blob, dims)[0]

@@ -11,6 +11,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .. import ranking
 from ..config import Config
 from ..embedders import Embedder
@@ -62,6 +64,8 @@ class ScoreCache:
 
 
 SCORES = ScoreCache()
+#: MaxSim per line (maxsim.LINE_SIGNALS) by the same keys, for the learned ranker.
+LINES = ScoreCache()
 
 
 def rerank_shortlist(
@@ -104,6 +108,37 @@ def rerank_shortlist(
     for c in shortlist:
         c.rerank = scores[hashes[c.id]]
     return ranking.blend(shortlist, config.rerank.weight), None
+
+
+def line_signals(
+    store: Store,
+    query: str,
+    pool: list[ranking.Candidate],
+    rows: dict[int, ChunkRow],
+    reranker: Reranker,
+    cache: ScoreCache = LINES,
+    scores: ScoreCache = SCORES,
+) -> np.ndarray:
+    """maxsim.LINE_SIGNALS of each candidate (zeros unless `reranker` is MaxSim), from stored token lines.
+    The same pass gives each candidate's MaxSim, put in `scores`: a rerank_shortlist after it unpacks nothing."""
+    from .maxsim import LINE_SIGNALS, MaxSimReranker
+
+    out = np.zeros((len(pool), len(LINE_SIGNALS)))
+    if not isinstance(reranker, MaxSimReranker):
+        return out
+    hashes = [rows[c.id].hash for c in pool]
+    known = cache.get(reranker.fingerprint, query, hashes)
+    todo = [c for c, h in zip(pool, hashes) if h not in known]
+    if todo:
+        stored = store.tokens_for((c.id for c in todo), reranker.fingerprint)
+        fresh = reranker.line_scores(query, [stored.get(c.id) for c in todo], [rows[c.id].text for c in todo])
+        scores.put(reranker.fingerprint, query, {rows[c.id].hash: float(v[0]) for c, v in zip(todo, fresh)})
+        new = {rows[c.id].hash: tuple(map(float, v[1:])) for c, v in zip(todo, fresh)}
+        cache.put(reranker.fingerprint, query, new)  # type: ignore[arg-type]
+        known.update(new)  # type: ignore[arg-type]
+    for i, h in enumerate(hashes):
+        out[i] = known[h]
+    return out
 
 
 def _reason(exc: Exception) -> str:
