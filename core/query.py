@@ -87,6 +87,11 @@ def _phrase(term: str) -> str:
     return '"' + body.replace('"', '""') + '"'
 
 
+def term_match(term: str) -> str:
+    """The MATCH expression for one query term (how often a term occurs: core.calibration)."""
+    return _phrase(term)
+
+
 def fts_match(text: str) -> str | None:
     """The MATCH expression for `text`, or None when it holds no word at all."""
     terms = query_terms(text)
