@@ -46,6 +46,8 @@ FEATURES = (
     "q_top3_vector",  # mean of the three best cosines of the head
     "q_top_text",  # best raw BM25 of the head, r / (1 + r)
     "q_best_hit_cover",  # best idf-weighted share of the question's terms held by one hit of the head
+    "q_marked",  # terms written as names are (a capital inside the question, a digit, `_`): PR, Kubernetes, 17
+    "q_marked_missing",  # such terms found nowhere in the workspace
     # the hit
     "vector",
     "text",
@@ -54,6 +56,7 @@ FEATURES = (
     "log_rank",
     "vector_gap",  # its cosine below the head's best
 )
+QUESTION_FEATURES = FEATURES[:10]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -64,6 +67,7 @@ class Inputs:
     the workspace, the workspace's chunk count, and per hit of the head (in ranked order) its cosine, raw
     BM25 (r >= 0, or None) and text. bench/train_calibration.py keeps these to fit the model offline."""
 
+    query: str
     terms: tuple[str, ...]
     df: tuple[int, ...]
     chunks: int
@@ -81,56 +85,67 @@ class Model:
     std: np.ndarray
     weights: np.ndarray
     bias: float
-    meta: dict
-
-    @property
-    def fingerprint(self) -> str:
-        """Changes whenever the model would score anything differently: part of the search identity."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         z = self.bias + ((x - self.mean) / self.std) @ self.weights
         return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "kind": "logistic",
-                "features": list(self.features),
-                "mean": [round(float(v), 8) for v in self.mean],
-                "std": [round(float(v), 8) for v in self.std],
-                "weights": [round(float(v), 8) for v in self.weights],
-                "bias": round(float(self.bias), 8),
-                "meta": self.meta,
-            },
-            sort_keys=True,
-        )
+    def to_dict(self) -> dict:
+        return {
+            "features": list(self.features),
+            "mean": [round(float(v), 8) for v in self.mean],
+            "std": [round(float(v), 8) for v in self.std],
+            "weights": [round(float(v), 8) for v in self.weights],
+            "bias": round(float(self.bias), 8),
+        }
 
-
-def load_model(path: Path) -> Model:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        model = Model(
+    @staticmethod
+    def from_dict(raw: dict) -> Model:
+        return Model(
             tuple(raw["features"]),
             np.array(raw["mean"], dtype=np.float64),
             np.array(raw["std"], dtype=np.float64),
             np.array(raw["weights"], dtype=np.float64),
             float(raw["bias"]),
-            dict(raw.get("meta") or {}),
         )
+
+
+@dataclass(frozen=True)
+class Calibrator:
+    """Two logistic models: `question` estimates whether the workspace holds an answer at all (from the
+    question's features), `hit` how likely each hit is relevant when it does (from every feature)."""
+
+    question: Model
+    hit: Model
+    meta: dict
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever the calibration would score anything differently: part of the search identity."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    def to_json(self) -> str:
+        doc = {"kind": "calibration", "question": self.question.to_dict(), "hit": self.hit.to_dict(), "meta": self.meta}
+        return json.dumps(doc, sort_keys=True)
+
+
+def load_model(path: Path) -> Calibrator:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        model = Calibrator(Model.from_dict(raw["question"]), Model.from_dict(raw["hit"]), dict(raw.get("meta") or {}))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"calibration model {path}: cannot be read ({type(exc).__name__}: {exc})") from None
-    if model.features != FEATURES:
+    if model.question.features != QUESTION_FEATURES or model.hit.features != FEATURES:
         raise ConfigError(f"calibration model {path}: its features are not this version's; retrain it")
     return model
 
 
 @lru_cache(maxsize=1)
-def default_model() -> Model:
+def default_model() -> Calibrator:
     return load_model(DEFAULT_MODEL)
 
 
-def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, meta: dict | None = None, iters: int = 60) -> Model:
+def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...], *, l2: float = 1.0, iters: int = 60) -> Model:
     """L2-regularised logistic regression by Newton's method on standardised features (numpy only)."""
     mean = x.mean(axis=0)
     std = x.std(axis=0)
@@ -147,7 +162,7 @@ def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, meta: dict | None = No
         w -= step
         if np.abs(step).max() < 1e-8:
             break
-    return Model(FEATURES, mean, std, w[1:], float(w[0]), meta or {})
+    return Model(features, mean, std, w[1:], float(w[0]))
 
 
 def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, ChunkRow]) -> Inputs:
@@ -156,6 +171,7 @@ def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, Chun
     df = tuple(_doc_freq(store, t) for t in terms)
     (chunks,) = store.conn.execute("SELECT count(*) FROM chunks").fetchone()
     return Inputs(
+        query,
         terms,
         df,
         int(chunks),
@@ -194,6 +210,9 @@ def features(inp: Inputs) -> np.ndarray:
         float(head_text.max()) if n else 0.0,
         float(head_cover.max()) if n else 0.0,
     ]
+    marked = _marked(inp.query)
+    is_marked = np.array([t in marked for t in inp.terms], dtype=bool)
+    q += [float(is_marked.sum()), float((is_marked & ~present).sum())]
     x = np.zeros((n, len(FEATURES)))
     x[:, : len(q)] = q
     x[:, len(q) + 0] = vec
@@ -203,6 +222,17 @@ def features(inp: Inputs) -> np.ndarray:
     x[:, len(q) + 4] = np.log1p(np.arange(n))
     x[:, len(q) + 5] = top_vec - vec
     return x
+
+
+def _marked(query: str) -> set[str]:
+    """The question's words written as names, identifiers or numbers are: with a digit or `_`, or with a
+    capital letter anywhere but in the first letter of the question."""
+    words = _WORD.findall(query)
+    return {
+        w.lower()
+        for i, w in enumerate(words)
+        if any(ch.isdigit() or ch == "_" for ch in w) or any(ch.isupper() for ch in (w[1:] if i == 0 else w))
+    }
 
 
 def _hit_cover(terms: tuple[str, ...], idf: np.ndarray, total: float, text: str) -> float:
@@ -215,9 +245,14 @@ def _hit_cover(terms: tuple[str, ...], idf: np.ndarray, total: float, text: str)
     return float(idf[np.array(held, dtype=bool)].sum() / total)
 
 
-def scores(model: Model, inp: Inputs) -> list[float]:
-    """The calibrated score of each hit, non-increasing down the order."""
+def scores(model: Calibrator, inp: Inputs) -> list[float]:
+    """The calibrated score of each hit, non-increasing down the order: the estimate that the workspace holds
+    an answer, times a hit's own evidence relative to the first hit's (from 1/2 to 1: the ranker chose the
+    order, and a floor should drop questions nothing answers, not the lower hits of one that has an answer)."""
     if not inp.texts:
         return []
-    p = model.predict(features(inp))
-    return [float(v) for v in np.minimum.accumulate(p)]
+    x = features(inp)
+    answerable = float(model.question.predict(x[:1, : len(QUESTION_FEATURES)])[0])
+    p = model.hit.predict(x)
+    relative = np.minimum(1.0, p / max(float(p[0]), 1e-12))
+    return [float(v) for v in np.minimum.accumulate(answerable * (1.0 + relative) / 2.0)]
