@@ -122,10 +122,16 @@ def test_mcp_answers_abstained(ws: Path) -> None:
 
 def test_the_shipped_model_loads_and_a_foreign_one_is_refused(tmp_path: Path) -> None:
     model = calibration.default_model()
-    assert model.features == calibration.FEATURES and model.weights.shape == (len(calibration.FEATURES),)
+    assert model.question.features == calibration.QUESTION_FEATURES
+    assert model.hit.weights.shape == (len(calibration.FEATURES),)
+    doc = json.loads(model.to_json())
+    doc["question"]["features"] = ["q_cover"]
     wrong = tmp_path / "old.json"
-    wrong.write_text(json.dumps(json.loads(model.to_json()) | {"features": ["vector"]}))
+    wrong.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="retrain it"):
+        calibration.load_model(wrong)
+    wrong.write_text("{")
+    with pytest.raises(ValueError, match="cannot be read"):
         calibration.load_model(wrong)
 
 
@@ -133,7 +139,7 @@ def test_fit_learns_a_separable_signal() -> None:
     rng = np.random.default_rng(18)
     x = rng.normal(size=(400, len(calibration.FEATURES)))
     y = (x[:, 4] > 0).astype(float)  # q_top_vector decides
-    model = calibration.fit(x, y, l2=1.0)
+    model = calibration.fit(x, y, calibration.FEATURES, l2=1.0)
     p = model.predict(x)
     assert ((p > 0.5) == (y == 1)).mean() > 0.97
     assert np.argmax(np.abs(model.weights)) == 4
