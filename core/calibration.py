@@ -1,17 +1,18 @@
 """Calibrated scores (issue 18): a hit's `score` is an estimate that it is relevant, comparable across queries
-and workspaces, so that one floor (`search.minScore`) means the same everywhere.
+and workspaces, so that one floor (`search.minScore`) means the same everywhere and a search about something
+the workspace does not hold can abstain.
 
 The rankers order hits by scores that only compare within one question (min-max fusion puts the best hit of
-any question near 1). Calibration runs after the ranker has ordered the hits and never changes the order: a
-small logistic model (`calibration.json`, numpy at inference) reads raw signals the fusion normalised away
-(the best cosine of the head, raw BM25, how much of the question's content the workspace holds at all, how
-much of it the hit holds, the hit's rank) and estimates the probability that the hit is relevant. Scores are
-then made non-increasing down the list (a hit never scores above the one ranked before it), so a floor cuts
-a prefix of the order and top-k stays monotonic.
+any question near 1). Calibration runs after the ranker has ordered the hits and never changes the order. Two
+small logistic models (`calibration.json`, numpy at inference) read raw signals the fusion normalised away:
+the question model estimates whether the workspace holds an answer at all (how much of the question's content
+the workspace holds anywhere, whether words written as names are missing, the head's best raw cosine and
+BM25), the hit model how strong each hit is when it does (its own cosine, BM25, share of the question, rank).
+A hit scores the first estimate times its evidence relative to the first hit's (3/4 to 1), made
+non-increasing down the list, so a floor cuts a prefix of the order and top-k stays monotonic.
 
-Every input is taken from the first `HEAD` hits of the order, whatever `maxResults`: the score of the first
-hit is the same for k = 1 and k = 10. The model is trained by bench/train_calibration.py (questions asked of
-their own workspace, of another one, and with the people's names swapped for that other workspace's).
+Every question feature is taken from the first `HEAD` hits of the order, whatever `maxResults`: the score of
+the first hit is the same for k = 1 and k = 10. bench/train_calibration.py trains the shipped file.
 """
 
 from __future__ import annotations
