@@ -53,8 +53,8 @@ class SearchRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
                 description="drop hits scoring under this; in hybrid search a score is the calibrated estimate "
                 "that the hit is relevant and a search whose hits are all under it abstains (`abstained`); in "
                 "keyword- or vector-only search a hit found only by meaning needs this cosine similarity and a hit "
-                "that matched a query word is always kept; default 0.35 (`search.minScore`)",
-                examples=[0.35],
+                "that matched a query word is always kept; default 0.03 (`search.minScore`)",
+                examples=[0.03],
             ),
         ]
         | None
