@@ -217,6 +217,7 @@ class RerankState(msgspec.Struct):
     method: str  # `blend`, or `learned` (the learned ranker)
     ranker: str | None  # with `learned`: the model's fingerprint (or why it cannot be read)
     tokenBits: int | None
+    calibration: str  # the fingerprint of the score calibration (core/calibration.json)
 
 
 class SharedCacheState(msgspec.Struct):
