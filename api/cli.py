@@ -77,8 +77,11 @@ def _parser() -> _Parser:
         "--min-score",
         type=_bounded(float, 0.0, 1.0),
         metavar="X",
-        help="floor for hits found only by meaning: such a hit needs cosine similarity >= X to the query; "
-        f"a hit that matched a query word is always kept (default: search.minScore, {default('search.minScore')})",
+        help="drop hits scoring under X. In hybrid search (the default) a score is the calibrated estimate that "
+        "the hit is relevant, comparable across questions and workspaces; when every hit is under X the search "
+        "abstains: no hits, and says so. In keyword- or vector-only search a hit found only by meaning needs "
+        "cosine similarity >= X and a hit that matched a query word is always kept "
+        f"(default: search.minScore, {default('search.minScore')})",
     )
     search.add_argument(
         "--mode",
@@ -380,7 +383,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if response.degraded:
         print(f"note: {response.degraded}", file=sys.stderr)
     if not response.results:
-        print("No matches.")
+        print(f"No relevant hits: {response.abstained}." if response.abstained else "No matches.")
         return 0
     blocks = []
     for hit in response.results:

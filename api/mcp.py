@@ -4,7 +4,7 @@ Built on the `mcp` package's low-level `Server` rather than its decorator API: `
 named `from` (a Python keyword), and a tool call must never end in a protocol error. Every failure (a bad
 argument, an index that cannot be opened, a refused path) comes back as a tool result with `unavailable: true`
 and a `reason`, so the agent reads why and carries on. Results have the REST shapes (SPEC section 4): the
-search answer `{results, mode, provider, model, tookMs, degraded?}` and the get answer `{path, from, lines,
+search answer `{results, mode, provider, model, tookMs, degraded?, abstained?}` and the get answer `{path, from, lines,
 text, totalLines}`, as structured content and as JSON text.
 
 One `MemoryIndex` serves every call (the embedder loads once); calls run in a worker thread, one at a time.

@@ -50,9 +50,11 @@ class SearchRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
             Meta(
                 ge=0.0,
                 le=1.0,
-                description="a hit found only by meaning needs this cosine similarity to the query; a hit that "
-                "matched a query word is always kept; default 0.35 (`search.minScore`)",
-                examples=[0.35],
+                description="drop hits scoring under this; in hybrid search a score is the calibrated estimate "
+                "that the hit is relevant and a search whose hits are all under it abstains (`abstained`); in "
+                "keyword- or vector-only search a hit found only by meaning needs this cosine similarity and a hit "
+                "that matched a query word is always kept; default 0.03 (`search.minScore`)",
+                examples=[0.03],
             ),
         ]
         | None
@@ -98,6 +100,7 @@ class Scores(msgspec.Struct):
     vector: float | UnsetType = UNSET
     text: float | UnsetType = UNSET
     rerank: float | UnsetType = UNSET
+    ranker: float | UnsetType = UNSET  # the score the order was made by, before calibration (extends SPEC)
     decay: float | UnsetType = UNSET
     fused: float | UnsetType = UNSET  # the retrieval score a rerank blended with (an extension of SPEC)
 
@@ -120,6 +123,10 @@ class SearchAnswer(msgspec.Struct):
     model: str | None
     tookMs: float
     degraded: Annotated[str, Meta(description="why the vector leg did not run")] | UnsetType = UNSET
+    abstained: (
+        Annotated[str, Meta(description="no hits because every candidate scored under minScore: nothing relevant")]
+        | UnsetType
+    ) = UNSET
     timings: (
         Annotated[
             dict[str, float],
@@ -210,6 +217,7 @@ class RerankState(msgspec.Struct):
     method: str  # `blend`, or `learned` (the learned ranker)
     ranker: str | None  # with `learned`: the model's fingerprint (or why it cannot be read)
     tokenBits: int | None
+    calibration: str  # the fingerprint of the score calibration (core/calibration.json)
 
 
 class SharedCacheState(msgspec.Struct):

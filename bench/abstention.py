@@ -6,6 +6,7 @@ the default floor (`search.minScore`). Prints the share that abstained, per cate
 
 The companion figure, locomo-dev recall at the default floor against no floor, is two `memsift eval` runs:
 `memsift eval ../shared/bench/locomo-dev/queries.jsonl --min-score X` with X the default, and with 0.
+This set is held out: bench/train_calibration.py never reads it (figures: bench/README.md, "Issue 18").
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ def main() -> None:
                 agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]  # as `memsift eval` names it
                 indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
                 indexes[ws].sync()
-            top = indexes[ws].search(q["query"], max_results=10, min_score=floor).results
+            answer = indexes[ws].search(q["query"], max_results=10, min_score=floor)
+            top = answer.results
             tops.append(top[0].score if top else 0.0)
+            if not top and not answer.abstained:  # no candidate at all is no abstention: say so
+                print(f"  nothing found ({answer.empty}): {q['query']}")
             abstained[q["category"]].append(not top)
             if top:
                 print(f"  answered ({top[0].score:.3f}): {q['query']}  [{top[0].path}]")

@@ -129,7 +129,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "chunking.tokens": (400, _number(int, 16, 8192)),
     "chunking.overlap": (80, _number(int, 0, 4096)),
     "search.maxResults": (6, _number(int, 1, 100)),
-    "search.minScore": (0.35, _number(float, 0.0, 1.0)),
+    "search.minScore": (0.03, _number(float, 0.0, 1.0)),
     "search.mode": ("hybrid", _choice(*MODES)),
     "search.fusion": ("minmax", _choice(*FUSIONS)),
     "search.vectorWeight": (None, _optional(_number(float, 0.0, 1.0))),

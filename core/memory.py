@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from . import learned, rerankers
+from . import calibration, learned, rerankers
 from .binding import check_workspace
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
@@ -435,6 +435,8 @@ class MemoryIndex:
             "method": r.method,
             "ranker": _ranker_identity(r.rankerModel) if r.method == "learned" else None,
             "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,
+            # what hybrid scores are calibrated with: part of what a score means, as the ranker is
+            "calibration": calibration.default_model().fingerprint,
         }
 
     def _probe(self, embedder: Embedder | None) -> dict[str, Any]:

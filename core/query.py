@@ -93,6 +93,11 @@ def fts_phrases(text: str) -> list[str]:
     return [_phrase(t) for t in query_terms(text)]
 
 
+def term_match(term: str) -> str:
+    """The MATCH expression for one query term (how often a term occurs: core.calibration)."""
+    return _phrase(term)
+
+
 def fts_match(text: str) -> str | None:
     """The MATCH expression for `text`, or None when it holds no word at all."""
     return " OR ".join(fts_phrases(text)) or None

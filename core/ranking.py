@@ -25,6 +25,7 @@ class Candidate:
     decay: float | None = None
     rerank: float | None = None  # the reranker's raw score; None: not reranked
     fused: float | None = None  # the retrieval score (after decay) a rerank blended with; None: not reranked
+    ranker: float | None = None  # the score the order was made by, before calibration; None: not calibrated
 
     @property
     def text(self) -> float | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import learned, ranking, rerankers, threads, timefilter
+from . import calibration, learned, ranking, rerankers, threads, timefilter
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
@@ -35,6 +35,8 @@ LEARNED_FETCH = 40
 
 #: Receives every candidate the learned ranker scored, their chunks and feature rows (`memsift train-ranker`).
 Collector = Callable[[list[ranking.Candidate], dict[int, ChunkRow], np.ndarray], None]
+#: Receives what calibration read and the ordered candidates it scored (bench/train_calibration.py).
+CalibrationCollector = Callable[[calibration.Inputs, list[ranking.Candidate], dict[int, ChunkRow]], None]
 
 
 @dataclass
@@ -69,6 +71,8 @@ class SearchResponse:
     # Why `results` is empty, for telemetry (not on the wire): "no_match" (neither leg found a candidate) or
     # "below_floor" (candidates were found, the score floor removed every one).
     empty: str | None = None
+    #: Why a calibrated search answered no hit: every candidate's estimate of relevance was under the floor.
+    abstained: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -80,6 +84,8 @@ class SearchResponse:
         }
         if self.degraded:
             d["degraded"] = self.degraded
+        if self.abstained:
+            d["abstained"] = self.abstained
         if self.explain and self.timings is not None:
             d["timings"] = self.timings
         return d
@@ -104,6 +110,7 @@ def search(
     embedder_error: str | None = None,
     now: float | None = None,
     collect: Collector | None = None,
+    collect_calibration: CalibrationCollector | None = None,
 ) -> SearchResponse:
     started = time.perf_counter()
     clock = StageClock()
@@ -181,16 +188,15 @@ def search(
             cands, problem = _learned_order(
                 store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
             )
-        # The floor acts as it does for the blend, on retrieval scores (a hit the keyword leg found, or a
-        # cosine >= minScore), after the model ordered the whole pool: a floor of 0.35 on the probability
-        # would cost a third of locomo-dev's recall (docs/search-and-ranking.md, "Learned ranker").
-        cands = [c for c in cands if ranking.passes_floor(c, floor)]
         if problem:
             degraded = f"{degraded}; {problem}" if degraded else problem
     else:
         with clock.stage("fusion"):
-            # The floor is a property of each hit, so applying it before MMR gives the same answer, cheaper.
-            cands = sorted((c for c in cands if ranking.passes_floor(c, floor)), key=lambda c: (-c.score, c.id))
+            # Hybrid scores are calibrated after the order is made, and the floor acts on them. A keyword- or
+            # vector-only answer keeps its leg's score and the floor acts on each hit before the order.
+            calibrated = mode == "hybrid"
+            kept_by_floor = (c for c in cands if calibrated or ranking.passes_floor(c, floor))
+            cands = sorted(kept_by_floor, key=lambda c: (-c.score, c.id))
     if cands and not learned_order and shortlist.wanted(config, rerank, embedder):
         with clock.stage("rerank"):
             head, problem = shortlist.rerank_shortlist(
@@ -201,8 +207,12 @@ def search(
             degraded = f"{degraded}; {problem}" if degraded else problem
     with clock.stage("shaping"):
         # MMR last (SPEC puts it before the rerank): a reranker scores near-duplicates alike and would undo it.
+        reach = max(limit, calibration.HEAD)  # what calibration reads does not depend on maxResults
         if s.mmrEnabled:
-            cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, limit)
+            cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, reach)
+        abstained = None
+        if mode == "hybrid" and cands:
+            cands, abstained = _calibrate(store, query, cands[:reach], rows, floor, collect_calibration)
         kept = cands[:limit]
         hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
     return SearchResponse(
@@ -215,7 +225,30 @@ def search(
         timings=clock.ms(),
         explain=explain,
         empty=None if hits else "below_floor" if found else "no_match",
+        abstained=abstained,
     )
+
+
+def _calibrate(
+    store: Store,
+    query: str,
+    ordered: list[ranking.Candidate],
+    rows: dict[int, ChunkRow],
+    floor: float,
+    collect: CalibrationCollector | None,
+) -> tuple[list[ranking.Candidate], str | None]:
+    """Each hit's score made the calibrated estimate that it is relevant (the order stays), then the floor:
+    the scores never increase down the order, so the floor keeps a prefix of it. Returns the hits kept and,
+    when the floor kept none, why the search abstains."""
+    inputs = calibration.inputs(store, query, ordered, rows)
+    if collect is not None:
+        collect(inputs, ordered, rows)
+    for c, p in zip(ordered, calibration.scores(calibration.default_model(), inputs)):
+        c.ranker, c.score = c.score, p
+    kept = [c for c in ordered if c.score >= floor]
+    if kept:
+        return kept, None
+    return kept, f"the best hit scored {ordered[0].score:.3f}, under the floor minScore {floor:g}"
 
 
 def learned_wanted(config: Config, requested: bool | None, embedder: Embedder | None) -> bool:
@@ -346,6 +379,7 @@ def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: boo
                 ("decay", c.decay),
                 ("fused", c.fused),
                 ("rerank", c.rerank),
+                ("ranker", c.ranker),
             )
             if v is not None
         }

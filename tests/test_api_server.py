@@ -67,7 +67,7 @@ def test_serve_answers_over_http_and_stops_on_sigterm(server) -> None:
     assert wait_for(proc, f"{base}/readyz").json()["ready"] is True  # the model is loaded
 
     with httpx.Client(base_url=base, timeout=30) as http:
-        r = http.post("/v1/search", json={"query": "what does Dana drink"})
+        r = http.post("/v1/search", json={"query": "what does Dana drink in the morning"})
         assert r.status_code == 200 and r.json()["results"][0]["path"] == "MEMORY.md"
         r = http.post("/v1/get", json={"path": "memory/2026-05-14.md", "from": 2, "lines": 1})
         assert r.json()["text"] == "- The deploy failed with ERR_SSL_PROTOCOL_ERROR."

@@ -20,7 +20,7 @@ import pytest
 from sample import NOTES
 
 from api.cli import main
-from core import MemoryIndex, SearchError, load_config
+from core import MemoryIndex, SearchError, calibration, load_config
 from core.config import db_path
 from core.learned import model_for
 
@@ -281,6 +281,7 @@ def test_status_json(capsys, ws: Path) -> None:
     assert doc["rerank"] | {"weight": None} == {
         "enabled": "auto", "active": True, "provider": "local", "model": "maxsim",
         "candidates": 30, "weight": None, "method": "learned", "ranker": model_for(None).fingerprint, "tokenBits": 3,
+        "calibration": calibration.default_model().fingerprint,
     }  # fmt: skip
     synced = datetime.fromisoformat(doc["lastSync"])
     assert abs((datetime.now(UTC) - synced).total_seconds()) < 120
