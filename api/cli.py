@@ -77,10 +77,10 @@ def _parser() -> _Parser:
         "--min-score",
         type=_bounded(float, 0.0, 1.0),
         metavar="X",
-        help="drop hits scoring under X. In hybrid search (the default) a score is the calibrated estimate that "
-        "the hit is relevant, comparable across questions and workspaces; when every hit is under X the search "
-        "abstains: no hits, and says so. In keyword- or vector-only search a hit found only by meaning needs "
-        "cosine similarity >= X and a hit that matched a query word is always kept "
+        help="floor for hits found only by meaning: such a hit needs cosine similarity >= X to the query; "
+        "a hit that matched a query word is always kept. With search.calibrate = true, hybrid scores are the "
+        "calibrated estimate that the hit is relevant, X drops hits under it, and when every hit is under X "
+        "the search abstains: no hits, and says so "
         f"(default: search.minScore, {default('search.minScore')})",
     )
     search.add_argument(

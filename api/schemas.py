@@ -50,11 +50,11 @@ class SearchRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
             Meta(
                 ge=0.0,
                 le=1.0,
-                description="drop hits scoring under this; in hybrid search a score is the calibrated estimate "
-                "that the hit is relevant and a search whose hits are all under it abstains (`abstained`); in "
-                "keyword- or vector-only search a hit found only by meaning needs this cosine similarity and a hit "
-                "that matched a query word is always kept; default 0.03 (`search.minScore`)",
-                examples=[0.03],
+                description="floor for hits found only by meaning: such a hit needs this cosine similarity; a hit "
+                "that matched a query word is always kept. With `search.calibrate`, hybrid scores are the calibrated "
+                "estimate that the hit is relevant, this drops hits under it, and a search whose hits are all under "
+                "it abstains (`abstained`); default 0.35 (`search.minScore`)",
+                examples=[0.35],
             ),
         ]
         | None

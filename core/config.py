@@ -129,7 +129,8 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "chunking.tokens": (400, _number(int, 16, 8192)),
     "chunking.overlap": (80, _number(int, 0, 4096)),
     "search.maxResults": (6, _number(int, 1, 100)),
-    "search.minScore": (0.03, _number(float, 0.0, 1.0)),
+    "search.minScore": (0.35, _number(float, 0.0, 1.0)),
+    "search.calibrate": (False, _bool),
     "search.mode": ("hybrid", _choice(*MODES)),
     "search.fusion": ("minmax", _choice(*FUSIONS)),
     "search.vectorWeight": (None, _optional(_number(float, 0.0, 1.0))),
@@ -220,6 +221,7 @@ class ChunkingConfig:
 class SearchConfig:
     maxResults: int
     minScore: float
+    calibrate: bool
     mode: str
     fusion: str
     vectorWeight: float
@@ -486,6 +488,7 @@ def load_config(
         search=SearchConfig(
             maxResults=values["search.maxResults"],
             minScore=values["search.minScore"],
+            calibrate=values["search.calibrate"],
             mode=values["search.mode"],
             fusion=fusion,
             vectorWeight=vw,

@@ -183,18 +183,21 @@ def search(
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
     # The model reads both legs: a keyword or vector search (asked for, or degraded to) gets the blend.
     learned_order = use_learned and mode == "hybrid" and bool(cands)
+    # With `search.calibrate`, hybrid scores are calibrated after the order is made and the floor acts on them.
+    # Otherwise (the default), and in keyword- or vector-only search, the floor acts on each hit's retrieval
+    # scores: a hit the keyword leg found is kept, a vector-only hit needs cosine >= minScore.
+    calibrated = mode == "hybrid" and s.calibrate
     if learned_order:
         with clock.stage("rerank"):  # the learned ranker's features include the MaxSim score
             cands, problem = _learned_order(
                 store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
             )
+        if not calibrated:  # after the model ordered the whole pool, so the order does not depend on the floor
+            cands = [c for c in cands if ranking.passes_floor(c, floor)]
         if problem:
             degraded = f"{degraded}; {problem}" if degraded else problem
     else:
         with clock.stage("fusion"):
-            # Hybrid scores are calibrated after the order is made, and the floor acts on them. A keyword- or
-            # vector-only answer keeps its leg's score and the floor acts on each hit before the order.
-            calibrated = mode == "hybrid"
             kept_by_floor = (c for c in cands if calibrated or ranking.passes_floor(c, floor))
             cands = sorted(kept_by_floor, key=lambda c: (-c.score, c.id))
     if cands and not learned_order and shortlist.wanted(config, rerank, embedder):
@@ -211,7 +214,7 @@ def search(
         if s.mmrEnabled:
             cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, reach)
         abstained = None
-        if mode == "hybrid" and cands:
+        if calibrated and cands:
             cands, abstained = _calibrate(store, query, cands[:reach], rows, floor, collect_calibration)
         kept = cands[:limit]
         hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]

@@ -154,15 +154,14 @@ def test_temporal_decay_end_to_end(workspace, make_config, open_index):
     response = index.search("staging cluster blue database replica", now=now, explain=True)
     got = {h.path: h for h in response.results}
     assert len(got) == 5
-    # Identical notes: every leg scores them alike, min-max fusion gives 1.0 before decay. The fused score is
-    # the ranker's (`scores["ranker"]`); `score` is calibrated from it afterwards.
-    assert got["MEMORY.md"].scores["ranker"] == pytest.approx(1.0)
-    assert got["memory/people.md"].scores["ranker"] == pytest.approx(1.0)
+    # Identical notes: every leg scores them alike, min-max fusion gives 1.0 before decay.
+    assert got["MEMORY.md"].score == pytest.approx(1.0)
+    assert got["memory/people.md"].score == pytest.approx(1.0)
     assert "decay" not in got["MEMORY.md"].scores and "decay" not in got["memory/people.md"].scores
-    assert got["memory/2026-11-28.md"].scores["ranker"] == pytest.approx(0.5 ** (1.5 / 30), abs=1e-5)
-    assert got["notes/undated.md"].scores["ranker"] == pytest.approx(0.25, abs=1e-5)  # by mtime: 60 days
+    assert got["memory/2026-11-28.md"].score == pytest.approx(0.5 ** (1.5 / 30), abs=1e-5)
+    assert got["notes/undated.md"].score == pytest.approx(0.25, abs=1e-5)  # by mtime: 60 days
     old_age = (now - time.mktime(date(2024, 1, 15).timetuple())) / 86400
-    assert got["memory/2024-01-15.md"].scores["ranker"] == pytest.approx(0.5 ** (old_age / 30), abs=1e-5)
+    assert got["memory/2024-01-15.md"].score == pytest.approx(0.5 ** (old_age / 30), abs=1e-5)
     order = [h.path for h in response.results]
     assert order.index("memory/2026-11-28.md") < order.index("notes/undated.md") < order.index("memory/2024-01-15.md")
     assert order[-1] == "memory/2024-01-15.md"  # decayed, yet kept: it is keyword-backed
@@ -172,7 +171,7 @@ def test_decay_disabled_leaves_scores_alone(workspace, make_config, open_index):
     ws = workspace({"memory/2026-11-28.md": NOTE, "memory/2020-01-01.md": NOTE})
     index = open_index(make_config(ws, **{"rerank.enabled": False}))  # fused scores: the two notes tie
     response = index.search("staging cluster blue database replica", explain=True)
-    assert [h.scores["ranker"] for h in response.results] == pytest.approx([1.0, 1.0])
+    assert [h.score for h in response.results] == pytest.approx([1.0, 1.0])
     assert all("decay" not in h.scores for h in response.results)
 
 
