@@ -466,6 +466,11 @@ class Store:
     ) -> list[tuple[int, float]]:
         """`fts_search` of the OR of `phrases` (each quoted, core.query.fts_phrases), the same ids, order and
         scores: from the cached scores of each phrase in large indexes (core.keyword_cache), else FTS5's."""
+        match = " OR ".join(phrases)
+        # A small index never reaches the process-wide cache (nor its lock): its largest chunk id bounds its
+        # chunk count from above, one index lookup, so FTS5 answers it as before.
+        if (self.conn.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0) < CACHE_MIN_CHUNKS:
+            return self.fts_search(match, limit, paths)
         listed = None if paths is None else json.dumps(list(paths))
         found = KEYWORD_CACHES.search(
             str(self.path),
@@ -479,7 +484,7 @@ class Store:
             allowed=None if listed is None else lambda: self._ids_of(listed),
             min_chunks=CACHE_MIN_CHUNKS,
         )
-        return self.fts_search(" OR ".join(phrases), limit, paths) if found is None else found
+        return self.fts_search(match, limit, paths) if found is None else found
 
     def _vectors_changed(self) -> None:
         """Bump the counter that tells in-memory copies of this index (core.vector_matrix, core.keyword_cache,
