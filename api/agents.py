@@ -20,13 +20,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse, load_config
 from core.embedders import create_embedder
 
-if TYPE_CHECKING:
-    from api.search_pool import SearchPool
+
+class SearchPool(Protocol):
+    """What the agents ask of api.search_pool's worker processes (a protocol: that module imports this one)."""
+
+    def search(self, config: Config, query: str, options: dict[str, Any]) -> SearchResponse: ...
+    def warm_up(self) -> None: ...
+    def close(self) -> None: ...
+
 
 DEFAULT_AGENT = "main"
 
