@@ -155,6 +155,18 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str, every: float
     return value
 
 
+def wait_or_dump(proc: subprocess.Popen, timeout: float, log: Path) -> int:
+    """Wait for `proc` to end; past `timeout`, SIGABRT it and fail with the end of its log. Started with
+    PYTHONFAULTHANDLER=1, it then writes every thread's stack to that log: a hang reads as where it hangs."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGABRT)
+        proc.wait(timeout=30)
+        tail = log.read_text(errors="replace")[-12_000:]
+        raise AssertionError(f"{proc.args} still ran {timeout:g} s after being asked to stop:\n{tail}") from None
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     """SIGTERM a server the test started (as a user's Ctrl-C would), SIGKILL it if it has not ended in 30 s."""
     if proc.poll() is None:

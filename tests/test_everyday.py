@@ -27,7 +27,7 @@ from typing import Any
 import apsw
 import httpx
 import pytest
-from conftest import wait_for
+from conftest import wait_for, wait_or_dump
 
 from api.prefect_server import advertisement, free_port
 from core.config import db_path, legacy_db_path
@@ -181,7 +181,12 @@ class Up:
         with open(log, "wb") as out:
             self.process = subprocess.Popen(
                 [MEMSIFT, "--workspace", str(ws), "up", "--port", str(free_port())],
-                env={**env, "PREFECT_UI_ENABLED": "false", "MEMSIFT_API_PORT": str(free_port())},
+                env={
+                    **env,
+                    "PREFECT_UI_ENABLED": "false",
+                    "MEMSIFT_API_PORT": str(free_port()),
+                    "PYTHONFAULTHANDLER": "1",  # a hang at stop dumps its threads (wait_or_dump)
+                },
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -217,7 +222,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     finally:
         if running.process.poll() is None:
             running.process.send_signal(signal.SIGINT)
-            running.process.wait(timeout=120)
+            wait_or_dump(running.process, 120, running.log)
 
 
 # ---------------------------------------------------------------- 4. one `up` per MEMSIFT_HOME

@@ -25,7 +25,7 @@ from uuid import UUID
 
 import httpx
 import pytest
-from conftest import wait_for
+from conftest import wait_for, wait_or_dump
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -132,7 +132,9 @@ class Up:
     def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
         self.log = log
         with open(log, "wb") as out:
-            self.process = subprocess.Popen([MEMSIFT, *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+            self.process = subprocess.Popen(
+                [MEMSIFT, *args], stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONFAULTHANDLER": "1"}
+            )
 
     @property
     def output(self) -> str:
@@ -142,7 +144,7 @@ class Up:
         self.process.send_signal(sig)
         # A deadline, not a pause: the stop waits for the Prefect server (up to 20 s + 20 s) and, on a busy
         # machine, for a run the watcher had started.
-        return self.process.wait(timeout=120)
+        return wait_or_dump(self.process, 120, self.log)
 
     def __enter__(self) -> Up:
         return self
