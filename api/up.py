@@ -69,7 +69,13 @@ def run_up(
     _check_rest_api(main)
     os.environ.setdefault("PREFECT_HOME", str(main.home / "prefect"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # until `serve` takes SIGTERM over
+    # SIGINT stops `up` even when it was started ignoring it (a script's `memsift up &`: a shell without job
+    # control starts background commands with SIGINT ignored, and Python then keeps it ignored). The default
+    # handler, not ours: `asyncio.run` replaces only that one with its own graceful stop of the serve loop.
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupt),  # until `serve` takes SIGTERM over
+    }
     try:
         with _only_up(main.home), ExitStack() as stack:
             ui = _prefect_server(stack, port, main.home)
@@ -77,7 +83,8 @@ def run_up(
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     _say("stopped")
     return 0
 

@@ -126,14 +126,24 @@ def alive(pids: set[int]) -> set[int]:
     return {p for p in pids if Path(f"/proc/{p}").exists()}
 
 
+IGNORING_SIGINT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])",
+]
+
+
 class Up:
     """A `memsift ... up` subprocess; its output goes to a file (a pipe nobody reads could block it)."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, *, sigint_ignored: bool = False) -> None:
         self.log = log
+        # `sigint_ignored`: started as a script's `memsift up &` starts it (a shell without job control ignores
+        # SIGINT in background commands, and exec keeps it ignored); Ctrl-C's signal must stop it all the same.
+        command = [*IGNORING_SIGINT, MEMSIFT, *args] if sigint_ignored else [MEMSIFT, *args]
         with open(log, "wb") as out:
             self.process = subprocess.Popen(
-                [MEMSIFT, *args], stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONFAULTHANDLER": "1"}
+                command, stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONFAULTHANDLER": "1"}
             )
 
     @property
@@ -246,11 +256,13 @@ def test_served_deployments_run_from_the_prefect_cli(tmp_path: Path, workspace, 
 
 def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, workspace, memsift_home: Path) -> None:
     """`memsift up` on its own: its server under $MEMSIFT_HOME/prefect, a searchable index, a new note found
-    through the watcher, and after SIGINT no process of its tree is left."""
+    through the watcher, and after SIGINT no process of its tree is left, though it was started ignoring SIGINT
+    as a script's background job is."""
     port, api_port = free_port(), free_port()
     ws = workspace(NOTES | {"memsift.toml": f"[sync]\nwatchDebounceMs = 200\n[api]\nport = {api_port}\n"})
     env = _env(memsift_home, prefect_home=None)
-    with Up(["--workspace", str(ws), "up", "--port", str(port)], env, tmp_path / "up.log") as up:
+    args = ["--workspace", str(ws), "up", "--port", str(port)]
+    with Up(args, env, tmp_path / "up.log", sigint_ignored=True) as up:
         index = load_config(workspace=ws).db_path
         wait_for(lambda: index.exists() or up.process.poll() is not None, 120, "the first index")
         assert up.process.poll() is None, up.output
