@@ -179,9 +179,11 @@ def test_serve_takes_new_search_settings_and_never_indexes(served) -> None:
     assert top_score(base) == 0.5
 
     (ws / "memsift.toml").write_text(toml + "[chunking]\ntokens = 48\noverlap = 0\n")
+    # Waited for, not read once: the watcher may see the file half-written first (valid, the old chunking).
     status = wait_for(
-        lambda: (s := httpx.get(f"{base}/v1/status", timeout=30).json())["config"]["error"] is None and s, 30, "valid"
+        lambda: (s := httpx.get(f"{base}/v1/status", timeout=30).json())["dirtyReason"] and s, 30, "the new chunking"
     )
+    assert status["config"]["error"] is None
     assert status["dirtyReason"] == "the configuration or model changed: the next sync rebuilds"  # not rebuilt
 
     proc.send_signal(signal.SIGHUP)  # a re-read, not the end of the process
