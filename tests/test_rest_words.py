@@ -8,7 +8,6 @@ import select
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import stop_process
+from conftest import wait_for as poll
 from test_api_server import START_SECONDS, free_port, wait_for
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
@@ -108,10 +108,14 @@ def test_every_sample_request_on_the_docs_page_works(served) -> None:
         else:  # /v1/index starts a run, which completes
             assert r.status_code == 202, (body, r.text)
             run = f"{base}/v1/index/{r.json()['runId']}"
-            for _ in range(600):
-                state = httpx.get(run, timeout=30).json()["state"]
-                if state not in ("SCHEDULED", "PENDING", "RUNNING"):
-                    break
-                time.sleep(0.2)  # polling an HTTP resource, not synchronising threads
-            assert state == "COMPLETED", httpx.get(run, timeout=30).json()
+            done = poll(
+                lambda run=run: (
+                    (job := httpx.get(run, timeout=30).json())["state"] not in ("SCHEDULED", "PENDING", "RUNNING")
+                    and job
+                ),
+                120,
+                "the index run to end",
+                every=0.2,
+            )
+            assert done["state"] == "COMPLETED", done
     assert sent == {"/v1/search", "/v1/get", "/v1/index"}
