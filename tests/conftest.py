@@ -11,6 +11,7 @@ import hashlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -155,16 +156,111 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str, every: float
     return value
 
 
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    return {p for p in pids if Path(f"/proc/{p}").exists()}
+
+
+def kill_all(pids: set[int]) -> None:
+    """SIGKILL what is left of `pids` (a test's processes must not outlive it, even when it fails)."""
+    for pid in alive(pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def wait_or_dump(proc: subprocess.Popen, timeout: float, log: Path) -> int:
     """Wait for `proc` to end; past `timeout`, SIGABRT it and fail with the end of its log. Started with
-    PYTHONFAULTHANDLER=1, it then writes every thread's stack to that log: a hang reads as where it hangs."""
+    PYTHONFAULTHANDLER=1, it then writes every thread's stack to that log: a hang reads as where it hangs.
+    What it started (a Prefect server, flow runs) is killed too, or it would outlive the test run."""
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        left = descendants(proc.pid)
         os.kill(proc.pid, signal.SIGABRT)
         proc.wait(timeout=30)
+        kill_all(left)
         tail = log.read_text(errors="replace")[-12_000:]
         raise AssertionError(f"{proc.args} still ran {timeout:g} s after being asked to stop:\n{tail}") from None
+
+
+MEMSIFT = Path(sys.executable).parent / "memsift"
+# exec with SIGINT ignored, as a shell without job control starts a script's `memsift up &`.
+IGNORING_SIGINT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])",
+]
+
+
+class Up:
+    """A `memsift ... up` subprocess; its output goes to a file (a pipe nobody reads could block it)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, *, sigint_ignored: bool = False) -> None:
+        self.env, self.log = env, log
+        self.home = Path(env["MEMSIFT_HOME"])
+        # `sigint_ignored`: started as a script's `memsift up &` starts it (a shell without job control ignores
+        # SIGINT in background commands, and exec keeps it ignored); Ctrl-C's signal must stop it all the same.
+        command = [*IGNORING_SIGINT, MEMSIFT, *args] if sigint_ignored else [MEMSIFT, *args]
+        with open(log, "wb") as out:
+            self.process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**env, "PYTHONFAULTHANDLER": "1"},  # a hang at stop dumps its threads (wait_or_dump)
+            )
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    @property
+    def api_url(self) -> str:
+        """The Prefect API this `up` advertises in its home."""
+        from api.prefect_server import advertisement
+
+        return advertisement(self.home).read_text()
+
+    def stop(self, sig: signal.Signals = signal.SIGINT) -> int:
+        self.process.send_signal(sig)
+        # A deadline, not a pause: the stop waits for the Prefect server (up to 20 s + 20 s) and, on a busy
+        # machine, for a run the watcher had started.
+        return wait_or_dump(self.process, 120, self.log)
+
+    def __enter__(self) -> Up:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """On a failed test: stop it, then anything it left behind."""
+        if self.process.poll() is None:
+            left = descendants(self.process.pid)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+            kill_all(left)
 
 
 def stop_process(proc: subprocess.Popen) -> None:

