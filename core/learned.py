@@ -477,9 +477,8 @@ def _parse(text: str) -> _Chunk:
     its terms. Callers must not modify the result."""
     where: dict[str, list[int]] = defaultdict(list)
     speakers: dict[str, list[int]] = defaultdict(list)
-    # Lower-cased once for the whole text (lower-casing never adds or removes a line break).
-    for j, (line, low) in enumerate(zip(text.split("\n"), text.lower().split("\n"))):
-        for t in _lower_terms(low):
+    for j, (line, words) in enumerate(zip(text.split("\n"), _line_words(text.lower()))):
+        for t in _stems(words):
             where[t].append(j)
         who = _speaker(line)
         if who is not None:
@@ -488,12 +487,24 @@ def _parse(text: str) -> _Chunk:
 
 
 def _terms(text: str) -> set[str]:
-    return _lower_terms(text.lower())
+    return _stems(_WORD.findall(text.lower()))
 
 
-def _lower_terms(low: str) -> set[str]:
-    """`_terms` of lower-case text: each distinct word once, stop words dropped by one set difference."""
-    return {_stem(w) for w in set(_WORD.findall(low)) - STOP_WORDS}
+def _stems(words: list[str]) -> set[str]:
+    """The stems of the words that are not stop words (each distinct word once)."""
+    return {_stem(w) for w in set(words) - STOP_WORDS}
+
+
+def _line_words(low: str) -> list[list[str]]:
+    """`_WORD.findall` of each line of lower-case text. ASCII text (nearly every note) takes a path in C, three
+    times faster: its non-word bytes become spaces and it is split (`\\w` on ASCII is exactly [0-9A-Za-z_])."""
+    if low.isascii():
+        return [line.split() for line in low.encode().translate(_ASCII_WORDS).decode().split("\n")]
+    return [_WORD.findall(line) for line in low.split("\n")]
+
+
+#: Every byte that is not an ASCII word character or a line break, mapped to a space (`_line_words`).
+_ASCII_WORDS = bytes(c if chr(c).isalnum() and c < 128 or chr(c) in "_\n" else 32 for c in range(256))
 
 
 def _idf(qterms: set[str], chunks: list[_Chunk]) -> dict[str, float]:
@@ -503,7 +514,7 @@ def _idf(qterms: set[str], chunks: list[_Chunk]) -> dict[str, float]:
 
 
 def _speaker(line: str) -> str | None:
-    m = _SPEAKER.match(line)
+    m = _SPEAKER.match(line) if ":" in line else None  # (the pattern needs a colon: most lines skip it)
     return m[1].strip().lower() if m else None
 
 
