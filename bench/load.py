@@ -9,16 +9,19 @@ answered. It reports requests/s and p50/p99 latency per level, and the server's 
 VmHWM, from /proc/<pid>/status). The configuration is the default (MaxSim rerank on; the index is built with
 token bits, `build_query_index(rerank=True)`) unless `--no-rerank`. `--workers 0,2` runs one server after
 the other over the same index and queries, with `api.workers` 0 (searches in the server's threads) and then 2
-(in two worker processes). What bounds a level: the server's CPU seconds per request (utime + stime of its
-process and its worker processes), this script's (the clients'), and the mean time per
-search stage from the server's own `memsift_search_stage_seconds` histograms (scraped from /metrics before
-and after the level); server CPU minus the stages is roughly what HTTP, JSON and threads cost. Everything
-is bounded: a fixed request count per level, a timeout per request, a deadline for the server's start; the
-server is stopped by its pid at the end.
+(in two worker processes). `--code A,B,B,A` does the same over checkouts of memsift: each server runs the code
+of one folder (put first on PYTHONPATH), so two versions are measured side by side in one run, in ABBA order
+against the drift of a shared machine (the index is built once, by this checkout). What bounds a level: the
+server's CPU seconds per request (utime + stime of its process and its worker processes), this script's (the
+clients'), and the mean time per search stage from the server's own `memsift_search_stage_seconds` histograms
+(scraped from /metrics before and after the level); server CPU minus the stages is roughly what HTTP, JSON and
+threads cost. Everything is bounded: a fixed request count per level, a timeout per request, a deadline for
+the server's start; the server is stopped by its pid at the end.
 
     .venv/bin/python bench/load.py                              # defaults: 10,000 chunks, 400 requests a level
     .venv/bin/python bench/load.py --chunks 2000 --distinct 200 --requests 200 --levels 1,8
     .venv/bin/python bench/load.py --distinct 300 --requests 300 --levels 1,8,32 --workers 0,2
+    .venv/bin/python bench/load.py --distinct 300 --requests 300 --levels 1,8 --code /tmp/main,.,.,/tmp/main
 """
 
 from __future__ import annotations
@@ -59,6 +62,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="0",
         help="api.workers of each server, one server after the other over the same index (default 0; e.g. 0,2)",
     )
+    p.add_argument(
+        "--code",
+        default="",
+        help="checkouts of memsift (folders holding core/), a server each, in order (e.g. /tmp/main,.,.,/tmp/main)",
+    )
     p.add_argument("--requests", type=int, default=400, help="requests per level (default 400)")
     p.add_argument("--warmup", type=int, default=20, help="requests before the first level (default 20)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
@@ -70,14 +78,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.levels = [int(n) for n in args.levels.split(",")]
     args.workers = [int(n) for n in args.workers.split(",")]
+    args.code = [str(Path(c).resolve()) for c in args.code.split(",")] if args.code else [None]
     return args
 
 
 def start_server(
-    workspace: Path, home: Path, log_path: Path, rerank: bool, workers: int
+    workspace: Path, home: Path, log_path: Path, rerank: bool, workers: int, code: str | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """`memsift serve` over the index, running the checkout at `code` (None: the installed one)."""
     port = harness.free_port()
     env = dict(os.environ, MEMSIFT_HOME=str(home), MEMSIFT_API_WORKERS=str(workers))
+    if code is not None:
+        env["PYTHONPATH"] = code
     if not rerank:  # the configuration the index was built with
         env["MEMSIFT_RERANK_ENABLED"] = "false"
     memsift = Path(sys.executable).with_name("memsift")
@@ -223,11 +235,18 @@ def measure_level(pid: int, base: str, queries: list[str], clients: int, args: a
     return level
 
 
+def describe(code: str | None) -> str:
+    """A checkout as the tables name it: its folder and commit (`?` outside git)."""
+    code = code or str(BENCH.parent)
+    found = subprocess.run(["git", "-C", code, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return f"{code} ({found.stdout.strip() or '?'})"
+
+
 def table(results: dict[str, Any]) -> str:
     rows = [
-        "| workers | clients | requests | requests/s | p50 ms | p99 ms | max ms | core tookMs p50 | failures "
+        "| code | workers | clients | requests | requests/s | p50 ms | p99 ms | max ms | core tookMs p50 | failures "
         "| server CPU ms/req | client CPU ms/req | stage ms/req | load avg | RSS after, MiB (processes) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for level in results["levels"]:
         lat = level["latency_ms"]
@@ -235,7 +254,8 @@ def table(results: dict[str, Any]) -> str:
         mem = level["memory_mib"]
         stages = ", ".join(f"{k} {v}" for k, v in level["stage_ms_per_request"].items())
         rows.append(
-            f"| {level['workers']} | {level['clients']} | {level['requests']} | {level['requests_per_s']} "
+            f"| {level['code']} | {level['workers']} | {level['clients']} | {level['requests']} "
+            f"| {level['requests_per_s']} "
             f"| {lat['p50']} | {lat['p99']} | {lat['max']} | {level['core_took_ms_p50']} "
             f"| {sum(level['failures'].values())} | {cpu['server']} | {cpu['clients']} | {stages} "
             f"| {level['loadavg']} | {mem['VmRSS']} ({mem['processes']}) |"
@@ -244,8 +264,9 @@ def table(results: dict[str, Any]) -> str:
     rows.append(f"Index: {results['index']['chunks']} chunks in {results['index']['files']} files.")
     for mem in results["memory_mib"]:
         rows.append(
-            f"Server RSS with api.workers {mem['workers']} (all its processes): {mem['ready']['VmRSS']} MiB when "
-            f"ready, {mem['end']['VmRSS']} MiB at the end, peaks summed {mem['end']['VmHWM']} MiB."
+            f"Server RSS of {mem['code']} with api.workers {mem['workers']} (all its processes): "
+            f"{mem['ready']['VmRSS']} MiB when ready, {mem['end']['VmRSS']} MiB at the end, "
+            f"peaks summed {mem['end']['VmHWM']} MiB."
         )
     return "\n".join(rows)
 
@@ -273,20 +294,21 @@ def main(argv: list[str] | None = None) -> int:
         # Every server gets the same queries at the same level, so the servers compare like for like.
         pool = list(dict.fromkeys(corpus.make_queries(args.seed + 1, 4 * args.requests * len(args.levels))))
         results["memory_mib"] = []
-        for workers in args.workers:
-            log_path = tmp / f"serve-{workers}.log"
-            proc, base = start_server(built.config.workspace, built.config.home, log_path, args.rerank, workers)
-            harness.log(f"memsift serve pid {proc.pid} (api.workers {workers}) ready at {base}")
-            memory = {"workers": workers, "ready": memory_of(proc.pid)}
+        for n, (code, workers) in enumerate((code, workers) for code in args.code for workers in args.workers):
+            log_path = tmp / f"serve-{n}-{workers}.log"
+            proc, base = start_server(built.config.workspace, built.config.home, log_path, args.rerank, workers, code)
+            label = describe(code)
+            harness.log(f"memsift serve pid {proc.pid} ({label}, api.workers {workers}) ready at {base}")
+            memory = {"code": label, "workers": workers, "ready": memory_of(proc.pid)}
             warmup = corpus.make_queries(args.seed + 2, args.warmup)
             asyncio.run(run_level(base, warmup, max(1, workers), args.warmup, args.timeout))
-            for n, clients in enumerate(args.levels):
-                queries = pool[n * len(pool) // len(args.levels) : (n + 1) * len(pool) // len(args.levels)]
+            for k, clients in enumerate(args.levels):
+                queries = pool[k * len(pool) // len(args.levels) : (k + 1) * len(pool) // len(args.levels)]
                 level = measure_level(proc.pid, base, queries, clients, args)
-                results["levels"].append({"workers": workers} | level)
+                results["levels"].append({"code": label, "workers": workers} | level)
                 lat = level["latency_ms"]
                 harness.log(
-                    f"workers {workers}, {clients} clients: {level['requests_per_s']} requests/s, "
+                    f"{label}, workers {workers}, {clients} clients: {level['requests_per_s']} requests/s, "
                     f"p50 {lat['p50']} ms, p99 {lat['p99']} ms"
                 )
             memory["end"] = memory_of(proc.pid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -200,3 +201,134 @@ def test_stores_of_one_file_share_one_cache(store: Store, large) -> None:
         _same(other.keyword_search(phrases, 5), store.fts_search(" OR ".join(phrases), 5))
     assert KEYWORD_CACHES._indexes[str(store.path)] is cached  # not reloaded, and no phrase filled again
     assert all(cached.phrases[p] is f for p, f in zip(phrases, filled))
+
+
+# Concurrency: the lock guards the cache's dictionaries, never the SQL behind them. Each test holds one thread
+# inside its phrase's read (an Event it waits on) and shows another thread getting through meanwhile.
+WAIT = 30  # seconds a thread waits for the other before the test fails (a guard against hanging, not a timing)
+
+
+def _ids_of(n: int):
+    return lambda: np.arange(1, n + 1, dtype=np.int64)
+
+
+def _run(target, *args) -> tuple[threading.Thread, list]:
+    """`target(*args)` in a thread; its result or exception lands in the returned list."""
+    out: list = []
+
+    def body() -> None:
+        try:
+            out.append(target(*args))
+        except BaseException as exc:  # noqa: BLE001  (reported to the test, which asserts on it)
+            out.append(exc)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_cached_phrase_is_answered_while_another_phrase_is_read() -> None:
+    caches = KeywordCaches()
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(phrase: str) -> list[tuple[int, float]]:
+        if phrase == '"new"':
+            inside.set()
+            assert release.wait(WAIT)
+        return [(3, -1.5), (5, -0.5)]
+
+    search = lambda phrase: caches.search("x", 1, _ids_of(10), [phrase], slow, 5, min_chunks=1)  # noqa: E731
+    assert search('"known"') == [(3, -1.5), (5, -0.5)]  # cached before the slow read starts
+    reading, first = _run(search, '"new"')
+    assert inside.wait(WAIT)
+    other, second = _run(search, '"known"')
+    other.join(WAIT)
+    done_while_reading = not other.is_alive() and reading.is_alive()
+    release.set()
+    reading.join(WAIT)
+    assert done_while_reading  # the old lock held it until the slow read ended
+    assert second == [[(3, -1.5), (5, -0.5)]] and first == [[(3, -1.5), (5, -0.5)]]
+
+
+def test_two_new_phrases_are_read_at_the_same_time() -> None:
+    caches = KeywordCaches()
+    both = threading.Barrier(2, timeout=WAIT)  # passed only when both threads are inside their reads at once
+
+    def meet(phrase: str) -> list[tuple[int, float]]:
+        both.wait()
+        return [(int(phrase.strip('"')), -1.0)]
+
+    search = lambda phrase: caches.search("x", 1, _ids_of(10), [phrase], meet, 5, min_chunks=1)  # noqa: E731
+    runs = [_run(search, f'"{n}"') for n in (2, 7)]
+    for thread, _ in runs:
+        thread.join(WAIT)
+    assert [out for _, out in runs] == [[[(2, -1.0)]], [[(7, -1.0)]]]
+    assert set(caches._indexes["x"].phrases) == {'"2"', '"7"'} and not caches._indexes["x"].filling
+
+
+def test_a_phrase_being_read_is_awaited_not_read_again() -> None:
+    caches = KeywordCaches()
+    inside, release = threading.Event(), threading.Event()
+    reads: list[str] = []
+
+    def slow(phrase: str) -> list[tuple[int, float]]:
+        reads.append(phrase)
+        inside.set()
+        assert release.wait(WAIT)
+        return [(4, -2.0)]
+
+    search = lambda: caches.search("x", 1, _ids_of(10), ['"p"'], slow, 5, min_chunks=1)  # noqa: E731
+    first, out1 = _run(search)
+    assert inside.wait(WAIT)
+    second, out2 = _run(search)  # finds the read in progress, or (if it finished first) its cached result
+    release.set()
+    first.join(WAIT)
+    second.join(WAIT)
+    assert out1 == out2 == [[(4, -2.0)]] and reads == ['"p"']
+
+
+def test_a_failed_read_fails_its_search_only() -> None:
+    caches = KeywordCaches()
+    inside, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def flaky(phrase: str) -> list[tuple[int, float]]:
+        calls.append(1)
+        if len(calls) == 1:
+            inside.set()
+            assert release.wait(WAIT)
+            raise RuntimeError("connection closed")
+        return [(6, -1.0)]
+
+    search = lambda: caches.search("x", 1, _ids_of(10), ['"p"'], flaky, 5, min_chunks=1)  # noqa: E731
+    failing, out1 = _run(search)
+    assert inside.wait(WAIT)
+    other, out2 = _run(search)  # awaits the failing read, then reads the phrase itself
+    release.set()
+    failing.join(WAIT)
+    other.join(WAIT)
+    assert isinstance(out1[0], RuntimeError) and out2 == [[(6, -1.0)]] and len(calls) == 2
+    assert list(caches._indexes["x"].phrases) == ['"p"'] and not caches._indexes["x"].filling
+
+
+def test_the_chunk_ids_are_read_outside_the_lock() -> None:
+    caches = KeywordCaches()
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_ids() -> np.ndarray:
+        inside.set()
+        assert release.wait(WAIT)
+        return np.arange(1, 11, dtype=np.int64)
+
+    def scores(phrase: str) -> list[tuple[int, float]]:
+        return [(1, -1.0)]
+
+    caches.search("a", 1, _ids_of(10), ['"p"'], scores, 5, min_chunks=1)
+    loading, _ = _run(caches.search, "b", 1, slow_ids, ['"p"'], scores, 5, None, 1)  # another index's first use
+    assert inside.wait(WAIT)
+    other, out = _run(caches.search, "a", 1, _ids_of(10), ['"p"'], scores, 5, None, 1)
+    other.join(WAIT)
+    done_while_loading = not other.is_alive() and loading.is_alive()
+    release.set()
+    loading.join(WAIT)
+    assert done_while_loading and out == [[(1, -1.0)]]

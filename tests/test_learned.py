@@ -1,5 +1,7 @@
 """The learned ranker's features on hand-built chunks, and its numpy logistic regression."""
 
+import random
+import string
 from datetime import date
 
 import numpy as np
@@ -217,3 +219,14 @@ def test_a_search_feeds_each_candidate_its_own_line_maxsim(workspace, make_confi
     assert np.allclose(x[:, COL["maxsim"]], alone[:, 0], atol=1e-6)
     names = ["maxsim_line_best", "maxsim_line_second", "maxsim_window_best"]
     assert np.allclose(x[:, [COL[n] for n in names]], alone[:, 1:], atol=1e-6)
+
+
+def test_words_of_ascii_lines_are_the_regex_words():
+    """The C path for ASCII text (`_line_words`) finds exactly the words `\\w+` finds, line by line."""
+    rng = random.Random(11)
+    alphabet = string.printable + "_" * 5  # letters, digits, punctuation, tabs, \r, \v, \f and line breaks
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 300))) for _ in range(300)]
+    texts += ["caroline: hi_there 2023-05-08\n\n- **user**: x.y(z) a\tb\r\nend", "", "\n", "café naïve\nplain"]
+    for text in texts:
+        low = text.lower()
+        assert learned._line_words(low) == [learned._WORD.findall(line) for line in low.split("\n")]

@@ -11,7 +11,17 @@ from core.embedders import EmbedderWrapper
 from core.embedders.local import LocalEmbedder
 from core.rerankers import RerankError
 from core.rerankers.local import token_capture
-from core.rerankers.maxsim import MaxSimReranker, line_maxsim, line_maxsim_many, pack, unpack, unpack_lines
+from core.rerankers.maxsim import (
+    BLOCK_ROWS,
+    MaxSimReranker,
+    line_maxsim,
+    line_maxsim_many,
+    pack,
+    packed_many,
+    products,
+    unpack,
+    unpack_lines,
+)
 from core.rerankers.shortlist import ScoreCache, rerank_shortlist, wanted
 
 
@@ -158,6 +168,22 @@ def test_many_documents_at_once_score_as_each_alone():
             per_line = sorted(brute[1:], reverse=True) + [0.0]
             windows = [(query @ signs[(lines >= ln) & (lines < ln + 3)].T).max(axis=1).mean() for ln in set(lines)]
             assert row == pytest.approx([brute[0], per_line[0], per_line[1], max(windows)], abs=1e-5)
+
+
+@pytest.mark.parametrize("rows", [0, 1, BLOCK_ROWS - 1, BLOCK_ROWS, BLOCK_ROWS + 1, 3 * BLOCK_ROWS + 17])
+def test_packed_bits_multiply_as_their_unpacked_rows(rows):
+    """Unpacked block by block, the product is the product with every row unpacked at once (no row skipped or
+    repeated at a block's edge), and so are the line signals computed from it."""
+    rng = np.random.default_rng(rows)
+    states = rng.normal(size=(rows, 384)).astype(np.float32)
+    lines = rng.integers(0, 40, size=rows)
+    blobs = [pack(states[: rows // 3], lines[: rows // 3]), pack(states[rows // 3 :], lines[rows // 3 :])]
+    bits, packed_lines = packed_many(blobs, 384)
+    signs = np.concatenate([unpack(b, 384) for b in blobs])
+    query = rng.normal(size=(7, 384)).astype(np.float32)
+    assert bits.dtype == np.uint8 and bits.shape == (rows, 48)
+    assert np.allclose(products(query, bits), query @ signs.T, rtol=1e-6, atol=1e-6)
+    assert np.allclose(line_maxsim_many(query, bits, packed_lines), line_maxsim_many(query, signs, packed_lines))
 
 
 def test_document_tokens_carry_the_line_of_each_token():

@@ -145,7 +145,7 @@ class MaxSimReranker:
         if todo:
             for i, blob in zip(todo, self.document_tokens([documents[i] for i in todo])[1]):
                 blobs[i] = blob
-        return line_maxsim_many(self.query_tokens(query), *unpack_many([b for b in blobs if b is not None], self._dims))
+        return line_maxsim_many(self.query_tokens(query), *packed_many([b for b in blobs if b is not None], self._dims))
 
     def score(self, query: str, documents: list[str], packed: list[bytes | None] | None = None) -> list[float]:
         """MaxSim of each document; `packed` holds stored token bits where the index has them."""
@@ -173,9 +173,9 @@ def line_maxsim(query_tokens: np.ndarray, signs: np.ndarray, lines: np.ndarray) 
 
 def line_maxsim_many(query_tokens: np.ndarray, signs: np.ndarray, lines: list[np.ndarray]) -> np.ndarray:
     """`line_maxsim` of many documents at once, one row each: `signs` holds every document's token rows one
-    document after the other, `lines` each document's token lines. A single product of the query's tokens
-    with all of them, and per-line maxima by one `reduceat` (the learned ranker asks this of every
-    candidate of every search)."""
+    document after the other (as floats, or as the stored sign bits, `packed_many`), `lines` each document's
+    token lines. A single product of the query's tokens with all of them (`products`), and per-line maxima by
+    one `reduceat` (the learned ranker asks this of every candidate of every search)."""
     out = np.zeros((len(lines), 1 + len(LINE_SIGNALS)))
     if not len(signs):
         return out
@@ -184,7 +184,7 @@ def line_maxsim_many(query_tokens: np.ndarray, signs: np.ndarray, lines: list[np
     keys = np.concatenate([ln + off for ln, off in zip(lines, offsets[:-1])])
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
-    sim = (query_tokens @ signs.T)[:, order]  # reorder the small product, not the token rows
+    sim = products(query_tokens, signs[order])  # token rows in (document, line) order
     present, starts = np.unique(keys, return_index=True)
     dense = np.full((len(query_tokens), int(offsets[-1])), -np.inf, dtype=np.float32)
     dense[:, present] = np.maximum.reduceat(sim, starts, axis=1)
@@ -221,14 +221,42 @@ def unpack_lines(blob: bytes, dims: int) -> tuple[np.ndarray, np.ndarray]:
     return signs, lines
 
 
-def unpack_many(blobs: list[bytes], dims: int) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Many blobs' sign rows as one matrix (one unpacking, one conversion) and each blob's token lines."""
+def packed_many(blobs: list[bytes], dims: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Many blobs' sign bits as one uint8 matrix (a row of dims/8 bytes per token) and each blob's token lines."""
     width = dims // 8
     counts = [len(b) // (width + 2) for b in blobs]
     bits = b"".join(b[: n * width] for b, n in zip(blobs, counts))
     lines = [np.frombuffer(b, dtype="<u2", offset=n * width, count=n).astype(np.int64) for b, n in zip(blobs, counts)]
-    table = _SIGNS / np.sqrt(dims, dtype=np.float32)  # one lookup per byte gives its 8 scaled signs
-    return np.take(table, np.frombuffer(bits, dtype=np.uint8), axis=0).reshape(-1, dims), lines
+    return np.frombuffer(bits, dtype=np.uint8).reshape(-1, width), lines
+
+
+def unpack_many(blobs: list[bytes], dims: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Many blobs' sign rows as one float matrix (`unpack` of each, one after the other) and their lines."""
+    bits, lines = packed_many(blobs, dims)
+    return _signs(bits, dims), lines
+
+
+#: Token rows unpacked and multiplied at a time: a block of floats (256 x 384 x 4 bytes) stays in the cache,
+#: where unpacking a whole pool (~10,000 rows, 15 MB) at once allocated and streamed it through memory.
+BLOCK_ROWS = 256
+
+
+def products(query_tokens: np.ndarray, signs: np.ndarray) -> np.ndarray:
+    """`query_tokens @ signs.T`, where `signs` may also be packed sign bits (uint8 rows, `packed_many`): those
+    are unpacked BLOCK_ROWS rows at a time, each block multiplied while it is in the cache."""
+    if signs.dtype != np.uint8:
+        return query_tokens @ signs.T
+    dims = signs.shape[1] * 8
+    out = np.empty((len(query_tokens), len(signs)), dtype=np.result_type(query_tokens.dtype, np.float32))
+    for start in range(0, len(signs), BLOCK_ROWS):
+        block = _signs(signs[start : start + BLOCK_ROWS], dims)
+        np.matmul(query_tokens, block.T, out=out[:, start : start + BLOCK_ROWS])
+    return out
+
+
+def _signs(bits: np.ndarray, dims: int) -> np.ndarray:
+    """Bit rows as +-1/sqrt(dims) float rows: one lookup per byte gives its 8 scaled signs."""
+    return np.take(_SIGNS / np.sqrt(dims, dtype=np.float32), bits, axis=0).reshape(-1, dims)
 
 
 #: Each byte's 8 bits as +-1 (most significant first, as np.packbits writes them): unpacking is one lookup.
