@@ -9,7 +9,8 @@ Prints both per category, and the top scores.
 
 The companion figure, locomo-dev recall at the default floor against no floor, is two `memsift eval` runs:
 `memsift eval ../shared/bench/locomo-dev/queries.jsonl --min-score X` with X the default, and with 0.
-Both sets are held out: bench/train_calibration.py never reads them (figures: bench/README.md, "Issue 18").
+Both sets are held out: bench/train_calibration.py never reads them, though their figures guided the choice
+of features (figures: bench/README.md, "Issue 18").
 """
 
 from __future__ import annotations
