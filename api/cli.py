@@ -77,10 +77,11 @@ def _parser() -> _Parser:
         "--min-score",
         type=_bounded(float, 0.0, 1.0),
         metavar="X",
-        help="floor for hits found only by meaning: such a hit needs cosine similarity >= X to the query; "
-        "a hit that matched a query word is always kept. With search.calibrate = true, hybrid scores are the "
-        "calibrated estimate that the hit is relevant, X drops hits under it, and when every hit is under X "
-        "the search abstains: no hits, and says so "
+        help="floor on hybrid scores, which are calibrated estimates that the hit is relevant: hits under X are "
+        "dropped (a prefix of the order is kept), and when every hit is under X the search abstains: no hits, "
+        "and says so. 0 turns the floor off. In keyword or vector mode (or with search.calibrate = false) X "
+        "is the old rule: a hit found only by meaning needs cosine similarity >= X, a hit that matched a query "
+        "word is always kept "
         f"(default: search.minScore, {default('search.minScore')})",
     )
     search.add_argument(

@@ -50,10 +50,11 @@ class SearchRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
             Meta(
                 ge=0.0,
                 le=1.0,
-                description="floor for hits found only by meaning: such a hit needs this cosine similarity; a hit "
-                "that matched a query word is always kept. With `search.calibrate`, hybrid scores are the calibrated "
-                "estimate that the hit is relevant, this drops hits under it, and a search whose hits are all under "
-                "it abstains (`abstained`); default 0.35 (`search.minScore`)",
+                description="floor on hybrid scores, which are calibrated estimates that the hit is relevant: hits "
+                "under it are dropped (a prefix of the order is kept), and a search whose hits are all under it "
+                "abstains (`abstained`); 0 turns it off. In keyword or vector mode (or with `search.calibrate = "
+                "false`) a hit found only by meaning needs this cosine, a hit that matched a query word is always "
+                "kept; default 0.35 (`search.minScore`)",
                 examples=[0.35],
             ),
         ]

@@ -1,12 +1,16 @@
-"""The abstention check (issue 18): questions about things absent from a workspace should get no hit above
-the default floor (`search.minScore`). Prints the share that abstained, per category, and the top scores.
+"""The abstention check (issue 18), two held-out sets at the default floor (`search.minScore`):
+- queries.jsonl, questions about things absent from a workspace: the share that abstained (no hit);
+- answerable.jsonl, paraphrase questions over tiny workspaces that hold the answer: the share answered with
+  the right note among the hits (a floor that abstains on those fails the agent that asks).
+Prints both per category, and the top scores.
 
     MEMSIFT_HOME=/tmp/memsift-quality .venv/bin/python bench/abstention.py [--shared ../shared/bench] [--floor X]
         [--learned]
 
 The companion figure, locomo-dev recall at the default floor against no floor, is two `memsift eval` runs:
 `memsift eval ../shared/bench/locomo-dev/queries.jsonl --min-score X` with X the default, and with 0.
-This set is held out: bench/train_calibration.py never reads it (figures: bench/README.md, "Issue 18").
+Both sets are held out: bench/train_calibration.py never reads them, though their figures guided the choice
+of features (figures: bench/README.md, "Issue 18").
 """
 
 from __future__ import annotations
@@ -36,33 +40,43 @@ def main() -> None:
     args = ap.parse_args()
     config = load_config(None, overrides={"rerank.method": "learned"} if args.learned else {})
     floor = config.search.minScore if args.floor is None else args.floor
-    queries = [json.loads(line) for line in (HERE / "queries.jsonl").read_text().splitlines() if line.strip()]
-    abstained: dict[str, list[bool]] = defaultdict(list)
-    tops: list[float] = []
+
+    def load(name: str) -> list[dict]:
+        return [json.loads(line) for line in (HERE / name).read_text().splitlines() if line.strip()]
+
+    passed: dict[str, list[bool]] = defaultdict(list)  # absent: abstained; answerable: the right note in the hits
+    tops: dict[str, list[float]] = defaultdict(list)
     indexes: dict[Path, MemoryIndex] = {}
     try:
-        for q in queries:
-            ws = (args.shared / q["sharedWorkspace"] if "sharedWorkspace" in q else HERE / q["workspace"]).resolve()
-            if ws not in indexes:
-                agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]  # as `memsift eval` names it
-                indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
-                indexes[ws].sync()
-            answer = indexes[ws].search(q["query"], max_results=10, min_score=floor)
-            top = answer.results
-            tops.append(top[0].score if top else 0.0)
-            if not top and not answer.abstained:  # no candidate at all is no abstention: say so
-                print(f"  nothing found ({answer.empty}): {q['query']}")
-            abstained[q["category"]].append(not top)
-            if top:
-                print(f"  answered ({top[0].score:.3f}): {q['query']}  [{top[0].path}]")
+        for kind, queries in (("absent", load("queries.jsonl")), ("answerable", load("answerable.jsonl"))):
+            for q in queries:
+                ws = (args.shared / q["sharedWorkspace"] if "sharedWorkspace" in q else HERE / q["workspace"]).resolve()
+                if ws not in indexes:
+                    agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]  # as `memsift eval` names it
+                    indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
+                    indexes[ws].sync()
+                answer = indexes[ws].search(q["query"], max_results=10, min_score=floor)
+                top = answer.results
+                tops[kind].append(top[0].score if top else 0.0)
+                if not top and not answer.abstained:  # no candidate at all is no abstention: say so
+                    print(f"  nothing found ({answer.empty}): {q['query']}")
+                wanted = {r["path"] for r in q["relevant"]}
+                ok = not top if kind == "absent" else any(h.path in wanted for h in top)
+                passed[q["category"]].append(ok)
+                if not ok:
+                    said = f"{top[0].score:.3f} [{top[0].path}]" if top else answer.abstained
+                    print(f"  {kind} failed: {q['query']}  ({said})")
     finally:
         for index in indexes.values():
             index.close()
-    every = [a for rows in abstained.values() for a in rows]
-    for name, rows in sorted(abstained.items()):
-        print(f"{name:<18}{len(rows):>4} questions, abstained {sum(rows) / len(rows):.3f}")
-    print(f"{'overall':<18}{len(every):>4} questions, abstained {sum(every) / len(every):.3f} at floor {floor}")
-    print(f"top score of the answers (0: none): median {statistics.median(tops):.3f}, max {max(tops):.3f}")
+    for kind, verb in (("absent", "abstained"), ("answerable", "answered")):
+        every = [a for name, rows in passed.items() if name.startswith(kind) for a in rows]
+        for name, rows in sorted(passed.items()):
+            if name.startswith(kind):
+                print(f"{name:<20}{len(rows):>4} questions, {verb} {sum(rows) / len(rows):.3f}")
+        share = sum(every) / len(every)
+        print(f"{kind + ' overall':<20}{len(every):>4} questions, {verb} {share:.3f} at floor {floor}")
+        print(f"  top score (0: none): median {statistics.median(tops[kind]):.3f}, max {max(tops[kind]):.3f}")
 
 
 if __name__ == "__main__":

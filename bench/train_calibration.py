@@ -3,24 +3,33 @@
     MEMSIFT_HOME=/tmp/memsift-quality .venv/bin/python bench/train_calibration.py            # CV, writes the model
     MEMSIFT_HOME=/tmp/memsift-quality .venv/bin/python bench/train_calibration.py --cv-only
 
-Training questions (never bench/abstention/queries.jsonl, the held-out check):
+Training questions (never bench/abstention/, the held-out check):
 - every locomo-dev question asked of its own workspace: a hit is relevant when it covers a labelled line;
 - the same question asked of the next conversation's workspace: nothing there is relevant;
 - the same, with the conversation's two speakers' names replaced by the other conversation's speakers, so a
   known person asked about something never mentioned looks like a negative too;
+- 50 small workspaces (1 to 8 of a conversation's daily notes, 4-30 chunks) asked questions whose evidence
+  they hold and questions whose evidence they lack, so the models see the sizes of a new agent's memory;
 - cosqa-dev web questions and identifiers (code memory), so that calibration does not learn chat logs.
 
+The question model is weighted to a prior (`--prior`, the share of questions taken as answerable): it sets
+where scores fall, and 0.85 puts the default floor `search.minScore` 0.35 (SPEC's) where the CV keeps
+locomo-dev recall and abstains on questions about something absent (bench/README.md, "Issue 18").
+
 Each question goes through the real search once (default configuration, no floor); what calibration reads
-(`core.calibration.Inputs`) and the labels of the ordered hits are cached in --cache, so fitting and the CV
-run offline in seconds. The CV fits on four conversations (all three kinds) plus cosqa and scores the fifth;
-cosqa is scored by a model fitted on locomo-dev alone.
+(`core.calibration.Inputs`) and the labels of the ordered hits are cached per set in --cache, so fitting and
+the CV run offline in minutes (delete the cache when what a set asks or what calibration reads changes). The
+CV fits on four conversations (every kind, their small workspaces included) plus cosqa and scores the
+fifth; cosqa is scored by a model fitted on locomo-dev alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import pickle
+import random
 import re
+import shutil
 import statistics
 import sys
 from collections import Counter, defaultdict
@@ -67,47 +76,101 @@ def variants(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def collect(shared: Path, cache: Path) -> list[dict[str, Any]]:
-    """Every training question through the real search, its calibration inputs and its hits' labels."""
-    if cache.exists():
-        return pickle.loads(cache.read_bytes())
-    config = load_config(None)
-    sets = [(shared / "locomo-dev/queries.jsonl", variants(shared / "locomo-dev/queries.jsonl"))]
-    for name in ("queries.jsonl", "queries_ident.jsonl"):
-        sets.append(
-            (
-                shared / "cosqa-dev" / name,
-                [q | {"kind": "code", "group": "cosqa"} for q in load_queries(shared / "cosqa-dev" / name)],
-            )
-        )
+def small_workspaces(path: Path, out: Path, per_conversation: int = 10, asked: int = 8) -> list[dict[str, Any]]:
+    """Small workspaces (a few to ~20 chunks), so the models see the sizes of a new agent's memory: subsets
+    of one conversation's sessions (1 to 8 daily notes), built around a question whose evidence sessions are
+    kept (every other workspace) or left out. Each is asked up to `asked` questions whose evidence it holds
+    whole (kind "small": answerable, labelled), up to `asked` whose evidence it holds none of ("small-absent")
+    and up to `asked` of the next conversation ("small-other": other people, so names found nowhere, the one
+    sign of absence that counts at every size); the last two are negatives when one of their content terms is
+    then found nowhere, as for "other"."""
+    rng = random.Random(18)
+    queries = [q for q in load_queries(path) if q["relevant"]]
+    by_space: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for q in queries:
+        by_space[q["workspace"]].append(q)
+    if out.exists():
+        shutil.rmtree(out)
+    made: list[dict[str, Any]] = []
+    spaces = sorted(by_space)
+    for space, qs in sorted(by_space.items()):
+        notes = sorted(p.relative_to(path.parent / space) for p in (path.parent / space).rglob("*.md"))
+        for n in range(per_conversation):
+            anchor = rng.choice(qs)
+            needed = {r["path"] for r in anchor["relevant"]}
+            others = [p for p in notes if str(p) not in needed]
+            size = rng.choice((1, 2, 3, 4, 6, 8))
+            kept = set(rng.sample(others, min(size, len(others))))
+            if n % 2 == 0:
+                kept |= {Path(p) for p in needed}
+            name = f"{Path(space).name}-s{n:02d}"
+            for note in kept:
+                (out / name / note).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path.parent / space / note, out / name / note)
+            held = {str(p) for p in kept}
+            whole = [q for q in qs if {r["path"] for r in q["relevant"]} <= held]
+            none = [q for q in qs if not {r["path"] for r in q["relevant"]} & held]
+            foreign = by_space[spaces[(spaces.index(space) + 1) % len(spaces)]]
+            for kind, pool in (("small", whole), ("small-absent", none), ("small-other", foreign)):
+                for q in rng.sample(pool, min(asked, len(pool))):
+                    relevant = q["relevant"] if kind == "small" else []
+                    made.append(q | {"workspace": name, "relevant": relevant, "kind": kind, "group": space})
+    return made
+
+
+def ask(config: Any, base: Path, queries: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
+    """Each question through the real search (calibrated, no floor): what calibration read and the labels of
+    the ordered hits (relevant: the hit covers a labelled line)."""
     rows: list[dict[str, Any]] = []
-    for path, queries in sets:
-        indexes: dict = {}
-        try:
-            for n, q in enumerate(queries):
-                index = query_index(indexes, config, path.resolve().parent, q)
-                seen: list = []
-                index.search(
-                    q["query"],
-                    max_results=calibration.HEAD,
-                    min_score=0.0,
-                    collect_calibration=lambda inp, cands, chunk, seen=seen: seen.append(
-                        (inp, [Span(chunk[c.id].path, chunk[c.id].start_line, chunk[c.id].end_line) for c in cands])
-                    ),
-                )
-                if not seen:
-                    continue
-                inputs, spans = seen[0]
-                wanted = {(r["path"], int(r["line"])) for r in q["relevant"]}
-                y = [any(p == s.path and s.startLine <= ln <= s.endLine for p, ln in wanted) for s in spans]
-                rows.append({"q": q, "inputs": inputs, "spans": spans, "y": np.array(y, dtype=np.float64)})
-                if n % 200 == 0:
-                    print(f"  {path.parent.name}/{path.name}: {n}/{len(queries)}", file=sys.stderr, flush=True)
-        finally:
-            for index in indexes.values():
-                index.close()
-    cache.write_bytes(pickle.dumps(rows))
+    indexes: dict = {}
+    try:
+        for n, q in enumerate(queries):
+            index = query_index(indexes, config, base, q)
+            seen: list = []
+            index.search(
+                q["query"],
+                max_results=calibration.HEAD,
+                min_score=0.0,
+                collect_calibration=lambda inp, cands, chunk, seen=seen: seen.append(
+                    (inp, [Span(chunk[c.id].path, chunk[c.id].start_line, chunk[c.id].end_line) for c in cands])
+                ),
+            )
+            if not seen:
+                continue
+            inputs, spans = seen[0]
+            wanted = {(r["path"], int(r["line"])) for r in q["relevant"]}
+            y = [any(p == s.path and s.startLine <= ln <= s.endLine for p, ln in wanted) for s in spans]
+            rows.append({"q": q, "inputs": inputs, "spans": spans, "y": np.array(y, dtype=np.float64)})
+            if n % 200 == 0:
+                print(f"  {label}: {n}/{len(queries)}", file=sys.stderr, flush=True)
+    finally:
+        for index in indexes.values():
+            index.close()
     return rows
+
+
+def collect(shared: Path, cache: Path, small_dir: Path) -> list[dict[str, Any]]:
+    """Every training question through the real search, per set; the cache keeps each set once collected
+    (delete it when what a set asks, or what calibration reads, changes)."""
+    done: dict[str, list[dict[str, Any]]] = pickle.loads(cache.read_bytes()) if cache.exists() else {}
+    config = load_config(None, overrides={"search.calibrate": True})
+    locomo = shared / "locomo-dev/queries.jsonl"
+    sets = {
+        "locomo-dev": lambda: (locomo.parent, variants(locomo)),
+        "small": lambda: (small_dir, small_workspaces(locomo, small_dir)),
+    }
+    for name in ("queries.jsonl", "queries_ident.jsonl"):
+        path = shared / "cosqa-dev" / name
+        sets[f"cosqa-dev/{name}"] = lambda path=path: (
+            path.parent,
+            [q | {"kind": "code", "group": "cosqa"} for q in load_queries(path)],
+        )
+    for name, make in sets.items():
+        if name not in done:
+            base, queries = make()
+            done[name] = ask(config, base.resolve(), queries, name)
+            cache.write_bytes(pickle.dumps(done))
+    return [r for rows in done.values() for r in rows]
 
 
 def about_absent(row: dict[str, Any]) -> bool:
@@ -117,29 +180,35 @@ def about_absent(row: dict[str, Any]) -> bool:
     return min(row["inputs"].df, default=1) == 0
 
 
-def fit(rows: list[dict[str, Any]], l2: float, meta: dict | None = None) -> calibration.Calibrator:
-    """The question model on own and code questions (answerable when a hit of the head is relevant) and on
-    the questions about something absent; the hit model on the hits of answerable questions."""
-    asked = [r for r in rows if r["q"]["kind"] in ("own", "code") or about_absent(r)]
+ANSWERABLE = ("own", "code", "small")
+
+
+def fit(rows: list[dict[str, Any]], l2: float, prior: float, meta: dict | None = None) -> calibration.Calibrator:
+    """The question model on answerable kinds (answerable when a hit of the head is relevant) and on the
+    questions about something absent, weighted so that a share `prior` of what it sees is answerable (the
+    share of questions an agent asks that its memory answers: it sets where the default floor falls); the
+    hit model on the hits of answerable questions."""
+    asked = [r for r in rows if r["q"]["kind"] in ANSWERABLE or about_absent(r)]
     qx = np.vstack([calibration.features(r["inputs"])[:1, : len(calibration.QUESTION_FEATURES)] for r in asked])
     qy = np.array([float(r["y"].max()) for r in asked])
-    answered = [r for r in rows if r["q"]["kind"] in ("own", "code") and r["y"].max() > 0]
+    weight = np.where(qy > 0, prior / max(qy.mean(), 1e-9), (1 - prior) / max(1 - qy.mean(), 1e-9))
+    answered = [r for r in rows if r["q"]["kind"] in ANSWERABLE and r["y"].max() > 0]
     hx = np.vstack([calibration.features(r["inputs"]) for r in answered])
     hy = np.concatenate([r["y"] for r in answered])
     return calibration.Calibrator(
-        calibration.fit(qx, qy, calibration.QUESTION_FEATURES, l2=l2),
+        calibration.fit(qx, qy, calibration.QUESTION_FEATURES, l2=l2, weight=weight),
         calibration.fit(hx, hy, calibration.FEATURES, l2=l2),
         meta or {},
     )
 
 
-def cross_validate(rows: list[dict[str, Any]], l2: float) -> list[np.ndarray]:
+def cross_validate(rows: list[dict[str, Any]], l2: float, prior: float) -> list[np.ndarray]:
     """Each row's calibrated scores from a model that never saw its conversation (for cosqa: no cosqa)."""
     out: list[np.ndarray] = [np.zeros(0)] * len(rows)
     for g in sorted({r["q"]["group"] for r in rows}):
         # a locomo fold leaves out everything asked of conversation g and every question written about it
         held = {i for i, r in enumerate(rows) if g in (r["q"]["group"], r["q"].get("askedOf"))}
-        model = fit([r for i, r in enumerate(rows) if i not in held], l2)
+        model = fit([r for i, r in enumerate(rows) if i not in held], l2, prior)
         for i in held:
             if rows[i]["q"]["group"] == g:
                 out[i] = np.array(calibration.scores(model, rows[i]["inputs"]))
@@ -147,58 +216,71 @@ def cross_validate(rows: list[dict[str, Any]], l2: float) -> list[np.ndarray]:
 
 
 def at_floor(rows: list[dict[str, Any]], cv: list[np.ndarray], floor: float) -> dict[str, float]:
-    """R@10 / nDCG@10 of locomo-dev (own) and cosqa-dev at `floor`, and the share of questions about something
-    absent (asked of another conversation, plainly or with the names swapped) left with no hit."""
-    metrics: dict[str, list[dict[str, float]]] = defaultdict(list)
+    """R@10 at `floor` of locomo-dev (own; overall and per category), of the small workspaces' answerable
+    questions and of cosqa-dev, and the share of questions about something absent (asked of another
+    conversation, plainly or with the names swapped, or of a small workspace without their evidence) left
+    with no hit."""
+    recall: dict[str, list[float]] = defaultdict(list)
     abst: dict[str, list[bool]] = defaultdict(list)
     for r, s in zip(rows, cv):
         hits = [sp for sp, v in zip(r["spans"], s) if v >= floor]
         kind = r["q"]["kind"]
-        if kind in ("other", "swapped"):
+        if kind not in ANSWERABLE:
             if about_absent(r):
                 abst[kind].append(not hits)
             continue
-        key = "locomo" if kind == "own" else r["q"]["category_name"]
-        metrics[key].append(score_query(hits, r["q"]["relevant"], 10))
-    out = {f"{k} {m}": statistics.fmean(v[m] for v in vs) for k, vs in metrics.items() for m in ("R@10", "nDCG@10")}
-    return out | {f"{k} abstained": statistics.fmean(v) for k, v in abst.items()}
+        got = score_query(hits, r["q"]["relevant"], 10)["R@10"]
+        if kind == "own":
+            recall["locomo"].append(got)
+            recall[f"locomo/{r['q']['category_name']}"].append(got)
+        else:
+            recall["small" if kind == "small" else r["q"]["category_name"]].append(got)
+    out = {f"{k} R@10": statistics.fmean(v) for k, v in sorted(recall.items())}
+    return out | {f"{k} abstained": statistics.fmean(v) for k, v in sorted(abst.items())}
 
 
-def highest(table: dict[float, dict[str, float]], floors: list[float]) -> float:
-    """The highest floor that costs at most one point of R@10 on locomo-dev and on both cosqa files."""
-    recalls = [n for n in table[0.0] if n.endswith("R@10")]
-    return max(f for f in floors if all(table[f][n] >= table[0.0][n] - 0.01 for n in recalls))
+def show(title: str, table: dict[float, dict[str, float]]) -> None:
+    print(title)
+    names = list(table[0.0])
+    width = max(len(n) for n in names) + 2
+    print("floor".ljust(width) + "".join(f"{f:>7g}" for f in table))
+    for n in names:
+        print(n.ljust(width) + "".join(f"{table[f][n]:>7.3f}" for f in table))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shared", type=Path, default=Path("../shared/bench"), help="the shared yardsticks")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/memsift-calibration.pkl"))
-    ap.add_argument("--l2", type=float, default=3.0, help="1, 3, 10, 30 tried: 3 abstains most at its default floor")
+    ap.add_argument("--small", type=Path, default=Path("/tmp/memsift-calibration-small"), help="small workspaces")
+    ap.add_argument("--l2", type=float, default=3.0, help="the models' L2 penalty")
+    ap.add_argument("--prior", type=float, default=0.85, help="the share of questions taken as answerable")
     ap.add_argument("--cv-only", action="store_true")
     ap.add_argument("--out", type=Path, default=calibration.DEFAULT_MODEL)
     args = ap.parse_args()
-    rows = collect(args.shared, args.cache)
+    rows = collect(args.shared, args.cache, args.small)
     kinds = Counter(r["q"]["kind"] for r in rows)
     print(f"{len(rows)} questions ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})")
-    print(f"about something absent: {sum(about_absent(r) for r in rows if r['q']['kind'] in ('other', 'swapped'))}")
-    cv = cross_validate(rows, args.l2)
-    floors = [round(0.005 * i, 3) for i in range(0, 21)] + [round(0.05 * i, 2) for i in range(3, 11)]
-    table = {f: at_floor(rows, cv, f) for f in floors}
-    names = list(table[0.0])
-    print("floor " + " ".join(f"{n:>22}" for n in names))
-    for f in floors:
-        print(f"{f:5.3f} " + " ".join(f"{table[f][n]:>22.3f}" for n in names))
-    print(f"highest floor within 1 point of R@10 everywhere (CV): {highest(table, floors):.3f}")
+    print(f"about something absent: {sum(about_absent(r) for r in rows if r['q']['kind'] not in ANSWERABLE)}")
+    cv = cross_validate(rows, args.l2, args.prior)
+    floors = [0.0, 0.1, 0.2, 0.3, 0.35, 0.4, 0.5]
+    default = load_config(None).search.minScore
+    show(
+        f"CV (l2 {args.l2}, prior {args.prior}; the default floor is {default}):",
+        {f: at_floor(rows, cv, f) for f in floors},
+    )
     if args.cv_only:
         return
-    meta = {"trainedOn": ["locomo-dev (own, other, swapped)", "cosqa-dev"], "l2": args.l2, "questions": len(rows)}
-    model = fit(rows, args.l2, meta)
-    # what `memsift eval` will measure with this model (it saw these questions); the default floor must keep
-    # R@10 within a point in CV and here
-    shipped = {f: at_floor(rows, [np.array(calibration.scores(model, r["inputs"])) for r in rows], f) for f in floors}
-    print(f"highest floor within 1 point of R@10 everywhere (shipped model): {highest(shipped, floors):.3f}")
-    print(f"the default floor (search.minScore): {min(highest(table, floors), highest(shipped, floors)):.3f}")
+    meta = {
+        "trainedOn": ["locomo-dev (own, other, swapped, small workspaces)", "cosqa-dev"],
+        "l2": args.l2,
+        "prior": args.prior,
+        "questions": len(rows),
+    }
+    model = fit(rows, args.l2, args.prior, meta)
+    # what `memsift eval` will measure with this model (in-sample: it saw these questions)
+    shipped = [np.array(calibration.scores(model, r["inputs"])) for r in rows]
+    show("the shipped model, in-sample:", {f: at_floor(rows, shipped, f) for f in floors})
     args.out.write_text(model.to_json() + "\n", encoding="utf-8")
     print(f"wrote {args.out} (fingerprint {model.fingerprint})")
     for label, m in (("question", model.question), ("hit", model.hit)):

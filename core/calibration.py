@@ -11,6 +11,13 @@ BM25), the hit model how strong each hit is when it does (its own cosine, BM25, 
 A hit scores the first estimate times its evidence relative to the first hit's (3/4 to 1), made
 non-increasing down the list, so a floor cuts a prefix of the order and top-k stays monotonic.
 
+What the workspace's statistics say depends on its size: in four notes, a word the notes do not use is a
+paraphrase as often as an absence. The question features read from them are weighted by `size_weight` (0 up
+to 20 chunks, 1 from 500), so a small workspace falls back to the prior and the hit evidence, while names and
+identifiers found nowhere ("PR #17") count at every size. The question model is trained to a prior (0.85 of
+questions answerable), which puts SPEC's default floor 0.35 where it abstains on absent topics and keeps
+answers (bench/README.md, "Issue 18").
+
 Every question feature is taken from the first `HEAD` hits of the order, whatever `maxResults`: the score of
 the first hit is the same for k = 1 and k = 10. bench/train_calibration.py trains the shipped file.
 """
@@ -36,6 +43,9 @@ from .store import ChunkRow, Store
 DEFAULT_MODEL = Path(__file__).with_name("calibration.json")
 #: The hits whose signals describe the question (the order's head), whatever maxResults.
 HEAD = 10
+#: Workspace sizes (chunks) between which the question's corpus statistics come to count: not at all up to
+#: SMALL, fully from LARGE, on a log scale between (see `size_weight`).
+SMALL, LARGE = 20, 500
 
 FEATURES = (
     # the question: does the workspace hold what it asks about?
@@ -49,6 +59,8 @@ FEATURES = (
     "q_best_hit_cover",  # best idf-weighted share of the question's terms held by one hit of the head
     "q_marked",  # terms written as names are (a capital inside the question, a digit, `_`): PR, Kubernetes, 17
     "q_marked_missing",  # such terms found nowhere in the workspace
+    "q_size",  # size_weight of the workspace: how much the corpus statistics above count
+    "q_small_marked_missing",  # q_marked_missing times 1 - size_weight: in a small workspace the one sign left
     # the hit
     "vector",
     "text",
@@ -57,7 +69,14 @@ FEATURES = (
     "log_rank",
     "vector_gap",  # its cosine below the head's best
 )
-QUESTION_FEATURES = FEATURES[:10]
+QUESTION_FEATURES = FEATURES[:12]
+#: The question features read from corpus statistics, multiplied by `size_weight`: in a workspace of a few
+#: notes, a word the notes do not use says little (a paraphrase: "what database" over "PostgreSQL 15"), nor
+#: does the best cosine of four chunks. The counts of names and identifiers found nowhere are not gated:
+#: "PR #17" absent from four notes is absent.
+GATED = frozenset(
+    ("q_cover", "q_cover_idf", "q_missing", "q_top_vector", "q_top3_vector", "q_top_text", "q_best_hit_cover")
+)
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -146,8 +165,18 @@ def default_model() -> Calibrator:
     return load_model(DEFAULT_MODEL)
 
 
-def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...], *, l2: float = 1.0, iters: int = 60) -> Model:
-    """L2-regularised logistic regression by Newton's method on standardised features (numpy only)."""
+def fit(
+    x: np.ndarray,
+    y: np.ndarray,
+    features: tuple[str, ...],
+    *,
+    l2: float = 1.0,
+    iters: int = 60,
+    weight: np.ndarray | None = None,
+) -> Model:
+    """L2-regularised logistic regression by Newton's method on standardised features (numpy only); `weight`
+    per row (default 1) sets what share of the rows the fit sees as positive, hence its prior."""
+    weight = np.ones(len(y)) if weight is None else weight
     mean = x.mean(axis=0)
     std = x.std(axis=0)
     std[std < 1e-9] = 1.0
@@ -157,13 +186,20 @@ def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...], *, l2: float = 
     reg[0] = 0.0
     for _ in range(iters):
         p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -40, 40)))
-        grad = z.T @ (p - y) + reg * w
-        hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(reg + 1e-9)
+        grad = z.T @ (weight * (p - y)) + reg * w
+        hess = (z * (weight * p * (1 - p))[:, None]).T @ z + np.diag(reg + 1e-9)
         step = np.linalg.solve(hess, grad)
         w -= step
         if np.abs(step).max() < 1e-8:
             break
     return Model(features, mean, std, w[1:], float(w[0]))
+
+
+def size_weight(chunks: int) -> float:
+    """0 up to SMALL chunks, 1 from LARGE, linear in log(chunks) between."""
+    if chunks <= SMALL:
+        return 0.0
+    return min(1.0, math.log(chunks / SMALL) / math.log(LARGE / SMALL))
 
 
 def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, ChunkRow]) -> Inputs:
@@ -214,6 +250,8 @@ def features(inp: Inputs) -> np.ndarray:
     marked = _marked(inp.query)
     is_marked = np.array([t in marked for t in inp.terms], dtype=bool)
     q += [float(is_marked.sum()), float((is_marked & ~present).sum())]
+    gate = size_weight(inp.chunks)
+    q = [v * gate if name in GATED else v for name, v in zip(QUESTION_FEATURES, q)] + [gate, q[-1] * (1 - gate)]
     x = np.zeros((n, len(FEATURES)))
     x[:, : len(q)] = q
     x[:, len(q) + 0] = vec

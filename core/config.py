@@ -130,7 +130,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "chunking.overlap": (80, _number(int, 0, 4096)),
     "search.maxResults": (6, _number(int, 1, 100)),
     "search.minScore": (0.35, _number(float, 0.0, 1.0)),
-    "search.calibrate": (False, _bool),
+    "search.calibrate": (True, _bool),
     "search.mode": ("hybrid", _choice(*MODES)),
     "search.fusion": ("minmax", _choice(*FUSIONS)),
     "search.vectorWeight": (None, _optional(_number(float, 0.0, 1.0))),

@@ -183,8 +183,8 @@ def search(
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
     # The model reads both legs: a keyword or vector search (asked for, or degraded to) gets the blend.
     learned_order = use_learned and mode == "hybrid" and bool(cands)
-    # With `search.calibrate`, hybrid scores are calibrated after the order is made and the floor acts on them.
-    # Otherwise (the default), and in keyword- or vector-only search, the floor acts on each hit's retrieval
+    # With `search.calibrate` (the default), hybrid scores are calibrated after the order is made and the floor
+    # acts on them. Otherwise, and in keyword- or vector-only search, the floor acts on each hit's retrieval
     # scores: a hit the keyword leg found is kept, a vector-only hit needs cosine >= minScore.
     calibrated = mode == "hybrid" and s.calibrate
     if learned_order:

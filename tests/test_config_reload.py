@@ -137,7 +137,8 @@ def test_agents_replace_swaps_settings_between_leases(make_config, workspace) ->
 @pytest.fixture
 def served(workspace, memsift_home: Path) -> Iterator[tuple[Path, str, subprocess.Popen[bytes]]]:
     port = free_port()
-    ws = workspace(NOTES | {"memsift.toml": "[rerank]\nenabled = false\n"})
+    # the fused scores' arithmetic: neither reranked nor calibrated
+    ws = workspace(NOTES | {"memsift.toml": "[rerank]\nenabled = false\n[search]\ncalibrate = false\n"})
     env = dict(os.environ, MEMSIFT_HOME=str(memsift_home))
     index = subprocess.run(
         [MEMSIFT, "--workspace", ws, "index", "--no-prefect"], env=env, capture_output=True, text=True, timeout=300
@@ -167,7 +168,7 @@ def test_serve_takes_new_search_settings_and_never_indexes(served) -> None:
     wait_for_status(proc, f"{base}/readyz")
     assert top_score(base) == 1.0  # best in both legs: vectorWeight + textWeight (0.35 + 0.65)
 
-    toml = "[rerank]\nenabled = false\n[search]\nvectorWeight = 0.2\ntextWeight = 0.3\n"
+    toml = "[rerank]\nenabled = false\n[search]\ncalibrate = false\nvectorWeight = 0.2\ntextWeight = 0.3\n"
     (ws / "memsift.toml").write_text(toml)
     wait_for(lambda: top_score(base) == 0.5, 30, "the new weights in a search")
 

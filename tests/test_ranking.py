@@ -148,6 +148,7 @@ def test_temporal_decay_end_to_end(workspace, make_config, open_index):
         "search.temporalDecay.enabled": True,
         "search.temporalDecay.halfLifeDays": 30,
         "rerank.enabled": False,  # the arithmetic of decay alone; reranking would blend the scores
+        "search.calibrate": False,  # and calibration would replace them
     }
     index = open_index(make_config(ws, **overrides))
     index.sync()
@@ -169,7 +170,8 @@ def test_temporal_decay_end_to_end(workspace, make_config, open_index):
 
 def test_decay_disabled_leaves_scores_alone(workspace, make_config, open_index):
     ws = workspace({"memory/2026-11-28.md": NOTE, "memory/2020-01-01.md": NOTE})
-    index = open_index(make_config(ws, **{"rerank.enabled": False}))  # fused scores: the two notes tie
+    # fused scores (not reranked, not calibrated): the two notes tie
+    index = open_index(make_config(ws, **{"rerank.enabled": False, "search.calibrate": False}))
     response = index.search("staging cluster blue database replica", explain=True)
     assert [h.score for h in response.results] == pytest.approx([1.0, 1.0])
     assert all("decay" not in h.scores for h in response.results)

@@ -122,7 +122,8 @@ def test_workers_answer_like_one_process_and_a_dead_worker_is_replaced(indexed: 
 def test_a_worker_searches_with_the_settings_of_a_reload(workspace, memsift_home: Path) -> None:
     ws = workspace(
         {
-            "memsift.toml": "[rerank]\nenabled = false\n",
+            # the fused scores' arithmetic: neither reranked nor calibrated
+            "memsift.toml": "[rerank]\nenabled = false\n[search]\ncalibrate = false\n",
             "MEMORY.md": "# Memory\n- Dana starts every morning with a flat white.\n",
             "memory/2026-11-24.md": "# 2026-11-24\n- The deploy failed with ERR_SSL_PROTOCOL on the staging proxy.\n",
         }
@@ -137,7 +138,8 @@ def test_a_worker_searches_with_the_settings_of_a_reload(workspace, memsift_home
 
     try:
         assert top_score() == 1.0  # best in both legs: vectorWeight + textWeight (0.35 + 0.65)
-        (ws / "memsift.toml").write_text("[rerank]\nenabled = false\n[search]\nvectorWeight = 0.2\ntextWeight = 0.3\n")
+        reloaded = "[rerank]\nenabled = false\n[search]\ncalibrate = false\nvectorWeight = 0.2\ntextWeight = 0.3\n"
+        (ws / "memsift.toml").write_text(reloaded)
         wait_for(lambda: top_score() == 0.5, 60, "the reloaded weights in a worker's search", every=0.2)
         assert len(spawned_workers(proc.pid)) == 1
     finally:

@@ -98,16 +98,23 @@ def test_train_ranker_fits_trees_that_search_evaluates_without_lightgbm(
     assert json.loads(out.read_text())["kind"] == "logistic+trees"
 
 
-def test_the_default_orders_by_the_learned_ranker_and_floors_retrieval_as_before(ws: Path) -> None:
-    """The learned ranker is the default second stage; `minScore` still acts on retrieval (a keyword hit, or
-    a cosine at or above it), as it did under the blend, not on the model's probability."""
+def test_the_default_orders_by_the_learned_ranker_and_floors_calibrated_scores(ws: Path) -> None:
+    """The learned ranker is the default second stage and orders the hits (its output shows as `ranker`);
+    `minScore` acts on the calibrated scores made after it. With `search.calibrate = false` it acts on
+    retrieval (a keyword hit, or a cosine at or above it), as it did under the blend."""
     index = MemoryIndex(load_config(workspace=ws))
     try:
         assert index.config.rerank.method == "learned"
         index.sync()
         hits = index.search("what does Dana drink in the morning", explain=True).results
-        assert hits and hits[0].path == "MEMORY.md" and all(0 < h.score < 1 for h in hits)
-        assert all("text" in h.scores or h.scores["vector"] >= index.config.search.minScore for h in hits)
+        assert hits and hits[0].path == "MEMORY.md"
+        assert all(index.config.search.minScore <= h.score < 1 for h in hits)
+        ranker = [h.scores["ranker"] for h in hits]
+        assert ranker == sorted(ranker, reverse=True)
+        with MemoryIndex(load_config(workspace=ws, overrides={"search.calibrate": False})) as plain:
+            raw = plain.search("what does Dana drink in the morning", explain=True).results
+        assert raw and all(0 < h.score < 1 for h in raw) and "ranker" not in raw[0].scores
+        assert all("text" in h.scores or h.scores["vector"] >= index.config.search.minScore for h in raw)
         everything = index.search("what does Dana drink in the morning", min_score=0.0).results
         assert len(everything) >= len(hits) and everything[0].path == hits[0].path
     finally:

@@ -302,7 +302,11 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
     answers while it runs and its hits have the new spans after; an agent added is searchable after its first
     sync through its new deployment; an agent removed loses its deployments and its API routes."""
     port, api_port = free_port(), free_port()
-    base = f"[sync]\nwatchDebounceMs = 200\n[api]\nport = {api_port}\n[rerank]\nenabled = false\n"
+    # the fused scores' arithmetic (neither reranked nor calibrated); the weights are added to [search]
+    base = (
+        f"[sync]\nwatchDebounceMs = 200\n[api]\nport = {api_port}\n[rerank]\nenabled = false\n"
+        "[search]\ncalibrate = false\n"
+    )
     ws = workspace(NOTES | {"memory/2026-11-24.md": LONG_NOTE, "memsift.toml": base})
     other = workspace({"memory/2026-11-30.md": "# 2026-11-30\n- The zanzibarite sample arrived.\n"}, name="ws2")
     api = f"http://127.0.0.1:{api_port}"
@@ -325,7 +329,7 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
         first = top()
         assert first["score"] == 1.0  # best in both legs: vectorWeight + textWeight (0.35 + 0.65)
 
-        weights = base + "[search]\nvectorWeight = 0.2\ntextWeight = 0.3\n"
+        weights = base + "vectorWeight = 0.2\ntextWeight = 0.3\n"
         (ws / "memsift.toml").write_text(weights)
         wait_for(lambda: top()["score"] == 0.5, 60, "the new weights in the next search")
 

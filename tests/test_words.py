@@ -117,7 +117,7 @@ def test_help_as_printed(memsift_home: Path) -> None:
     options = search.split("options:", 1)[1]
     min_score = " ".join(options.split("--min-score X", 1)[1].split("--mode")[0].split())
     assert "found only by meaning" in min_score and "cosine similarity >= X" in min_score
-    assert "calibrated estimate that the hit is relevant" in min_score and "abstains" in min_score
+    assert "calibrated estimates that the hit is relevant" in min_score and "abstains" in min_score
     assert "always kept" in min_score and "default: search.minScore, 0.35" in min_score
     get = memsift(memsift_home, "get", "--help").stdout
     assert "first line, 1-based (default: 1)" in get and "(default: to the end of the file)" in get
