@@ -1,5 +1,5 @@
 """Writes calibration TRAINING data for tiny workspaces (bench/train_calibration.py reads it; the held-out
-check bench/abstention/ never does): ten tiny hand-written workspaces (tiny/*, a MEMORY.md and 1-3 daily
+check bench/abstention/ never does): ten tiny hand-written workspaces (tiny/*, a MEMORY.md and 2 daily
 notes each, the memory of an agent that just started), tiny.jsonl, questions that the notes answer in other
 words than the question's (a paraphrase: "what pain medicine can't I take" over "Allergic to ibuprofen"),
 each labelled with the line that answers it, and offtopic.jsonl, questions in plain words about things none
