@@ -6,14 +6,18 @@ The rankers order hits by scores that only compare within one question (min-max 
 any question near 1). Calibration runs after the ranker has ordered the hits and never changes the order. Two
 small logistic models (`calibration.json`, numpy at inference) read raw signals the fusion normalised away:
 the question model estimates whether the workspace holds an answer at all (how much of the question's content
-the workspace holds anywhere, whether words written as names are missing, the head's best raw cosine and
-BM25), the hit model how strong each hit is when it does (its own cosine, BM25, share of the question, rank).
-A hit scores the first estimate times its evidence relative to the first hit's (3/4 to 1), made
+the workspace holds anywhere, whether words written as names are missing, the head's best raw cosine, BM25 and
+MaxSim), the hit model how strong each hit is when it does (its own cosine, BM25, share of the question,
+rank). A hit scores the first estimate times its evidence relative to the first hit's (3/4 to 1), made
 non-increasing down the list, so a floor cuts a prefix of the order and top-k stays monotonic.
 
 What the workspace's statistics say depends on its size: in four notes, a word the notes do not use is a
-paraphrase as often as an absence. The question features read from them are weighted by `size_weight` (0 up
-to 20 chunks, 1 from 500), so a small workspace falls back to the prior and the hit evidence, while names and
+paraphrase as often as an absence, and the best match of four chunks is on another scale than of a thousand.
+So the question features are weighted by `size_weight` (0 up to 20 chunks, 1 from 500) and repeated times
+1 - size_weight (`MIRRORED`): the model has one set of weights for large workspaces and one for small, mixed
+by size. In a large workspace, missing words and the head's MaxSim tell a known person with something absent
+("What cryptocurrency did Caroline invest in?") from a question about her; in a small one, how closely the
+best hits match (MaxSim and cosine) tells a paraphrase from an off-topic question in plain words; names and
 identifiers found nowhere ("PR #17") count at every size. The question model is trained to a prior (0.85 of
 questions answerable), which puts SPEC's default floor 0.35 where it abstains on absent topics and keeps
 answers (bench/README.md, "Issue 18").
@@ -47,7 +51,7 @@ HEAD = 10
 #: SMALL, fully from LARGE, on a log scale between (see `size_weight`).
 SMALL, LARGE = 20, 500
 
-FEATURES = (
+QUESTION_BASE = (
     # the question: does the workspace hold what it asks about?
     "q_cover",  # share of the content terms found anywhere in the workspace
     "q_cover_idf",  # the same, idf-weighted (a term found nowhere weighs as a term found once)
@@ -59,8 +63,30 @@ FEATURES = (
     "q_best_hit_cover",  # best idf-weighted share of the question's terms held by one hit of the head
     "q_marked",  # terms written as names are (a capital inside the question, a digit, `_`): PR, Kubernetes, 17
     "q_marked_missing",  # such terms found nowhere in the workspace
-    "q_size",  # size_weight of the workspace: how much the corpus statistics above count
-    "q_small_marked_missing",  # q_marked_missing times 1 - size_weight: in a small workspace the one sign left
+    "q_top_maxsim",  # best MaxSim of the head (late interaction over the local model's token states)
+)
+#: The question features read from corpus statistics or from the head's scores, multiplied by `size_weight`:
+#: in a workspace of a few notes, a word the notes do not use says little (a paraphrase: "what database" over
+#: "PostgreSQL 15"), and the best match of four chunks is on another scale than of a thousand. The counts of
+#: names and identifiers found nowhere are not gated: "PR #17" absent from four notes is absent.
+GATED = frozenset(
+    (
+        "q_cover",
+        "q_cover_idf",
+        "q_missing",
+        "q_top_vector",
+        "q_top3_vector",
+        "q_top_text",
+        "q_best_hit_cover",
+        "q_top_maxsim",
+    )
+)
+#: The question features repeated times 1 - size_weight (`q_small_<name>`): their weights for a small
+#: workspace, where a paraphrase and an off-topic question in plain words both miss words, and how closely the
+#: best hits match tells them apart (trained on bench/calibration's tiny workspaces).
+MIRRORED = tuple(n for n in QUESTION_BASE if n in GATED) + ("q_marked_missing",)
+QUESTION_FEATURES = QUESTION_BASE + ("q_size",) + tuple(f"q_small_{n[2:]}" for n in MIRRORED)
+FEATURES = QUESTION_FEATURES + (
     # the hit
     "vector",
     "text",
@@ -69,14 +95,8 @@ FEATURES = (
     "log_rank",
     "vector_gap",  # its cosine below the head's best
 )
-QUESTION_FEATURES = FEATURES[:12]
-#: The question features read from corpus statistics, multiplied by `size_weight`: in a workspace of a few
-#: notes, a word the notes do not use says little (a paraphrase: "what database" over "PostgreSQL 15"), nor
-#: does the best cosine of four chunks. The counts of names and identifiers found nowhere are not gated:
-#: "PR #17" absent from four notes is absent.
-GATED = frozenset(
-    ("q_cover", "q_cover_idf", "q_missing", "q_top_vector", "q_top3_vector", "q_top_text", "q_best_hit_cover")
-)
+#: The features read from MaxSim: unknown (NaN, read as the training mean) when the search had none.
+MAXSIM = frozenset(("q_top_maxsim", "q_small_top_maxsim"))
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -85,7 +105,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 class Inputs:
     """Everything the features read, for one question: its content terms with their document frequency in
     the workspace, the workspace's chunk count, and per hit of the head (in ranked order) its cosine, raw
-    BM25 (r >= 0, or None) and text. bench/train_calibration.py keeps these to fit the model offline."""
+    BM25 (r >= 0, or None), text and MaxSim (None: not scored by the local MaxSim reranker).
+    bench/train_calibration.py keeps these to fit the model offline."""
 
     query: str
     terms: tuple[str, ...]
@@ -94,6 +115,7 @@ class Inputs:
     vector: tuple[float | None, ...]
     bm25: tuple[float | None, ...]
     texts: tuple[str, ...]
+    maxsim: tuple[float | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,7 +129,8 @@ class Model:
     bias: float
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        z = self.bias + ((x - self.mean) / self.std) @ self.weights
+        """A feature that is unknown (NaN: a search without MaxSim) reads as the training mean: it does not count."""
+        z = self.bias + np.nan_to_num((x - self.mean) / self.std, nan=0.0) @ self.weights
         return 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
 
     def to_dict(self) -> dict:
@@ -202,8 +225,9 @@ def size_weight(chunks: int) -> float:
     return min(1.0, math.log(chunks / SMALL) / math.log(LARGE / SMALL))
 
 
-def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, ChunkRow]) -> Inputs:
-    """Read what the features need from the index: one FTS5 count per content term and the chunk count."""
+def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, ChunkRow], maxsim: bool) -> Inputs:
+    """Read what the features need from the index: one FTS5 count per content term and the chunk count.
+    `maxsim`: the hits' rerank scores are MaxSim (another reranker's scores are on another scale)."""
     terms = tuple(query_terms(query))
     df = tuple(_doc_freq(store, t) for t in terms)
     (chunks,) = store.conn.execute("SELECT count(*) FROM chunks").fetchone()
@@ -215,6 +239,7 @@ def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, Chun
         tuple(c.vector for c in head),
         tuple(c.bm25 for c in head),
         tuple(rows[c.id].text for c in head),
+        tuple(c.rerank if maxsim else None for c in head),
     )
 
 
@@ -250,8 +275,11 @@ def features(inp: Inputs) -> np.ndarray:
     marked = _marked(inp.query)
     is_marked = np.array([t in marked for t in inp.terms], dtype=bool)
     q += [float(is_marked.sum()), float((is_marked & ~present).sum())]
+    known = [m for m in inp.maxsim[:HEAD] if m is not None]
+    q.append(max(known) if known else math.nan)
+    raw = dict(zip(QUESTION_BASE, q))
     gate = size_weight(inp.chunks)
-    q = [v * gate if name in GATED else v for name, v in zip(QUESTION_FEATURES, q)] + [gate, q[-1] * (1 - gate)]
+    q = [v * gate if name in GATED else v for name, v in raw.items()] + [gate] + [raw[n] * (1 - gate) for n in MIRRORED]
     x = np.zeros((n, len(FEATURES)))
     x[:, : len(q)] = q
     x[:, len(q) + 0] = vec

@@ -215,7 +215,9 @@ def search(
             cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, reach)
         abstained = None
         if calibrated and cands:
-            cands, abstained = _calibrate(store, query, cands[:reach], rows, floor, collect_calibration)
+            cands, abstained = _calibrate(
+                store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank)
+            )
         kept = cands[:limit]
         hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
     return SearchResponse(
@@ -239,11 +241,12 @@ def _calibrate(
     rows: dict[int, ChunkRow],
     floor: float,
     collect: CalibrationCollector | None,
+    maxsim: bool,
 ) -> tuple[list[ranking.Candidate], str | None]:
     """Each hit's score made the calibrated estimate that it is relevant (the order stays), then the floor:
     the scores never increase down the order, so the floor keeps a prefix of it. Returns the hits kept and,
     when the floor kept none, why the search abstains."""
-    inputs = calibration.inputs(store, query, ordered, rows)
+    inputs = calibration.inputs(store, query, ordered, rows, maxsim)
     if collect is not None:
         collect(inputs, ordered, rows)
     for c, p in zip(ordered, calibration.scores(calibration.default_model(), inputs)):

@@ -105,7 +105,7 @@ def test_an_absent_name_or_identifier_abstains_at_the_default_floor(index, query
     assert response.results == [] and "under the floor minScore 0.35" in response.abstained
 
 
-def _inputs(chunks: int) -> calibration.Inputs:
+def _inputs(chunks: int, maxsim: tuple[float | None, ...] = (0.3, 0.5)) -> calibration.Inputs:
     """One question, "why did PR 17 break the ledger deploy": "pr" and "17" found nowhere, "break" nowhere
     (a paraphrase of "failed"), "ledger" and "deploy" in one chunk each."""
     return calibration.Inputs(
@@ -116,6 +116,7 @@ def _inputs(chunks: int) -> calibration.Inputs:
         vector=(0.4, 0.2),
         bm25=(3.0, None),
         texts=("the ledger deploy failed", "a note"),
+        maxsim=maxsim,
     )
 
 
@@ -145,6 +146,49 @@ def test_corpus_statistics_are_gated_by_size_and_missing_names_are_not() -> None
         pytest.approx(1),
         0,
     )
+
+
+def test_a_small_workspace_has_weights_of_its_own() -> None:
+    """Each feature of `MIRRORED` is repeated as `q_small_<name>`, times 1 - size_weight: all of it in a tiny
+    workspace, half at 100 chunks, none in a large one, so the model weighs a few notes' matches apart."""
+    names = calibration.QUESTION_FEATURES
+    rows = {n: dict(zip(names, calibration.features(_inputs(n))[0])) for n in (4, 100, 1000)}
+    assert {"q_top_maxsim", "q_top_vector", "q_marked_missing"} <= set(calibration.MIRRORED)
+    for name in calibration.MIRRORED:
+        small = "q_small_" + name[2:]
+        assert rows[1000][small] == 0.0
+        if name in calibration.GATED:  # at 100 chunks, half the raw value each
+            assert rows[100][small] == pytest.approx(rows[100][name])
+        else:
+            assert rows[4][small] == rows[4][name] and rows[100][small] == pytest.approx(rows[100][name] / 2)
+    assert rows[4]["q_small_top_vector"] == rows[1000]["q_top_vector"] == 0.4
+    # the best MaxSim of the head, not the first hit's
+    assert rows[4]["q_small_top_maxsim"] == rows[1000]["q_top_maxsim"] == 0.5
+    assert dict(zip(names, calibration.features(_inputs(4, (None, 0.2)))[0]))["q_small_top_maxsim"] == 0.2
+
+
+def test_a_search_without_maxsim_reads_its_features_as_unknown() -> None:
+    """No MaxSim (another reranker, or none): the MaxSim features are NaN, which the model reads as its
+    training mean, so they neither raise nor lower the estimate."""
+    model = calibration.default_model().question
+    names = calibration.QUESTION_FEATURES
+    without = calibration.features(_inputs(4, (None, None)))[:1, : len(names)]
+    assert all(np.isnan(without[0, names.index(n)]) == (n in calibration.MAXSIM) for n in names)
+    at_mean = without.copy()
+    for n in calibration.MAXSIM:
+        at_mean[0, names.index(n)] = model.mean[names.index(n)]
+    assert model.predict(without)[0] == pytest.approx(model.predict(at_mean)[0])
+    assert not np.isnan(model.predict(without)[0])
+
+
+@pytest.mark.parametrize("query", ["what is the capital of australia", "recipe for banana bread"])
+def test_an_off_topic_question_in_plain_words_abstains_over_a_few_notes(index, query: str) -> None:
+    """Four chunks and no name missing: how closely the best hits match (MaxSim, cosine) is what tells it from
+    a paraphrase (which `test_a_tiny_workspace_answers_a_paraphrase_at_the_default_floor` answers). Not every
+    such question abstains: near the notes' subject ("kubernetes helm chart rollback" over notes about a
+    failed deploy) the match is as close as a paraphrase's (bench/README.md, "Issue 18")."""
+    response = index.search(query)
+    assert response.results == [] and "under the floor minScore 0.35" in response.abstained
 
 
 def test_the_first_hit_does_not_depend_on_max_results(index) -> None:
