@@ -105,6 +105,32 @@ def test_an_absent_name_or_identifier_abstains_at_the_default_floor(index, query
     assert response.results == [] and "under the floor minScore 0.35" in response.abstained
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "ERR_SSL_CERT_EXPIRED",  # beside ERR_SSL_PROTOCOL_ERROR: the same words but one
+        "what did we do about ERR_CONNECTION_REFUSED",
+        "is the ledger on PostgreSQL16",
+        "who owns the ledger_replica table",
+    ],
+)
+def test_an_identifier_found_nowhere_abstains_however_close_the_match(index, query: str) -> None:
+    """Over a few notes the model cannot tell a near-miss identifier from a paraphrase (its other words and
+    MaxSim match well); an identifier-shaped word the workspace holds nowhere puts the question under the floor,
+    while the identifier it holds is answered (`test_a_present_question_keeps_its_hit`)."""
+    response = index.search(query)
+    assert response.results == [] and "under the floor minScore 0.35" in response.abstained
+    assert index.search(query, min_score=0).results  # the floor, not the ranker, removed the hits
+
+
+def test_identifier_shapes() -> None:
+    assert calibration.identifiers("Why did PR #42 get reverted?") == {"42"}
+    assert calibration.identifiers("orders(customer_id) and ERR_CERT_EXPIRED") == {"customer_id", "err_cert_expired"}
+    assert calibration.identifiers("s3fs on macOS, getUserName") == {"s3fs", "macos", "getusername"}
+    # quantities, dates, plain numbers, names and a leading or trailing underscore are not identifiers
+    assert calibration.identifiers("Met Caroline at 10am on Aug 15th, 2023; ran 5k; __init__ took 42 ms") == set()
+
+
 def _inputs(chunks: int, maxsim: tuple[float | None, ...] = (0.3, 0.5)) -> calibration.Inputs:
     """One question, "why did PR 17 break the ledger deploy": "pr" and "17" found nowhere, "break" nowhere
     (a paraphrase of "failed"), "ledger" and "deploy" in one chunk each."""
