@@ -11,9 +11,14 @@ exactly once in the workspace and writes its path and line number. `workspace` i
 """
 
 import json
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from labels import line_of  # noqa: E402
+
 EXAMPLE = "../../examples/workspace"
 
 WORKSPACES = {
@@ -168,16 +173,8 @@ def main() -> None:
             path.write_text(text, encoding="utf-8")
     with (HERE / "answerable.jsonl").open("w") as out:
         for n, (ws, query, snippet) in enumerate(QUESTIONS):
-            found = [
-                (f.relative_to(HERE / ws).as_posix(), i)
-                for f in sorted((HERE / ws).rglob("*.md"))
-                for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1)
-                if snippet in line
-            ]
-            if len(found) != 1:
-                raise SystemExit(f"{query!r}: {snippet!r} occurs {len(found)} times in {ws}")
             category = "answerable-example" if ws == EXAMPLE else "answerable-tiny"
-            ((path, line),) = found
+            path, line = line_of(HERE / ws, snippet, query)
             row = {"qid": f"answerable-{n:03d}", "query": query, "workspace": ws, "category": category}
             out.write(json.dumps(row | {"relevant": [{"path": path, "line": line}]}) + "\n")
     print(f"wrote {len(QUESTIONS)} questions")

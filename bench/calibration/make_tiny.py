@@ -14,9 +14,13 @@ with something absent).
 """
 
 import json
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from labels import line_of  # noqa: E402
 
 WORKSPACES = {
     "tiny/platform-team": {
@@ -389,15 +393,7 @@ def main() -> None:
             path.write_text(text, encoding="utf-8")
     with (HERE / "tiny.jsonl").open("w") as out:
         for n, (ws, query, snippet) in enumerate(QUESTIONS):
-            found = [
-                (f.relative_to(HERE / ws).as_posix(), i)
-                for f in sorted((HERE / ws).rglob("*.md"))
-                for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1)
-                if snippet in line
-            ]
-            if len(found) != 1:
-                raise SystemExit(f"{query!r}: {snippet!r} occurs {len(found)} times in {ws}")
-            ((path, line),) = found
+            path, line = line_of(HERE / ws, snippet, query)
             row = {"qid": f"tiny-{n:03d}", "query": query, "workspace": ws, "category": "tiny"}
             out.write(json.dumps(row | {"people": people[ws], "relevant": [{"path": path, "line": line}]}) + "\n")
     with (HERE / "offtopic.jsonl").open("w") as out:
