@@ -121,3 +121,16 @@ def test_progress_tells_the_spend_so_far_and_ends_at_the_plan(workspace, provide
     assert last.tokensSent == report.plan["estimatedTokens"] == sum(request_tokens(r) for r in sent(provider))
     assert last.spent == report.plan["estimatedCost"] > 0
     assert f"~{last.tokensSent:,} tokens sent (${last.spent:.4f})" in last.describe()
+
+
+def test_a_keyword_only_run_reads_each_file_once_and_its_dry_run_still_counts(workspace, capsys) -> None:
+    """With no embedder the run's plan has nothing to embed or pay: it reads no file (`chunks` null) and the
+    report counts what was written; the dry run reads them to count the chunks."""
+    ws = workspace(notes(30))
+    (ws / "memsift.toml").write_text('[embedding]\nprovider = "none"\n[chunking]\ntokens = 32\noverlap = 8\n')
+    planned = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")
+    report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    assert planned["chunks"] == report["chunksWritten"] > 30
+    assert report["plan"]["chunks"] is None
+    assert report["plan"]["filesToRead"] == planned["filesToRead"] == 30
+    assert (report["plan"]["chunksToEmbed"], report["plan"]["estimatedTokens"]) == (0, 0)
