@@ -445,6 +445,26 @@ def test_index_runs_the_sync_flow_in_a_worker_thread(ws: Path, make_config) -> N
         assert failed["state"] == "FAILED" and "workspace" in failed["error"] and "summary" not in failed
 
 
+def test_index_without_a_prefect_server_runs_the_sync_in_process(
+    ws: Path, make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`memsift serve` with no Prefect server to record the run (here PREFECT_API_URL names a port nobody
+    listens on) syncs in-process as `memsift index` does; handing the run to Prefect failed it instead
+    ("Timed out while attempting to connect to ephemeral Prefect API server" when PREFECT_API_URL is unset)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{port}/api")
+    with serving(make_config(ws)) as client:
+        run = client.post("/v1/index", json={}).json()
+        client.app.state.runs.wait(run["runId"], 120)
+        done = client.get(f"/v1/index/{run['runId']}").json()
+        assert done["state"] == "COMPLETED", done
+        assert done["summary"]["added"] == 3 and done["summary"]["rebuilt"] is True
+
+
 @pytest.mark.usefixtures("prefect_harness")
 def test_index_goes_through_a_served_deployment(ws: Path, make_config) -> None:
     from prefect.client.orchestration import get_client
