@@ -319,6 +319,8 @@ def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None
     client.get(f"/v1/index/{uuid.uuid4()}")
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    # One charset parameter: Prometheus 3 refuses a Content-Type with a duplicate one (Go's mime parser).
+    assert r.headers["content-type"].replace(" ", "").count("charset=") == 1, r.headers["content-type"]
     text = r.text
     route = 'method="POST",path="/v1/search",status_code="200"'
     assert re.search(r"memsift_requests_total\{[^}]*" + route, text)
