@@ -161,7 +161,7 @@ class MemoryIndex:
         embedding = self.config.embedding
         if embedding.fallback == embedding.provider:
             return embedding
-        return replace(embedding, provider=embedding.fallback, model=None, baseUrl=None)
+        return replace(embedding, provider=embedding.fallback, model=None, baseUrl=None, apiKey=None)
 
     def _fallback_embedder(self) -> Embedder | None:
         if not self._fallback_loaded:
