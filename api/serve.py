@@ -81,20 +81,18 @@ def listen_socket(host: str, port: int) -> socket.socket:
     """The server's socket, bound before anything is announced or loaded: a port in use is then a one-line
     error naming it (uvicorn would log it after startup and exit with status 3)."""
     bare = host.strip("[]")
-    try:
-        family = socket.getaddrinfo(bare, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as exc:
-        raise ConfigError(f"--host {host}: cannot listen there ({exc})") from None
+    # The family as uvicorn picks it: "localhost" is 127.0.0.1, whatever getaddrinfo would list first.
+    sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart over TIME_WAIT
     try:
         sock.bind((bare, port))
     except OSError as exc:
         sock.close()
-        why = "in use by another process" if exc.errno == errno.EADDRINUSE else exc.strerror
-        raise ConfigError(
-            f"--port {port}: cannot listen on {host}:{port}: {why} (choose another with --port or api.port)"
-        ) from None
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"--port {port}: {host}:{port} is in use by another process (choose another with --port or api.port)"
+            ) from None
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}") from None
     return sock
 
 

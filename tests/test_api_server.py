@@ -111,6 +111,14 @@ def test_serve_on_a_port_in_use_fails_in_one_line(workspace, memsift_home: Path)
     assert str(port) in proc.stderr and "in use" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_serve_on_an_address_it_cannot_bind_names_the_host(capsys, workspace) -> None:
+    ws = workspace({"MEMORY.md": "# Memory\n"})
+    argv = ["--workspace", str(ws), "serve", "--host", "192.0.2.1", "--port", "8000", "--insecure"]  # TEST-NET-1
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("memsift: error: --host 192.0.2.1 --port 8000: cannot listen there") and err.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     ("host", "loopback"),
     [("127.0.0.1", True), ("127.3.4.5", True), ("::1", True), ("[::1]", True), ("localhost", True)]
