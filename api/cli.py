@@ -30,15 +30,18 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _bounded(kind: type, lo: float, hi: float):
-    """An argparse type: a number of `kind` in [lo, hi] (the ranges of search.maxResults / search.minScore)."""
+def _bounded(kind: type, lo: float, hi: float | None = None):
+    """An argparse type: a number of `kind` in [lo, hi] (the ranges of search.maxResults / search.minScore),
+    or at least lo without hi: a value out of range is a usage error (exit 2), like a value of the wrong type."""
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-        if not lo <= value <= hi:
+        if hi is None and value < lo:
+            raise argparse.ArgumentTypeError(f"must be {lo} or more, got {text}")
+        if hi is not None and not lo <= value <= hi:
             raise argparse.ArgumentTypeError(f"{text} is out of range [{lo}, {hi}]")
         return value
 
@@ -114,8 +117,12 @@ def _parser() -> _Parser:
 
     get = sub.add_parser("get", parents=[common], help="print a line range of a memory file")
     get.add_argument("path", help="workspace-relative path of a memory file, as search prints it")
-    get.add_argument("--from", dest="start", type=int, default=1, metavar="N", help="first line, 1-based (default: 1)")
-    get.add_argument("--lines", type=int, metavar="K", help="how many lines (default: to the end of the file)")
+    get.add_argument(
+        "--from", dest="start", type=_bounded(int, 1), default=1, metavar="N", help="first line, 1-based (default: 1)"
+    )
+    get.add_argument(
+        "--lines", type=_bounded(int, 0), metavar="K", help="how many lines (default: to the end of the file)"
+    )
 
     status = sub.add_parser("status", parents=[common], help="index and embedder state")
     status.add_argument("--deep", action="store_true", help="also probe the embedder with one request")

@@ -40,6 +40,10 @@ from api.schemas import (
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
+# Litestar adds `; charset=utf-8` to a text/ media type itself: prometheus_client's already has one, and a
+# duplicate parameter makes the header invalid (Prometheus 3 refuses the scrape).
+METRICS_MEDIA_TYPE = "; ".join(p for p in CONTENT_TYPE_LATEST.split("; ") if not p.startswith("charset="))
+
 
 def problems(*statuses: int) -> dict[int, ResponseSpec]:
     """OpenAPI entries for the error answers a route can give."""
@@ -182,6 +186,6 @@ class HealthController(Controller):
         answer = Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes, config=config, workers=workers)
         return Response(answer, status_code=200 if ready else 503)
 
-    @get("/metrics", sync_to_thread=True, summary="Prometheus metrics", media_type=CONTENT_TYPE_LATEST)
+    @get("/metrics", sync_to_thread=True, summary="Prometheus metrics", media_type=METRICS_MEDIA_TYPE)
     def metrics(self, metrics: NamedDependency[Metrics]) -> bytes:
         return metrics.exposition()

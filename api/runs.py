@@ -3,8 +3,10 @@
 When a Prefect server answers at PREFECT_API_URL and serves a deployment of the flow (`memsift up` serves
 `memsift-sync/<name>`), the run goes through it, so it runs in that deployment's process and shows in the UI
 like a scheduled one; the run id is the flow run's id and its state is read back from the server. Otherwise
-the flow runs in a worker thread of this process (`flows.sync.run_sync`, the same as `memsift index`); the
-run id is then one we make, and its state is kept here. One worker thread: a sync is the index's one writer
+the sync runs in a worker thread of this process, as `memsift index` runs it (`api.indexing.sync_agent`: a flow
+run when a Prefect server answers, else without Prefect, which would start a temporary server of its own, 7-12 s
+before any work, and fail the run when that server is slow to start); the run id is then one we make, and its
+state is kept here. One worker thread: a sync is the index's one writer
 (the agent's writer lock would serialise two anyway), and runs queue behind it as PENDING.
 
 Runs are kept in memory, the newest `MAX_KEPT`: after a restart their ids are unknown (404).
@@ -23,7 +25,7 @@ from uuid import UUID
 
 import httpx
 
-from core import Config, MemsiftError
+from core import Config, MemsiftError, load_config
 
 MAX_KEPT = 1000
 REPORT_PREFIX = "sync-report-"
@@ -96,11 +98,14 @@ class IndexRuns:
 
     @staticmethod
     def _run_here(run: Run, parameters: dict[str, Any]) -> None:
-        from flows.sync import run_sync
+        """The configuration is loaded again, as the flow's runs load it: a workspace gone since fails the run."""
+        from api.indexing import sync_agent
 
         run.state = "RUNNING"
         try:
-            run.summary = run_sync(**parameters).to_dict()
+            agent, workspace, config_path = parameters["agent"], parameters["workspace"], parameters["config_path"]
+            config = load_config(config_path, workspace=workspace, agent=agent)
+            run.summary = sync_agent(config, force=parameters["force"])[0].to_dict()
             run.state = "COMPLETED"
         except Exception as exc:
             run.error = f"{type(exc).__name__}: {exc}"

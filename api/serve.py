@@ -9,8 +9,10 @@ more than one core (api/search_pool.py), while everything else stays in the one 
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -48,6 +50,7 @@ def run_serve(
     # uvicorn shuts down gracefully on SIGINT or SIGTERM, then raises the signal again with the handler it found
     # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
     # Prefect server an in-process index run may have started) rather than in death by signal.
+    sock = listen_socket(host, port)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
@@ -63,13 +66,34 @@ def run_serve(
             follower.start(stop)
             _say(f"following {follower.file} (and SIGHUP)")
         # Access lines would cost more than a search under load; the request metrics count every request.
-        uvicorn.run(app, host=host, port=port, access_log=False, log_level="info")
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False, log_level="info"))
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
+        sock.close()
         stop.set()
         signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything is announced or loaded: a port in use is then a one-line
+    error naming it (uvicorn would log it after startup and exit with status 3)."""
+    bare = host.strip("[]")
+    # The family as uvicorn picks it: "localhost" is 127.0.0.1, whatever getaddrinfo would list first.
+    sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart over TIME_WAIT
+    try:
+        sock.bind((bare, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"--port {port}: {host}:{port} is in use by another process (choose another with --port or api.port)"
+            ) from None
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}") from None
+    return sock
 
 
 def _say(line: str) -> None:

@@ -3,7 +3,8 @@
 Litestar converts a decoded body into its struct with `strict=False`, which turns `"maxResults": "2"` into 2
 and `"explain": "true"` into True: a client with a type bug would never learn of it. This hook decodes each
 JSON body once more, strictly, against the same struct before the handler runs; Litestar's own decoding
-then only ever sees bodies of the right types. Malformed JSON is left to Litestar's 400.
+then only ever sees bodies of the right types. Malformed JSON is left to Litestar's 400; an empty body is
+refused here, saying so.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
     kind = BODIES.get(request.scope["path"])
     if kind is None or request.method != "POST":
         return
+    body = await request.body()
+    if not body.strip():  # else Litestar's detail is "body: 'data'" (the name of its handler argument)
+        message = 'empty: send a JSON object, e.g. {"query": "..."} or {} (Content-Type: application/json)'
+        raise ValidationException(extra=[{"key": "body", "message": message}])
     try:
-        msgspec.json.decode(await request.body(), type=kind)
+        msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         # "Expected `int`, got `str` - at `$.maxResults`": the field, then what was wrong with it.
         message, _, where = str(exc).partition(" - at `$")

@@ -112,6 +112,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "embedding.model": (None, _optional(_str)),
     "embedding.baseUrl": (None, _optional(_str)),
     "embedding.headers": ({}, _str_map),
+    "embedding.apiKey": (None, _optional(_str)),  # a secret: else the provider's variable (OPENAI_API_KEY...)
     "embedding.dimensions": (None, _optional(_number(int, 1, 65536))),
     "embedding.queryPrefix": (None, _optional(_str)),
     "embedding.documentPrefix": (None, _optional(_str)),
@@ -209,6 +210,7 @@ class EmbeddingConfig:
     retries: int
     localGraph: str
     pricePerMillionTokens: float | None = None
+    apiKey: str | None = field(default=None, repr=False)  # a secret: never printed
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ class ConfigError(MemsiftError, ValueError):
     """A configuration key is unknown or has a bad value; the message names the key."""
 
 
+class QueryFileError(MemsiftError, ValueError):
+    """A query file (`memsift eval`, `train-ranker`) is missing, empty, or has a bad line; the message names it."""
+
+
 class SearchError(MemsiftError, ValueError):
     """The request itself is wrong (blank query, bad mode); the message says which part."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
+from .errors import QueryFileError
 from .learned import model_for
 from .memory import MemoryIndex
 from .search import Hit
@@ -27,18 +28,39 @@ METRICS = ("R@5", "R@10", "MRR@10", "nDCG@10")
 
 
 def load_queries(path: str | Path) -> list[dict[str, Any]]:
+    """The queries of a JSON Lines file, checked before any search: a bad file is a one-line error naming the
+    file and line, not a traceback halfway, nor metrics of 0 over a workspace that is not there."""
+    path = Path(path)
+    if not path.is_file():
+        raise QueryFileError(f"{path}: no such query file")
     queries = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
             q = json.loads(line)
-            if not isinstance(q.get("query"), str) or not isinstance(q.get("relevant"), list):
-                raise ValueError("needs 'query' (string) and 'relevant' (list)")
         except ValueError as exc:
-            raise ValueError(f"{path}:{number}: {exc}") from None
+            raise QueryFileError(f"{path}:{number}: not JSON ({exc})") from None
+        problem = _query_problem(q, path.resolve().parent)
+        if problem:
+            raise QueryFileError(f"{path}:{number}: {problem}")
         queries.append(q)
+    if not queries:
+        raise QueryFileError(f"{path}: no queries (one JSON object a line: qid, query, relevant)")
     return queries
+
+
+def _query_problem(q: Any, base: Path) -> str | None:
+    if not isinstance(q, dict) or not isinstance(q.get("query"), str) or not isinstance(q.get("relevant"), list):
+        return "needs an object with 'query' (string) and 'relevant' (list)"
+    for r in q["relevant"]:
+        if not isinstance(r, dict) or not isinstance(r.get("path"), str) or not isinstance(r.get("line"), int):
+            return f"each 'relevant' entry needs 'path' (string) and 'line' (integer), got {json.dumps(r)}"
+    if q.get("workspace") is not None:
+        ws = base / str(q["workspace"])
+        if not ws.is_dir():
+            return f"workspace {q['workspace']!r} ({ws}) is not a folder"
+    return None
 
 
 def query_index(indexes: dict[Path, MemoryIndex], config: Config, base: Path, query: dict[str, Any]) -> MemoryIndex:

@@ -161,7 +161,7 @@ class MemoryIndex:
         embedding = self.config.embedding
         if embedding.fallback == embedding.provider:
             return embedding
-        return replace(embedding, provider=embedding.fallback, model=None, baseUrl=None)
+        return replace(embedding, provider=embedding.fallback, model=None, baseUrl=None, apiKey=None)
 
     def _fallback_embedder(self) -> Embedder | None:
         if not self._fallback_loaded:
@@ -377,7 +377,8 @@ class MemoryIndex:
         else:
             plan = plan_sync(store, self.config, embedder, SyncReport())
             if plan.to_check or plan.removed:
-                dirty_reason = f"{len(plan.to_check)} files new or modified, {len(plan.removed)} removed"
+                n = len(plan.to_check)
+                dirty_reason = f"{n} file{'' if n == 1 else 's'} new or modified, {len(plan.removed)} removed"
         pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
         if pending and dirty_reason is None:
             dirty_reason = (

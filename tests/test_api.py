@@ -150,6 +150,14 @@ def test_malformed_json_is_400(client) -> None:
     problem(client.post("/v1/search", content=b'{"query": ', headers={"content-type": "application/json"}), 400)
 
 
+@pytest.mark.parametrize("route", ["/v1/search", "/v1/get", "/v1/index"])
+@pytest.mark.parametrize("body", [b"", b"  \n"])
+def test_an_empty_body_is_400_saying_so(client, route: str, body: bytes) -> None:
+    """`curl -X POST .../v1/index` with no body: the detail was "body: 'data'" (or "Input data was truncated")."""
+    detail = problem(client.post(route, content=body, headers={"content-type": "application/json"}), 400)["detail"]
+    assert detail.startswith("body: empty") and "JSON object" in detail, detail
+
+
 def test_limits_body_64k_and_query_4k(client) -> None:
     big = {"query": "a" * (MAX_BODY_BYTES + 1)}
     problem(client.post("/v1/search", json=big), 413, str(MAX_BODY_BYTES))
@@ -319,6 +327,8 @@ def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None
     client.get(f"/v1/index/{uuid.uuid4()}")
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    # One charset parameter: Prometheus 3 refuses a Content-Type with a duplicate one (Go's mime parser).
+    assert r.headers["content-type"].replace(" ", "").count("charset=") == 1, r.headers["content-type"]
     text = r.text
     route = 'method="POST",path="/v1/search",status_code="200"'
     assert re.search(r"memsift_requests_total\{[^}]*" + route, text)
@@ -443,6 +453,26 @@ def test_index_runs_the_sync_flow_in_a_worker_thread(ws: Path, make_config) -> N
         client.app.state.runs.wait(failing["runId"], 120)
         failed = client.get(f"/v1/index/{failing['runId']}").json()
         assert failed["state"] == "FAILED" and "workspace" in failed["error"] and "summary" not in failed
+
+
+def test_index_without_a_prefect_server_runs_the_sync_in_process(
+    ws: Path, make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`memsift serve` with no Prefect server to record the run (here PREFECT_API_URL names a port nobody
+    listens on) syncs in-process as `memsift index` does; handing the run to Prefect failed it instead
+    ("Timed out while attempting to connect to ephemeral Prefect API server" when PREFECT_API_URL is unset)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{port}/api")
+    with serving(make_config(ws)) as client:
+        run = client.post("/v1/index", json={}).json()
+        client.app.state.runs.wait(run["runId"], 120)
+        done = client.get(f"/v1/index/{run['runId']}").json()
+        assert done["state"] == "COMPLETED", done
+        assert done["summary"]["added"] == 3 and done["summary"]["rebuilt"] is True
 
 
 @pytest.mark.usefixtures("prefect_harness")

@@ -88,6 +88,37 @@ def test_serve_refuses_a_public_address_without_a_key(capsys, workspace) -> None
     assert "refusing" in err and "MEMSIFT_API_KEY" in err and "--insecure" in err and "Traceback" not in err
 
 
+def test_serve_on_a_port_in_use_fails_in_one_line(workspace, memsift_home: Path) -> None:
+    """Exit 1 and one line naming the port, before the address is announced; it was uvicorn's exit 3, after
+    `REST API on http://...` had been printed and the model loaded."""
+    import socket
+
+    ws = workspace({"MEMORY.md": "# Memory\n"})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, MEMSIFT_HOME=str(memsift_home)),
+            timeout=120,
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("memsift: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert str(port) in proc.stderr and "in use" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_serve_on_an_address_it_cannot_bind_names_the_host(capsys, workspace) -> None:
+    ws = workspace({"MEMORY.md": "# Memory\n"})
+    argv = ["--workspace", str(ws), "serve", "--host", "192.0.2.1", "--port", "8000", "--insecure"]  # TEST-NET-1
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("memsift: error: --host 192.0.2.1 --port 8000: cannot listen there") and err.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     ("host", "loopback"),
     [("127.0.0.1", True), ("127.3.4.5", True), ("::1", True), ("[::1]", True), ("localhost", True)]

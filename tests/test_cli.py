@@ -426,6 +426,8 @@ def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: 
         ("search", "x", "--min-score", "7"),
         ("search", "x", "--min-score", "-0.5"),
         ("get", "MEMORY.md", "--from", "x"),
+        ("get", "MEMORY.md", "--from", "0"),  # exit 1 before, unlike --max-results 0
+        ("get", "MEMORY.md", "--lines", "-2"),
         ("status", "--frobnicate"),
     ],
 )

@@ -68,3 +68,30 @@ def test_eval_json_and_a_bad_setting(capsys, queries: Path):
     with pytest.raises(SystemExit):
         main(["eval", str(queries), "--set", "no-equals-sign"])
     assert main(["eval", str(queries), "--set", "rerank.weight=7"]) != 0
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "no such query file"),
+        ("", "no queries"),
+        ("\n\n", "no queries"),
+        ("not json\n", "q.jsonl:1"),
+        ("[1, 2]\n", "q.jsonl:1"),
+        ('{"query": "tea", "relevant": [{"path": "MEMORY.md"}]}\n', "q.jsonl:1"),
+        ('{"query": "tea", "relevant": [], "workspace": "nowhere"}\n', "nowhere"),
+    ],
+)
+def test_eval_refuses_a_bad_query_file_in_one_line(capsys, tmp_path: Path, content: str | None, needle: str):
+    """A missing or empty file, a line that is not a query object, a relevant entry without its line, a
+    workspace that is not there: each a one-line error naming the file (it was a KeyError, an AttributeError,
+    or, for a mistyped workspace, metrics of 0 over nothing)."""
+    path = tmp_path / "q.jsonl"
+    if content is not None:
+        path.write_text(content)
+    assert main(["eval", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("memsift: error: ") and needle in err, err
+    assert "q.jsonl" in err and "Error:" not in err, err

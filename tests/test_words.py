@@ -87,6 +87,10 @@ def test_status_speaks_words_not_python(workspace, memsift_home: Path) -> None:
     assert "enabled=yes" in proc.stdout and "error=—" in proc.stdout
     assert json.loads(memsift(memsift_home, "--workspace", ws, "--json", "status").stdout)["dirty"] is False
 
+    (ws / "MEMORY.md").write_text("# Memory\n- changed\n")  # one file: "1 file", not "1 files"
+    changed = memsift(memsift_home, "--workspace", ws, "status").stdout
+    assert re.search(r"^dirtyReason\s+1 file new or modified, 0 removed$", changed, re.M), changed
+
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     found = [parser]

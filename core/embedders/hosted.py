@@ -245,9 +245,9 @@ class HostedEmbedder(JsonEndpoint):
     def __init__(self, config: EmbeddingConfig) -> None:
         self.model = config.model or self.default_model
         self.base_url = (config.baseUrl or self.default_base_url).rstrip("/")
-        self._key = os.environ.get(self.key_env) if self.key_env else None
+        self._key = config.apiKey or (os.environ.get(self.key_env) if self.key_env else None)
         if self.key_env and not self._key and not config.baseUrl:
-            raise EmbedderUnavailable(f"{self.provider}: set {self.key_env} in the environment")
+            raise EmbedderUnavailable(f"{self.provider}: set {self.key_env} in the environment (or embedding.apiKey)")
         query_prefix, document_prefix = self.model_prefixes.get(self.model, ("", ""))
         self.query_prefix = query_prefix if config.queryPrefix is None else config.queryPrefix
         self.document_prefix = document_prefix if config.documentPrefix is None else config.documentPrefix
