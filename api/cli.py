@@ -390,8 +390,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 0
     if response.degraded:
         print(f"note: {response.degraded}", file=sys.stderr)
+    if response.abstained:  # SPEC's "No matches." on stdout; why, on stderr as the degraded note is
+        print(f"note: no relevant hit: {response.abstained}", file=sys.stderr)
     if not response.results:
-        print(f"No relevant hits: {response.abstained}." if response.abstained else "No matches.")
+        print("No matches.")
         return 0
     blocks = []
     for hit in response.results:

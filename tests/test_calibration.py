@@ -231,10 +231,12 @@ def test_keyword_mode_is_not_calibrated(index) -> None:
 
 
 def test_cli_says_it_found_nothing_relevant(capsys, ws: Path) -> None:
+    """SPEC's "No matches." on stdout, as for a query that matched nothing; why, on stderr."""
     capsys.readouterr()
     assert main(["--workspace", str(ws), "search", ABSENT]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("No relevant hits: the best hit scored ") and "under the floor minScore" in out
+    out, err = capsys.readouterr()
+    assert out == "No matches.\n"
+    assert err.startswith("note: no relevant hit: the best hit scored ") and "under the floor minScore" in err
     assert main(["--workspace", str(ws), "search", ABSENT, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["results"] == [] and "under the floor" in doc["abstained"]
