@@ -31,10 +31,12 @@ def served(prefect_harness, tmp_path: Path, memsift_home: Path) -> Iterator[tupl
     ws = shutil.copytree(EXAMPLE, tmp_path / "workspace")
     port = free_port()
     env = dict(os.environ, MEMSIFT_HOME=str(memsift_home), PREFECT_API_URL=str(PREFECT_API_URL.value()))
-    proc = subprocess.Popen(
-        [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
-    )  # fmt: skip
+    # stderr to a file: an index run logs there, and a pipe nobody reads blocks the server once it is full
+    with open(tmp_path / "serve.log", "w") as log:
+        proc = subprocess.Popen(
+            [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)],
+            stdout=subprocess.PIPE, stderr=log, env=env, text=True,
+        )  # fmt: skip
     try:
         # printed before the server starts listening; a server that prints nothing must not hang the test
         ready, _, _ = select.select([proc.stdout], [], [], START_SECONDS)
@@ -87,7 +89,7 @@ def _sample(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any
     return body
 
 
-def test_every_sample_request_on_the_docs_page_works(served) -> None:
+def test_every_sample_request_on_the_docs_page_works(served, tmp_path: Path) -> None:
     base, _ = served
     doc = httpx.get(f"{base}/schema/openapi.json", timeout=30).json()
     components = doc["components"]["schemas"]
@@ -108,14 +110,18 @@ def test_every_sample_request_on_the_docs_page_works(served) -> None:
         else:  # /v1/index starts a run, which completes
             assert r.status_code == 202, (body, r.text)
             run = f"{base}/v1/index/{r.json()['runId']}"
-            done = poll(
-                lambda run=run: (
-                    (job := httpx.get(run, timeout=30).json())["state"] not in ("SCHEDULED", "PENDING", "RUNNING")
-                    and job
-                ),
-                120,
-                "the index run to end",
-                every=0.2,
-            )
+            try:
+                done = poll(
+                    lambda run=run: (
+                        (job := httpx.get(run, timeout=30).json())["state"] not in ("SCHEDULED", "PENDING", "RUNNING")
+                        and job
+                    ),
+                    120,
+                    "the index run to end",
+                    every=0.2,
+                )
+            except AssertionError as exc:
+                log = (tmp_path / "serve.log").read_text()[-4000:]
+                raise AssertionError(f"{exc}; the server's log:\n{log}") from None
             assert done["state"] == "COMPLETED", done
     assert sent == {"/v1/search", "/v1/get", "/v1/index"}
