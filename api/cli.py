@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from core import MemoryIndex, MemsiftError, load_config
 from core.config import FUSIONS, MODES, default, memsift_home
@@ -232,7 +232,14 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+#: The signals `_interrupt` turned into `Interrupted` during this command. Prefect's engine, unwinding a task
+#: run the interrupt cut, may raise another error in its place ("ValueError: Task run is not set"): the
+#: command ended because of the signal all the same.
+_received: list[int] = []
+
+
 def _interrupt(signum: int, frame: object) -> None:
+    _received.append(signum)
     raise Interrupted(signum)
 
 
@@ -263,26 +270,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     home = memsift_home()
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
     os.environ.setdefault("XDG_CACHE_HOME", str(home / "cache"))
+    _received.clear()
     try:
         return _COMMANDS[args.command](args)
-    except MemsiftError as exc:
-        return _fail(args, str(exc))
     except Interrupted as exc:
-        _fail(args, f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}")
-        _exit_now(128 + exc.signum)
+        _stop_for(args, exc.signum)
+    except Exception as exc:
+        if _received:  # raised while unwinding from the signal, in its place
+            _stop_for(args, _received[0])
+        if isinstance(exc, MemsiftError):
+            return _fail(args, str(exc))
+        if isinstance(exc, BrokenPipeError):  # the reader went away (`memsift get ... | head`): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
+            return 128 + signal.SIGPIPE
+        # anything else is a bug or an environment problem: one line unless --debug
+        return _fail(args, f"{type(exc).__name__}: {exc}")
     except KeyboardInterrupt:
         return _fail(args, "interrupted")
-    except BrokenPipeError:  # the reader went away (`memsift get ... | head`): stop quietly, as `cat` would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
-        return 128 + signal.SIGPIPE
-    except Exception as exc:  # anything else is a bug or an environment problem: one line unless --debug
-        return _fail(args, f"{type(exc).__name__}: {exc}")
 
 
 _AFTER_INTERRUPT = {"index": "the index is as the last completed step left it; the next `memsift index` completes it"}
 
 
-def _exit_now(code: int) -> None:
+def _stop_for(args: argparse.Namespace, signum: int) -> NoReturn:
+    _fail(args, f"interrupted by {signal.Signals(signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}")
+    _exit_now(128 + signum)
+
+
+def _exit_now(code: int) -> NoReturn:
     """Exit without joining worker threads: every index write is on the main thread, which has unwound by now
     (rolled back, temp files removed), while threads with an HTTP request in flight would hold the exit for
     as long as the request takes (a provider's timeout is 120 s)."""

@@ -571,3 +571,27 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(workspace, memsift_hom
     proc.stdout.close()  # as head does after its line
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and "error" not in err, err
+
+
+# Prefect's engine, unwinding a task run that Ctrl-C cut, has raised "ValueError: Task run is not set" in the
+# interrupt's place (seen under `memsift up`'s server on a loaded machine); this command does the same.
+_CUT_BY_A_SIGNAL = """
+import os, signal, sys
+from api import cli
+def cut(args):
+    with cli._interruptible():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            raise ValueError("Task run is not set") from None
+cli._COMMANDS["index"] = cut
+sys.exit(cli.main(["index"]))
+"""
+
+
+def test_an_error_raised_while_unwinding_from_ctrl_c_is_still_the_interrupt(tmp_path: Path) -> None:
+    env = dict(os.environ, MEMSIFT_HOME=str(tmp_path / "home"))
+    done = subprocess.run([sys.executable, "-c", _CUT_BY_A_SIGNAL], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.startswith("memsift: error: interrupted by SIGINT; the index is as the last completed step")
+    assert "ValueError" not in done.stderr
