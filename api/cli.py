@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from core import MemoryIndex, MemsiftError, load_config
 from core.config import FUSIONS, MODES, default, memsift_home
@@ -232,27 +232,28 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-#: The signals `_interrupt` turned into `Interrupted` during this command. Prefect's engine, unwinding a task
-#: run the interrupt cut, may raise another error in its place ("ValueError: Task run is not set"): the
-#: command ended because of the signal all the same.
-_received: list[int] = []
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    _received.append(signum)
-    raise Interrupted(signum)
-
-
 @contextmanager
 def _interruptible() -> Iterator[None]:
     """SIGINT and SIGTERM raise `Interrupted` in the main thread while inside (the default SIGTERM would kill
-    the process on the spot: a flow run left Running in the UI, no word to the user)."""
+    the process on the spot: a flow run left Running in the UI, no word to the user). Prefect's engine,
+    unwinding a task run the signal cut, may raise another error in its place ("ValueError: Task run is not
+    set"): that is the interrupt all the same."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+    except Exception as exc:
+        if received:
+            raise Interrupted(received[0]) from exc
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -270,34 +271,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     home = memsift_home()
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
     os.environ.setdefault("XDG_CACHE_HOME", str(home / "cache"))
-    _received.clear()
     try:
         return _COMMANDS[args.command](args)
+    except MemsiftError as exc:
+        return _fail(args, str(exc))
     except Interrupted as exc:
-        _stop_for(args, exc.signum)
-    except Exception as exc:
-        if _received:  # raised while unwinding from the signal, in its place
-            _stop_for(args, _received[0])
-        if isinstance(exc, MemsiftError):
-            return _fail(args, str(exc))
-        if isinstance(exc, BrokenPipeError):  # the reader went away (`memsift get ... | head`): stop quietly
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
-            return 128 + signal.SIGPIPE
-        # anything else is a bug or an environment problem: one line unless --debug
-        return _fail(args, f"{type(exc).__name__}: {exc}")
+        _fail(args, f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}")
+        _exit_now(128 + exc.signum)
     except KeyboardInterrupt:
         return _fail(args, "interrupted")
+    except BrokenPipeError:  # the reader went away (`memsift get ... | head`): stop quietly, as `cat` would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
+        return 128 + signal.SIGPIPE
+    except Exception as exc:  # anything else is a bug or an environment problem: one line unless --debug
+        return _fail(args, f"{type(exc).__name__}: {exc}")
 
 
 _AFTER_INTERRUPT = {"index": "the index is as the last completed step left it; the next `memsift index` completes it"}
 
 
-def _stop_for(args: argparse.Namespace, signum: int) -> NoReturn:
-    _fail(args, f"interrupted by {signal.Signals(signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}")
-    _exit_now(128 + signum)
-
-
-def _exit_now(code: int) -> NoReturn:
+def _exit_now(code: int) -> None:
     """Exit without joining worker threads: every index write is on the main thread, which has unwound by now
     (rolled back, temp files removed), while threads with an HTTP request in flight would hold the exit for
     as long as the request takes (a provider's timeout is 120 s)."""
