@@ -103,8 +103,6 @@ FEATURES = QUESTION_FEATURES + (
     "log_rank",
     "vector_gap",  # its cosine below the head's best
 )
-#: The features read from MaxSim: unknown (NaN, read as the training mean) when the search had none.
-MAXSIM = frozenset(("q_top_maxsim", "q_small_top_maxsim"))
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

@@ -22,6 +22,7 @@ from tests.sample import NOTES
 
 ABSENT = "Which Kubernetes version runs in the production cluster?"
 PRESENT = "Why did the deploy fail with ERR_SSL_PROTOCOL_ERROR?"
+MAXSIM = ("q_top_maxsim", "q_small_top_maxsim")  # the question features read from MaxSim
 
 
 @pytest.fixture
@@ -199,9 +200,9 @@ def test_a_search_without_maxsim_reads_its_features_as_unknown() -> None:
     model = calibration.default_model().question
     names = calibration.QUESTION_FEATURES
     without = calibration.features(_inputs(4, (None, None)))[:1, : len(names)]
-    assert all(np.isnan(without[0, names.index(n)]) == (n in calibration.MAXSIM) for n in names)
+    assert all(np.isnan(without[0, names.index(n)]) == (n in MAXSIM) for n in names)
     at_mean = without.copy()
-    for n in calibration.MAXSIM:
+    for n in MAXSIM:
         at_mean[0, names.index(n)] = model.mean[names.index(n)]
     assert model.predict(without)[0] == pytest.approx(model.predict(at_mean)[0])
     assert not np.isnan(model.predict(without)[0])
