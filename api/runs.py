@@ -1,7 +1,9 @@
 """`POST /v1/index`: each request starts a Prefect flow run of `memsift-sync` and answers at once.
 
 When a Prefect server answers at PREFECT_API_URL and serves a deployment of the flow (`memsift up` serves
-`memsift-sync/<name>`), the run goes through it, so it runs in that deployment's process and shows in the UI
+`memsift-sync/<name>`; served means a runner or worker polled for its runs within `SERVED_WITHIN` seconds: a
+deployment left on the server by an `up` that has stopped would hold the run Scheduled forever), the run goes
+through it, so it runs in that deployment's process and shows in the UI
 like a scheduled one; the run id is the flow run's id and its state is read back from the server. Otherwise
 the sync runs in a worker thread of this process, as `memsift index` runs it (`api.indexing.sync_agent`: a flow
 run when a Prefect server answers, else without Prefect, which would start a temporary server of its own, 7-12 s
@@ -20,6 +22,7 @@ import uuid
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -30,6 +33,7 @@ from core import Config, MemsiftError, load_config
 MAX_KEPT = 1000
 REPORT_PREFIX = "sync-report-"
 PROBE_SECONDS = 2.0  # a Prefect server that does not answer this fast is treated as absent
+SERVED_WITHIN = 60.0  # Prefect's own bound before it marks a deployment not ready; runners poll every 10 s
 
 
 class PrefectUnavailable(MemsiftError, RuntimeError):
@@ -118,8 +122,9 @@ _FINAL = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
 
 
 def served_deployment(agent: str) -> str | None:
-    """`memsift-sync/<name>` when a Prefect server answers and has a deployment of the flow (the one named
-    after the agent if there is one, else the first by name); None otherwise."""
+    """`memsift-sync/<name>` when a Prefect server answers and serves a deployment of the flow (the one named
+    after the agent if there is one, else the first by name); None otherwise. Served: polled by its runner or
+    worker within `SERVED_WITHIN` seconds (the server's UTC timestamp against this machine's clock)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
     from prefect.settings import PREFECT_API_URL
@@ -138,10 +143,15 @@ def served_deployment(agent: str) -> str | None:
             found = client.read_deployments(flow_filter=FlowFilter(name=FlowFilterName(any_=[sync_flow.name])))
     except httpx.HTTPError as exc:
         raise PrefectUnavailable(f"the Prefect server at {url} answers, but not about deployments ({exc})") from exc
-    names = sorted(d.name for d in found)
+    names = sorted(d.name for d in found if _polled_recently(d))
     if not names:
         return None
     return f"{sync_flow.name}/{agent if agent in names else names[0]}"
+
+
+def _polled_recently(deployment: Any) -> bool:
+    last = deployment.last_polled
+    return last is not None and (datetime.now(UTC) - last).total_seconds() <= SERVED_WITHIN
 
 
 def _state_of(flow_run: Any) -> str:

@@ -484,24 +484,41 @@ def test_index_goes_through_a_served_deployment(ws: Path, make_config) -> None:
 
     deployment_id = sync_flow.to_deployment(name="main").apply()
     try:
-        with serving(make_config(ws)) as client:
+        with serving(make_config(ws)) as client, get_client(sync_client=True) as prefect:
+            prefect.get_scheduled_flow_runs_for_deployments([deployment_id])  # a runner's poll: it is served
             run = client.post("/v1/index", json={"force": True}).json()
             assert run["state"] == "SCHEDULED"
-            with get_client(sync_client=True) as prefect:
-                flow_run = prefect.read_flow_run(uuid.UUID(run["runId"]))  # the run id is the flow run's
-                assert flow_run.deployment_id == deployment_id
-                assert flow_run.parameters == {
-                    "agent": "main",
-                    "workspace": str(ws),
-                    "config_path": None,
-                    "force": True,
-                }
+            flow_run = prefect.read_flow_run(uuid.UUID(run["runId"]))  # the run id is the flow run's
+            assert flow_run.deployment_id == deployment_id
+            assert flow_run.parameters == {"agent": "main", "workspace": str(ws), "config_path": None, "force": True}
             assert client.get(f"/v1/index/{run['runId']}").json()["state"] == "SCHEDULED"
             # What the deployment's runner does with the run, in this process: the same engine call.
             run_flow(sync_flow, flow_run=flow_run, parameters=flow_run.parameters)
             done = client.get(f"/v1/index/{run['runId']}").json()
             assert done["state"] == "COMPLETED", done
             assert done["summary"]["rebuilt"] is True and done["summary"]["added"] == 3  # from the run's artifact
+    finally:
+        with get_client(sync_client=True) as prefect:
+            prefect.delete_deployment(deployment_id)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_deployment_no_runner_polls_is_passed_by(ws: Path, make_config) -> None:
+    """A deployment left on the server by an `up` that has stopped (never polled here) would hold the run
+    Scheduled forever: the run is made in this process instead, and completes."""
+    from prefect.client.orchestration import get_client
+
+    from flows.sync import sync_flow
+
+    deployment_id = sync_flow.to_deployment(name="main").apply()
+    try:
+        with serving(make_config(ws)) as client:
+            run = client.post("/v1/index", json={}).json()
+            client.app.state.runs.wait(run["runId"], 120)
+            done = client.get(f"/v1/index/{run['runId']}").json()
+        assert done["state"] == "COMPLETED" and done["summary"]["added"] == 3, done
+        with get_client(sync_client=True) as prefect:
+            assert not [r for r in prefect.read_flow_runs() if r.deployment_id == deployment_id]  # none was made
     finally:
         with get_client(sync_client=True) as prefect:
             prefect.delete_deployment(deployment_id)

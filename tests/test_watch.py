@@ -142,12 +142,21 @@ def _set_state(run_id, state) -> None:
         client.set_flow_run_state(run_id, state, force=True)
 
 
-@pytest.mark.usefixtures("prefect_harness")
-def test_sync_runs_are_coalesced_per_agent(workspace, make_config) -> None:
+@pytest.fixture
+def applied(prefect_harness) -> Iterator[list]:
+    """Ids of the deployments a test applies, deleted after it: the session's Prefect server is shared, and a
+    deployment left there would be found by a later test."""
+    ids: list = []
+    yield ids
+    with get_client(sync_client=True) as client:
+        for deployment_id in ids:
+            client.delete_deployment(deployment_id)
+
+
+def test_sync_runs_are_coalesced_per_agent(workspace, make_config, applied) -> None:
     """No runner serves the deployment here: a run stays Scheduled until the test moves its state."""
     config = make_config(workspace({"MEMORY.md": "x\n"}))
-    for deployment in agent_deployments(config):
-        deployment.apply()
+    applied.extend(deployment.apply() for deployment in agent_deployments(config))
     runs = SyncRuns()
 
     first = runs.request(["main"])
