@@ -107,6 +107,9 @@ def prefect_client(api_url: str) -> Iterator[SyncPrefectClient]:
         yield client
 
 
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}  # the states of a REST index run that has ended
+
+
 def finished(client: SyncPrefectClient, run_id: UUID) -> FlowRun | None:
     run = client.read_flow_run(run_id)
     return run if run.state is not None and run.state.is_final() else None
@@ -223,6 +226,14 @@ def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, works
             }
         assert f"REST API: http://127.0.0.1:{api_port} (docs: http://127.0.0.1:{api_port}/docs)\n" in up.output
         assert httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code == 200
+        # POST /v1/index goes through the deployment up's runner serves: a flow run of it, read back from Prefect
+        started = httpx.post(f"http://127.0.0.1:{api_port}/v1/index", json={}, timeout=60).json()
+        with prefect_client(f"http://127.0.0.1:{port}/api") as c:
+            served = c.read_deployment(c.read_flow_run(UUID(started["runId"])).deployment_id)
+        assert served.name == "main" and served.entrypoint == "flows.sync.sync_flow"
+        run = f"http://127.0.0.1:{api_port}/v1/index/{started['runId']}"
+        done = wait_for(lambda: (r := httpx.get(run, timeout=30).json())["state"] in FINAL and r, 120, "the REST run")
+        assert done["state"] == "COMPLETED" and done["summary"]["added"] == 0, done  # the watcher synced it all
         assert (memsift_home / "prefect" / "server.log").is_file()  # PREFECT_HOME defaults under MEMSIFT_HOME
 
         # `memsift index` in another terminal, without PREFECT_API_URL, runs its flow on up's server.
