@@ -7,7 +7,7 @@ questions in plain words asked of each of the five tiny workspaces above: the sh
 Prints each per category, and the top scores.
 
     MEMSIFT_HOME=/tmp/memsift-quality .venv/bin/python bench/abstention.py [--shared ../shared/bench] [--floor X]
-        [--learned]
+        [--learned] [--model CALIBRATION.json]
 
 The companion figure, locomo-dev recall at the default floor against no floor, is two `memsift eval` runs:
 `memsift eval ../shared/bench/locomo-dev/queries.jsonl --min-score X` with X the default, and with 0.
@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core import calibration  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.memory import MemoryIndex  # noqa: E402
 
@@ -39,7 +40,16 @@ def main() -> None:
     ap.add_argument("--shared", type=Path, default=Path("../shared/bench"))
     ap.add_argument("--floor", type=float, help="a floor other than the configured default")
     ap.add_argument("--learned", action="store_true", help="order by the learned ranker (rerank.method)")
+    ap.add_argument(
+        "--model",
+        type=Path,
+        help="a calibration other than the shipped one (train_calibration.py --out FILE), to measure before shipping",
+    )
     args = ap.parse_args()
+    if args.model is not None:
+        # the search reads calibration.default_model(), which loads DEFAULT_MODEL once
+        calibration.DEFAULT_MODEL = args.model
+        calibration.default_model.cache_clear()
     config = load_config(None, overrides={"rerank.method": "learned"} if args.learned else {})
     floor = config.search.minScore if args.floor is None else args.floor
 

@@ -322,6 +322,18 @@ def show(title: str, table: dict[float, dict[str, float]]) -> None:
         print(n.ljust(width) + "".join(f"{table[f][n]:>7.3f}" for f in table))
 
 
+def kind_weight(text: str) -> tuple[str, float]:
+    """`--weight own=2`: a kind of training question and its weight in the question model."""
+    kind, _, weight = text.partition("=")
+    try:
+        value = float(weight)
+    except ValueError:
+        value = None
+    if not kind or value is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KIND=WEIGHT, e.g. own=2")
+    return kind, value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shared", type=Path, default=Path("../shared/bench"), help="the shared yardsticks")
@@ -329,9 +341,18 @@ def main() -> None:
     ap.add_argument("--small", type=Path, default=Path("/tmp/memsift-calibration-small"), help="small workspaces")
     ap.add_argument("--l2", type=float, default=3.0, help="the models' L2 penalty")
     ap.add_argument("--prior", type=float, default=0.85, help="the share of questions taken as answerable")
+    ap.add_argument(
+        "--weight",
+        action="append",
+        default=[],
+        type=kind_weight,
+        metavar="KIND=W",
+        help="a kind's weight in the question model for this run, over KIND_WEIGHT (repeatable; own=2)",
+    )
     ap.add_argument("--cv-only", action="store_true")
     ap.add_argument("--out", type=Path, default=calibration.DEFAULT_MODEL)
     args = ap.parse_args()
+    KIND_WEIGHT.update(args.weight)
     rows = collect(args.shared, args.cache, args.small)
     kinds = Counter(r["q"]["kind"] for r in rows)
     print(f"{len(rows)} questions ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})")
