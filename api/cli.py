@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ def _parser() -> _Parser:
     p.add_argument("--config", metavar="PATH", help="TOML config (default: $MEMSIFT_CONFIG, <workspace>/memsift.toml)")
     p.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
     p.add_argument("--workspace", metavar="DIR", help="the agent's workspace (default: config, else current folder)")
+    p.add_argument("--version", action="version", version=f"memsift {version('memsift')}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     index = sub.add_parser("index", parents=[common], help="sync the index (a rebuild if needed or --force)")

@@ -595,3 +595,11 @@ def test_an_error_raised_while_unwinding_from_ctrl_c_is_still_the_interrupt(tmp_
     assert done.returncode == 130, done.stderr
     assert done.stderr.startswith("memsift: error: interrupted by SIGINT; the index is as the last completed step")
     assert "ValueError" not in done.stderr
+
+
+def test_version_prints_the_installed_version(capsys) -> None:
+    """`memsift --version` was a usage error ("the following arguments are required: COMMAND")."""
+    from importlib.metadata import version
+
+    code, out, err = run(capsys, "--version")
+    assert (code, out, err) == (0, f"memsift {version('memsift')}\n", "")
