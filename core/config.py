@@ -453,6 +453,11 @@ def load_config(
             raise ConfigError(f"{key}: no such configuration key")
         values[key] = _SCHEMA[key][1](labels.get(key, key), value)
 
+    # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
+    if "main" in agents and values["workspace"]:
+        top = _resolve(source, values["workspace"])
+        if top.resolve() != agents["main"].resolve():
+            raise ConfigError(f"agents.main.workspace: {agents['main']} differs from workspace: {top}; set one")
     if not _valid_agent(agent):
         raise ConfigError(f"--agent: {agent!r} is not a valid agent id (letters, digits, '-', '_')")
     if workspace:
@@ -463,6 +468,8 @@ def load_config(
         ws = agents[agent]
     elif values["workspace"]:
         ws = _resolve(source, values["workspace"])
+    elif "main" in agents:
+        ws = agents["main"]
     else:
         ws = Path.cwd()
     ws = ws.resolve()

@@ -319,6 +319,21 @@ def test_agents_workspace_selects_another_workspace(tmp_path: Path, workspace) -
     assert main.db_path == tmp_path / "h" / "memory" / f"main.main-ws-{_digest(main_ws.resolve())}.sqlite"
 
 
+def test_agents_main_workspace_is_the_main_workspace(tmp_path: Path, workspace) -> None:
+    """`[agents.main] workspace = ...` was ignored: the main agent indexed the current folder instead."""
+    main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
+    cfg = write(tmp_path / "conf" / "memsift.toml", f'[agents.main]\nworkspace = "{main_ws}"\n')
+    assert load_config(cfg, env={}).workspace == main_ws.resolve()
+    assert load_config(cfg, agent="main", env={}).workspace == main_ws.resolve()
+    assert load_config(cfg, workspace=tmp_path, env={}).workspace == tmp_path.resolve()  # --workspace wins
+
+    write(cfg, f'workspace = "{main_ws}"\n[agents.main]\nworkspace = "{main_ws}"\n')
+    assert load_config(cfg, env={}).workspace == main_ws.resolve()
+    write(cfg, f'workspace = "{tmp_path}"\n[agents.main]\nworkspace = "{main_ws}"\n')
+    with pytest.raises(ConfigError, match=r"^agents\.main\.workspace: .* differs from workspace: "):
+        load_config(cfg, env={})
+
+
 def test_agent_workspace_found_through_the_current_folder(workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
     other = workspace({"memory/a.md": "x\n"}, name="other")
