@@ -22,6 +22,7 @@ from core import MemoryIndex, MemsiftError, load_config
 from core.config import FUSIONS, MODES, default, memsift_home
 from core.estimate import summary
 from core.sources.memory import nothing_found
+from core.timefilter import window
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,6 +48,16 @@ def _bounded(kind: type, lo: float, hi: float | None = None):
         return value
 
     return parse
+
+
+def _when(text: str) -> str:
+    """An argparse type for --after / --before: a bound that names no time is a usage error (exit 2), as a bad
+    --max-results is; the window itself is built, with the same words, by the search."""
+    try:
+        window(after=text)
+    except MemsiftError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("after: ")) from None
+    return text
 
 
 def _parser() -> _Parser:
@@ -99,9 +110,14 @@ def _parser() -> _Parser:
         "--path-prefix", metavar="P", help="only files under this workspace-relative prefix (default: all files)"
     )
     when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m: months)"
-    search.add_argument("--after", metavar="WHEN", help=f"only notes dated at or after {when} (default: no bound)")
     search.add_argument(
-        "--before", metavar="WHEN", help="only notes dated at or before WHEN, same forms (default: no bound)"
+        "--after", type=_when, metavar="WHEN", help=f"only notes dated at or after {when} (default: no bound)"
+    )
+    search.add_argument(
+        "--before",
+        type=_when,
+        metavar="WHEN",
+        help="only notes dated at or before WHEN, same forms (default: no bound)",
     )
     search.add_argument(
         "--no-evergreen",

@@ -537,15 +537,26 @@ def test_search_time_filters(capsys, ws: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "needle"),
     [
-        (("--after", "next week"), "after: 'next week' is not a date (YYYY-MM-DD)"),
-        (("--before", "2026-02-30"), "before: '2026-02-30' is not a date"),
-        (("--after", "2026-05-15", "--before", "2026-05-14"), "after: '2026-05-15' is later than before: '2026-05-14'"),
+        (("--after", "next week"), "argument --after: 'next week' is not a date (YYYY-MM-DD)"),
+        (("--before", "2026-02-30"), "argument --before: '2026-02-30' is not a date"),
+        (("--before", " "), "argument --before: must be a date (YYYY-MM-DD)"),
     ],
 )
-def test_bad_time_filter_is_a_one_line_error(capsys, ws: Path, options: tuple[str, ...], needle: str) -> None:
+def test_a_time_filter_that_names_no_time_is_a_usage_error(
+    capsys, ws: Path, options: tuple[str, ...], needle: str
+) -> None:
+    """Exit 2, as a bad --max-results or --min-score (it was 1, a failure)."""
     code, out, err = run(capsys, "--workspace", ws, "search", "deploy", *options)
-    assert_one_line_error(code, out, err, needle)
-    assert needle in err
+    assert (code, out) == (2, "")
+    last = err.splitlines()[-1]
+    assert err.startswith("usage: memsift search") and last.startswith("memsift: error: ") and needle in last, err
+
+
+def test_an_empty_time_window_is_a_one_line_error(capsys, ws: Path) -> None:
+    code, out, err = run(
+        capsys, "--workspace", ws, "search", "deploy", "--after", "2026-05-15", "--before", "2026-05-14"
+    )
+    assert_one_line_error(code, out, err, "after: '2026-05-15' is later than before: '2026-05-14'")
 
 
 def test_real_process_time_filter(ws: Path, memsift_home: Path) -> None:
@@ -554,8 +565,8 @@ def test_real_process_time_filter(ws: Path, memsift_home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert {h["path"] for h in json.loads(proc.stdout)["results"]} == {"memory/2026-05-14.md"}
     proc = subprocess.run(argv[:5] + ["--after", "soon"], capture_output=True, text=True, env=_env(memsift_home))
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr)
-    assert "after: 'soon' is not a date" in proc.stderr
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert "memsift: error: argument --after: 'soon' is not a date" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(workspace, memsift_home: Path) -> None:
