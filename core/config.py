@@ -450,7 +450,7 @@ def load_config(
             agents[parts[1]] = _resolve(source, _str(key, value))
             continue
         if key not in _SCHEMA:
-            raise ConfigError(f"{key}: no such configuration key")
+            raise ConfigError(f"{key}: {_not_a_key(key)}")
         values[key] = _SCHEMA[key][1](labels.get(key, key), value)
 
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
@@ -522,6 +522,14 @@ def load_config(
         sources=values["sources"],
         sessions=_sessions(values, ws, agent, env) if "sessions" in values["sources"] else None,
     )
+
+
+def _not_a_key(key: str) -> str:
+    """Why `key` is refused: a table given a plain value (`temporalDecay = 5`) is told so, naming its keys."""
+    inner = [k[len(key) + 1 :] for k in _SCHEMA if k.startswith(key + ".")]
+    if not inner:
+        return "no such configuration key"
+    return f"expected a table of {', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''}"
 
 
 def _sessions(values: dict[str, Any], ws: Path, agent: str, env: Mapping[str, str]) -> SessionsConfig:

@@ -205,6 +205,22 @@ def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:
     assert str(err.value).startswith(f"{key}:")
 
 
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ("[search]\ntemporalDecay = 5\n", "search.temporalDecay: expected a table of enabled, halfLifeDays"),
+        ("search = 5\n", "search: expected a table of maxResults, minScore, calibrate, mode, ..."),
+        ('[store]\nfts = "trigram"\n', "store.fts: expected a table of tokenizer, stemmer"),
+    ],
+)
+def test_a_table_given_a_plain_value_says_so(ws: Path, toml: str, message: str) -> None:
+    """It was "search.temporalDecay: no such configuration key", for a key the docs list."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value) == message
+
+
 @pytest.mark.parametrize("name", ["MEMSIFT_SEARCH_BOGUS", "MEMSIFT_EMBEDDING_PROVIDR", "MEMSIFT_CHUNKING_SIZE"])
 def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
     with pytest.raises(ConfigError) as err:
