@@ -393,16 +393,14 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
 
 
 def find_config_file(explicit: str | Path | None, workspace: Path, env: Mapping[str, str]) -> Path | None:
-    if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"--config: {path} does not exist")
-        return path
-    if env.get("MEMSIFT_CONFIG"):
-        path = Path(env["MEMSIFT_CONFIG"]).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"MEMSIFT_CONFIG: {path} does not exist")
-        return path
+    for name, given in (("--config", explicit), ("MEMSIFT_CONFIG", env.get("MEMSIFT_CONFIG"))):
+        if given:
+            path = Path(given).expanduser()
+            if not path.is_file():
+                raise ConfigError(
+                    f"{name}: {path} {'is a folder, not a TOML file' if path.is_dir() else 'does not exist'}"
+                )
+            return path
     candidate = workspace / "memsift.toml"
     return candidate if candidate.is_file() else None
 

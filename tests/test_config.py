@@ -131,6 +131,17 @@ def test_missing_config_file_is_an_error(ws: Path, tmp_path: Path, how: str) -> 
     assert "nope.toml" in str(err.value)
 
 
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_config_path_that_is_a_folder_says_so(ws: Path, how: str) -> None:
+    """It said "--config: <folder> does not exist", of a folder that does."""
+    with pytest.raises(ConfigError) as err:
+        if how == "flag":
+            load_config(ws, workspace=ws, env={})
+        else:
+            load_config(workspace=ws, env={"MEMSIFT_CONFIG": str(ws)})
+    assert str(err.value) == f"{'--config' if how == 'flag' else 'MEMSIFT_CONFIG'}: {ws} is a folder, not a TOML file"
+
+
 def test_relative_workspace_in_toml_is_relative_to_the_file(tmp_path: Path, workspace) -> None:
     ws = workspace({"MEMORY.md": "x\n"}, name="agent-ws")
     cfg = write(tmp_path / "conf" / "memsift.toml", 'workspace = "../agent-ws"\n')
