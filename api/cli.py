@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from core import MemoryIndex, MemsiftError, load_config
-from core.config import FUSIONS, MODES, default, memsift_home
+from core.config import FUSIONS, MODES, default, home_problem, memsift_home
 from core.estimate import summary
 from core.sources.memory import nothing_found
 from core.timefilter import window
@@ -287,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Nothing outside MEMSIFT_HOME (and the workspace): Prefect keeps its profiles, results and logs there, not in
     # ~/.prefect, and onnxruntime writes its device id under $XDG_CACHE_HOME (default ~/.cache).
     home = memsift_home()
+    if problem := home_problem(home):
+        return _fail(args, f"MEMSIFT_HOME: {home} {problem}")
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
     os.environ.setdefault("XDG_CACHE_HOME", str(home / "cache"))
     try:

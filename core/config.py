@@ -355,6 +355,15 @@ def memsift_home(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("MEMSIFT_HOME") or Path.home() / ".memsift").expanduser()
 
 
+def home_problem(home: Path) -> str | None:
+    """Why `home` cannot hold memsift's files, found without creating anything (a command refused for a bad
+    configuration leaves no trace); else the first write there failed as "NotADirectoryError: [Errno 20]..."."""
+    if home.exists():
+        return None if home.is_dir() else "is a file, not a folder"
+    ancestor = next(p for p in home.parents if p.exists())
+    return None if ancestor.is_dir() else f"cannot be created: {ancestor} is a file"
+
+
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in table.items():

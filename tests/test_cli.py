@@ -614,3 +614,15 @@ def test_version_prints_the_installed_version(capsys) -> None:
 
     code, out, err = run(capsys, "--version")
     assert (code, out, err) == (0, f"memsift {version('memsift')}\n", "")
+
+
+@pytest.mark.parametrize("kind", ["file", "under a file"])
+def test_an_unusable_memsift_home_is_named(ws: Path, tmp_path: Path, kind: str) -> None:
+    """It was "NotADirectoryError: [Errno 20] Not a directory: '.../memory'", from the first write there."""
+    (tmp_path / "afile").write_text("")
+    home = tmp_path / "afile" if kind == "file" else tmp_path / "afile" / "home"
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "search", "deploy"], capture_output=True, text=True, env=_env(home), timeout=120
+    )
+    expected = "is a file, not a folder" if kind == "file" else f"cannot be created: {tmp_path / 'afile'} is a file"
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", f"memsift: error: MEMSIFT_HOME: {home} {expected}\n")
