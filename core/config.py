@@ -32,6 +32,14 @@ def _str(key: str, v: Any) -> str:
     return v
 
 
+def _secret(key: str, v: Any) -> str:
+    """A key's string, or an error that names its type only: a mistyped secret (`key = ["sk-..."]`) must not
+    reach a terminal or a log through the error (SPEC section 2)."""
+    if not isinstance(v, str):
+        raise ConfigError(f"{key}: expected a string, got a {type(v).__name__} (not shown: the key is a secret)")
+    return v
+
+
 def _bool(key: str, v: Any) -> bool:
     if isinstance(v, bool):
         return v
@@ -112,7 +120,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "embedding.model": (None, _optional(_str)),
     "embedding.baseUrl": (None, _optional(_str)),
     "embedding.headers": ({}, _str_map),
-    "embedding.apiKey": (None, _optional(_str)),  # a secret: else the provider's variable (OPENAI_API_KEY...)
+    "embedding.apiKey": (None, _optional(_secret)),  # a secret: else the provider's variable (OPENAI_API_KEY...)
     "embedding.dimensions": (None, _optional(_number(int, 1, 65536))),
     "embedding.queryPrefix": (None, _optional(_str)),
     "embedding.documentPrefix": (None, _optional(_str)),
@@ -180,7 +188,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "cache.maxEntries": (None, _optional(_number(int, 1))),
     "api.host": ("127.0.0.1", _str),
     "api.port": (8000, _number(int, 1, 65535)),
-    "api.key": (None, _optional(_str)),
+    "api.key": (None, _optional(_secret)),
     # Processes that run searches (api/search_pool.py); 0: in the server's threads, one core's worth of Python.
     "api.workers": (0, _number(int, 0, 64)),
     # Session transcripts (docs/indexing-and-prefect.md); OpenClaw's delta defaults.

@@ -417,6 +417,22 @@ def test_bad_headers_error_does_not_print_the_secret(ws: Path) -> None:
     assert "sk-secret-123" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("toml", "key", "kind"),
+    [
+        ('[api]\nkey = ["sk-live-1234"]\n', "api.key", "list"),
+        ('[embedding]\napiKey = { value = "sk-live-1234" }\n', "embedding.apiKey", "dict"),
+        ("[embedding]\napiKey = 12345678\n", "embedding.apiKey", "int"),
+    ],
+)
+def test_a_mistyped_secret_is_not_printed(ws: Path, toml: str, key: str, kind: str) -> None:
+    """It was "api.key: expected a string, got ['sk-live-1234']": the key on the terminal."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value) == f"{key}: expected a string, got a {kind} (not shown: the key is a secret)"
+
+
 def test_candidate_pool_is_set_by_config_never_by_a_request(ws: Path) -> None:
     """SPEC's over-fetch (maxResults x candidateMultiplier) counts the configured maxResults, at least the pool."""
     assert load_config(workspace=ws, env={}).search.fetch == 40  # max(40, 6 x 4)
