@@ -200,14 +200,15 @@ class JsonEndpoint:
             self.retries += 1
 
     def _exhausted(self, exc: Transient) -> str:
-        attempts = self.retries_allowed + 1
+        n = self.retries_allowed + 1
+        attempts = f"{n} attempt{'s' if n > 1 else ''}"  # retries = 0: "after 1 attempt"
         if exc.status == 429:
             return (
-                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts} attempts: {exc.reason}. "
+                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts}: {exc.reason}. "
                 + self.quota_advice
             )
         status = f"HTTP {exc.status}" if exc.status else "request failed"
-        return f"{self.provider}: {status} after {attempts} attempts: {exc.reason}"
+        return f"{self.provider}: {status} after {attempts}: {exc.reason}"
 
     def _server_message(self, response: httpx.Response) -> str:
         """The server's own explanation (OpenAI/Gemini `error.message`, others' `detail`/`error`), redacted."""
