@@ -146,6 +146,13 @@ def test_search_validation_errors_name_the_field(client, body: dict[str, Any], f
     problem(client.post("/v1/search", json=body), 400, field)
 
 
+def test_the_first_and_last_dates_filter_nothing(client) -> None:
+    """`after: "0001-01-01"` was a 500 (ValueError: year 0 is out of range)."""
+    for bounds in ({"after": "0001-01-01"}, {"before": "9999-12-31"}):
+        r = client.post("/v1/search", json={"query": "ERR_SSL_PROTOCOL_ERROR", **bounds})
+        assert r.status_code == 200 and r.json()["results"], (bounds, r.text)
+
+
 def test_malformed_json_is_400(client) -> None:
     problem(client.post("/v1/search", content=b'{"query": ', headers={"content-type": "application/json"}), 400)
 
