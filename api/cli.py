@@ -31,6 +31,20 @@ class _Parser(argparse.ArgumentParser):
         print(f"memsift: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """The global flags' defaults, set here since they are suppressed where they were not given (they
+        may come before the command or after it)."""
+        parsed = super().parse_args(args, namespace)
+        for name, value in (
+            ("json", False),
+            ("debug", False),
+            ("config", None),
+            ("agent", "main"),
+            ("workspace", None),
+        ):
+            setattr(parsed, name, getattr(parsed, name, value))
+        return parsed
+
 
 def _bounded(kind: type, lo: float, hi: float | None = None):
     """An argparse type: a number of `kind` in [lo, hi] (the ranges of search.maxResults / search.minScore),
@@ -64,11 +78,24 @@ def _parser() -> _Parser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    # Before the command as SPEC writes them, or after it (`memsift search tea --workspace ~/agent`); their
+    # defaults are set by `_Parser.parse_args`, so a subcommand that does not see them keeps what the top
+    # level parsed.
+    common.add_argument(
+        "--config",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="TOML config (default: $MEMSIFT_CONFIG, <workspace>/memsift.toml)",
+    )
+    common.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS, help="agent id (default: main)")
+    common.add_argument(
+        "--workspace",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help="the agent's workspace (default: config, else current folder)",
+    )
 
     p = _Parser(prog="memsift", description="Hybrid search over an AI agent's Markdown memory.", parents=[common])
-    p.add_argument("--config", metavar="PATH", help="TOML config (default: $MEMSIFT_CONFIG, <workspace>/memsift.toml)")
-    p.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
-    p.add_argument("--workspace", metavar="DIR", help="the agent's workspace (default: config, else current folder)")
     p.add_argument("--version", action="version", version=f"memsift {version('memsift')}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
@@ -279,8 +306,6 @@ def _interruptible() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    args.json = getattr(args, "json", False)
-    args.debug = getattr(args, "debug", False)
     if not args.debug:
         for key, value in _QUIET_PREFECT.items():
             os.environ.setdefault(key, value)

@@ -626,3 +626,16 @@ def test_an_unusable_memsift_home_is_named(ws: Path, tmp_path: Path, kind: str) 
     )
     expected = "is a file, not a folder" if kind == "file" else f"cannot be created: {tmp_path / 'afile'} is a file"
     assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", f"memsift: error: MEMSIFT_HOME: {home} {expected}\n")
+
+
+def test_global_flags_work_after_the_command_too(ws: Path, memsift_home: Path) -> None:
+    """`memsift search deploy --workspace ~/agent` was a usage error ("unrecognized arguments")."""
+    before = [MEMSIFT, "--workspace", ws, "--agent", "main", "search", "deploy", "--json"]
+    after = [MEMSIFT, "search", "deploy", "--json", "--workspace", ws, "--agent", "main"]
+    answers = [
+        subprocess.run(argv, capture_output=True, text=True, env=_env(memsift_home), timeout=120)
+        for argv in (before, after)
+    ]
+    assert [a.returncode for a in answers] == [0, 0], [a.stderr for a in answers]
+    docs = [json.loads(a.stdout) for a in answers]
+    assert docs[0]["results"] and [d["results"] for d in docs] == [docs[0]["results"]] * 2
