@@ -639,3 +639,28 @@ def test_global_flags_work_after_the_command_too(ws: Path, memsift_home: Path) -
     assert [a.returncode for a in answers] == [0, 0], [a.stderr for a in answers]
     docs = [json.loads(a.stdout) for a in answers]
     assert docs[0]["results"] and [d["results"] for d in docs] == [docs[0]["results"]] * 2
+
+
+def test_an_unreadable_index_is_set_aside_by_a_forced_run(ws: Path, memsift_home: Path) -> None:
+    """An index file that is no database (a disk fault, a copy gone wrong): every command failed, and
+    `memsift index --force` too, so the only way out was to find and delete the file by hand."""
+
+    def memsift(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [MEMSIFT, "--workspace", ws, *argv], capture_output=True, text=True, env=_env(memsift_home), timeout=120
+        )
+
+    assert memsift("index", "--no-prefect").returncode == 0
+    (db,) = (memsift_home / "memory").glob("*.sqlite")
+    db.write_bytes(b"not an index, not SQLite at all " * 200)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    failed = memsift("search", "deploy")
+    assert failed.returncode == 1 and "`memsift index --force` sets it aside and rebuilds it" in failed.stderr
+    forced = memsift("index", "--no-prefect", "--force")
+    assert forced.returncode == 0, forced.stderr
+    (aside,) = (memsift_home / "memory").glob("*.sqlite.unreadable-*")
+    assert f"the unreadable index was set aside as {aside}" in forced.stderr
+    assert aside.read_bytes().startswith(b"not an index")  # kept for the user, not deleted
+    found = memsift("search", "deploy", "--json")
+    assert found.returncode == 0 and json.loads(found.stdout)["results"], found.stderr

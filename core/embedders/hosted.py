@@ -204,8 +204,7 @@ class JsonEndpoint:
         attempts = f"{n} attempt{'s' if n > 1 else ''}"  # retries = 0: "after 1 attempt"
         if exc.status == 429:
             return (
-                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts}: {exc.reason}. "
-                + self.quota_advice
+                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts}: {exc.reason}. " + self.quota_advice
             )
         status = f"HTTP {exc.status}" if exc.status else "request failed"
         return f"{self.provider}: {status} after {attempts}: {exc.reason}"
