@@ -14,13 +14,15 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from core import MemoryIndex, MemsiftError, load_config
-from core.config import FUSIONS, MODES, default, memsift_home
+from core.config import FUSIONS, MODES, default, home_problem, memsift_home
 from core.estimate import summary
 from core.sources.memory import nothing_found
+from core.timefilter import window
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,6 +30,20 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"memsift: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """The global flags' defaults, set here since they are suppressed where they were not given (they
+        may come before the command or after it)."""
+        parsed = super().parse_args(args, namespace)
+        for name, value in (
+            ("json", False),
+            ("debug", False),
+            ("config", None),
+            ("agent", "main"),
+            ("workspace", None),
+        ):
+            setattr(parsed, name, getattr(parsed, name, value))
+        return parsed
 
 
 def _bounded(kind: type, lo: float, hi: float | None = None):
@@ -48,15 +64,39 @@ def _bounded(kind: type, lo: float, hi: float | None = None):
     return parse
 
 
+def _when(text: str) -> str:
+    """An argparse type for --after / --before: a bound that names no time is a usage error (exit 2), as a bad
+    --max-results is; the window itself is built, with the same words, by the search."""
+    try:
+        window(after=text)
+    except MemsiftError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("after: ")) from None
+    return text
+
+
 def _parser() -> _Parser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    # Before the command as SPEC writes them, or after it (`memsift search tea --workspace ~/agent`); their
+    # defaults are set by `_Parser.parse_args`, so a subcommand that does not see them keeps what the top
+    # level parsed.
+    common.add_argument(
+        "--config",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="TOML config (default: $MEMSIFT_CONFIG, <workspace>/memsift.toml)",
+    )
+    common.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS, help="agent id (default: main)")
+    common.add_argument(
+        "--workspace",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help="the agent's workspace (default: config, else current folder)",
+    )
 
     p = _Parser(prog="memsift", description="Hybrid search over an AI agent's Markdown memory.", parents=[common])
-    p.add_argument("--config", metavar="PATH", help="TOML config (default: $MEMSIFT_CONFIG, <workspace>/memsift.toml)")
-    p.add_argument("--agent", default="main", metavar="ID", help="agent id (default: main)")
-    p.add_argument("--workspace", metavar="DIR", help="the agent's workspace (default: config, else current folder)")
+    p.add_argument("--version", action="version", version=f"memsift {version('memsift')}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     index = sub.add_parser("index", parents=[common], help="sync the index (a rebuild if needed or --force)")
@@ -97,9 +137,14 @@ def _parser() -> _Parser:
         "--path-prefix", metavar="P", help="only files under this workspace-relative prefix (default: all files)"
     )
     when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m: months)"
-    search.add_argument("--after", metavar="WHEN", help=f"only notes dated at or after {when} (default: no bound)")
     search.add_argument(
-        "--before", metavar="WHEN", help="only notes dated at or before WHEN, same forms (default: no bound)"
+        "--after", type=_when, metavar="WHEN", help=f"only notes dated at or after {when} (default: no bound)"
+    )
+    search.add_argument(
+        "--before",
+        type=_when,
+        metavar="WHEN",
+        help="only notes dated at or before WHEN, same forms (default: no bound)",
     )
     search.add_argument(
         "--no-evergreen",
@@ -261,14 +306,14 @@ def _interruptible() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    args.json = getattr(args, "json", False)
-    args.debug = getattr(args, "debug", False)
     if not args.debug:
         for key, value in _QUIET_PREFECT.items():
             os.environ.setdefault(key, value)
     # Nothing outside MEMSIFT_HOME (and the workspace): Prefect keeps its profiles, results and logs there, not in
     # ~/.prefect, and onnxruntime writes its device id under $XDG_CACHE_HOME (default ~/.cache).
     home = memsift_home()
+    if problem := home_problem(home):
+        return _fail(args, f"MEMSIFT_HOME: {home} {problem}")
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
     os.environ.setdefault("XDG_CACHE_HOME", str(home / "cache"))
     try:

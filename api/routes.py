@@ -133,7 +133,10 @@ class MemoryController(Controller):
         responses=problems(400, 401, 404, 413),
     )
     def start_index(
-        self, data: JSONBody[IndexRequest], agents: NamedDependency[Agents], runs: NamedDependency[IndexRuns]
+        self,
+        agents: NamedDependency[Agents],
+        runs: NamedDependency[IndexRuns],
+        data: JSONBody[IndexRequest] = IndexRequest(),  # noqa: B008  (no body, as `curl -X POST` sends: `{}`)
     ) -> IndexRun:
         return _answer(runs.start(agents.config(data.agent), data.force))
 

@@ -266,7 +266,7 @@ class Status(msgspec.Struct):
     config: ConfigState | UnsetType = UNSET  # from a server that follows its configuration (not the CLI)
 
 
-class IndexRequest(msgspec.Struct, forbid_unknown_fields=True):
+class IndexRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     agent: AgentId | None = None
     force: Annotated[bool, Meta(description="rebuild everything", examples=[False])] = False
 

@@ -3,8 +3,9 @@
 Litestar converts a decoded body into its struct with `strict=False`, which turns `"maxResults": "2"` into 2
 and `"explain": "true"` into True: a client with a type bug would never learn of it. This hook decodes each
 JSON body once more, strictly, against the same struct before the handler runs; Litestar's own decoding
-then only ever sees bodies of the right types. Malformed JSON is left to Litestar's 400; an empty body is
-refused here, saying so.
+then only ever sees bodies of the right types. Malformed JSON is left to Litestar's 400. An empty body is
+refused here, saying so, except on `/v1/index`, whose fields are all optional: `curl -X POST .../v1/index`
+starts a sync of the default agent, as `{}` does.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
     if kind is None or request.method != "POST":
         return
     body = await request.body()
+    if not body and kind is IndexRequest:  # every field optional: `curl -X POST .../v1/index` is `{}`
+        return
     if not body.strip():  # else Litestar's detail is "body: 'data'" (the name of its handler argument)
         message = 'empty: send a JSON object, e.g. {"query": "..."} or {} (Content-Type: application/json)'
         raise ValidationException(extra=[{"key": "body", "message": message}])

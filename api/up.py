@@ -132,6 +132,8 @@ def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
     if external:
         wait_healthy(external, EXTERNAL_SERVER_TIMEOUT)
         _say(f"using the Prefect server at {external} (PREFECT_API_URL)")
+        if port is not None:  # it was ignored without a word
+            _say(f"--port {port} is not used: it is the port of the Prefect server memsift up starts, here none")
         return external.rstrip("/").removesuffix("/api")
     if port is None:
         port = DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port()

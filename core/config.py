@@ -32,6 +32,14 @@ def _str(key: str, v: Any) -> str:
     return v
 
 
+def _secret(key: str, v: Any) -> str:
+    """A key's string, or an error that names its type only: a mistyped secret (`key = ["sk-..."]`) must not
+    reach a terminal or a log through the error (SPEC section 2)."""
+    if not isinstance(v, str):
+        raise ConfigError(f"{key}: expected a string, got a {type(v).__name__} (not shown: the key is a secret)")
+    return v
+
+
 def _bool(key: str, v: Any) -> bool:
     if isinstance(v, bool):
         return v
@@ -112,7 +120,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "embedding.model": (None, _optional(_str)),
     "embedding.baseUrl": (None, _optional(_str)),
     "embedding.headers": ({}, _str_map),
-    "embedding.apiKey": (None, _optional(_str)),  # a secret: else the provider's variable (OPENAI_API_KEY...)
+    "embedding.apiKey": (None, _optional(_secret)),  # a secret: else the provider's variable (OPENAI_API_KEY...)
     "embedding.dimensions": (None, _optional(_number(int, 1, 65536))),
     "embedding.queryPrefix": (None, _optional(_str)),
     "embedding.documentPrefix": (None, _optional(_str)),
@@ -180,7 +188,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "cache.maxEntries": (None, _optional(_number(int, 1))),
     "api.host": ("127.0.0.1", _str),
     "api.port": (8000, _number(int, 1, 65535)),
-    "api.key": (None, _optional(_str)),
+    "api.key": (None, _optional(_secret)),
     # Processes that run searches (api/search_pool.py); 0: in the server's threads, one core's worth of Python.
     "api.workers": (0, _number(int, 0, 64)),
     # Session transcripts (docs/indexing-and-prefect.md); OpenClaw's delta defaults.
@@ -355,6 +363,15 @@ def memsift_home(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("MEMSIFT_HOME") or Path.home() / ".memsift").expanduser()
 
 
+def home_problem(home: Path) -> str | None:
+    """Why `home` cannot hold memsift's files, found without creating anything (a command refused for a bad
+    configuration leaves no trace); else the first write there failed as "NotADirectoryError: [Errno 20]..."."""
+    if home.exists():
+        return None if home.is_dir() else "is a file, not a folder"
+    ancestor = next(p for p in home.parents if p.exists())
+    return None if ancestor.is_dir() else f"cannot be created: {ancestor} is a file"
+
+
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in table.items():
@@ -393,16 +410,14 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
 
 
 def find_config_file(explicit: str | Path | None, workspace: Path, env: Mapping[str, str]) -> Path | None:
-    if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"--config: {path} does not exist")
-        return path
-    if env.get("MEMSIFT_CONFIG"):
-        path = Path(env["MEMSIFT_CONFIG"]).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"MEMSIFT_CONFIG: {path} does not exist")
-        return path
+    for name, given in (("--config", explicit), ("MEMSIFT_CONFIG", env.get("MEMSIFT_CONFIG"))):
+        if given:
+            path = Path(given).expanduser()
+            if not path.is_file():
+                raise ConfigError(
+                    f"{name}: {path} {'is a folder, not a TOML file' if path.is_dir() else 'does not exist'}"
+                )
+            return path
     candidate = workspace / "memsift.toml"
     return candidate if candidate.is_file() else None
 
@@ -450,9 +465,14 @@ def load_config(
             agents[parts[1]] = _resolve(source, _str(key, value))
             continue
         if key not in _SCHEMA:
-            raise ConfigError(f"{key}: no such configuration key")
+            raise ConfigError(f"{key}: {_not_a_key(key)}")
         values[key] = _SCHEMA[key][1](labels.get(key, key), value)
 
+    # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
+    if "main" in agents and values["workspace"]:
+        top = _resolve(source, values["workspace"])
+        if top.resolve() != agents["main"].resolve():
+            raise ConfigError(f"agents.main.workspace: {agents['main']} differs from workspace: {top}; set one")
     if not _valid_agent(agent):
         raise ConfigError(f"--agent: {agent!r} is not a valid agent id (letters, digits, '-', '_')")
     if workspace:
@@ -463,6 +483,8 @@ def load_config(
         ws = agents[agent]
     elif values["workspace"]:
         ws = _resolve(source, values["workspace"])
+    elif "main" in agents:
+        ws = agents["main"]
     else:
         ws = Path.cwd()
     ws = ws.resolve()
@@ -515,6 +537,14 @@ def load_config(
         sources=values["sources"],
         sessions=_sessions(values, ws, agent, env) if "sessions" in values["sources"] else None,
     )
+
+
+def _not_a_key(key: str) -> str:
+    """Why `key` is refused: a table given a plain value (`temporalDecay = 5`) is told so, naming its keys."""
+    inner = [k[len(key) + 1 :] for k in _SCHEMA if k.startswith(key + ".")]
+    if not inner:
+        return "no such configuration key"
+    return f"expected a table of {', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''}"
 
 
 def _sessions(values: dict[str, Any], ws: Path, agent: str, env: Mapping[str, str]) -> SessionsConfig:

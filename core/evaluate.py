@@ -101,6 +101,15 @@ def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict
     }
 
 
+def _category(query: dict[str, Any]) -> str:
+    """The row a query is counted in: its category as given (0 is a category, as LoCoMo numbers them), else
+    "(none)", a name no row of the whole file ("overall") can be mistaken for."""
+    for key in ("category_name", "category"):
+        if query.get(key) not in (None, ""):
+            return str(query[key])
+    return "(none)"
+
+
 def evaluate(
     config: Config,
     queries_path: str | Path,
@@ -124,7 +133,7 @@ def evaluate(
             took.append(response.tookMs)
             spans.extend(h.endLine - h.startLine + 1 for h in response.results)
             scores = score_query(response.results, q["relevant"], k)
-            per_category[str(q.get("category_name") or q.get("category") or "all")].append(scores)
+            per_category[_category(q)].append(scores)
     finally:
         for index in indexes.values():
             index.close()

@@ -38,7 +38,7 @@ from .rerankers.local import LOCAL_DEFAULT, token_capture
 from .rerankers.shortlist import wanted
 from .search import SearchResponse, check_request, search
 from .shared_cache import SharedCache, cache_path
-from .store import Store, StoreError
+from .store import Store, StoreError, UnreadableIndex, set_aside
 
 _CONFIGURED: Any = object()
 
@@ -152,7 +152,10 @@ class MemoryIndex:
 
     def fallback_record(self) -> dict[str, Any] | None:
         """The recorded switch to `embedding.fallback` ({from, to, reason, at}), or None."""
-        raw = self.store.get_meta("fallback")
+        try:
+            raw = self.store.get_meta("fallback")
+        except UnreadableIndex:  # none readable: a forced sync sets the file aside, any other use reports it
+            return None
         return json.loads(raw) if raw else None
 
     def _fallback_config(self) -> EmbeddingConfig:
@@ -192,8 +195,9 @@ class MemoryIndex:
         While a fallback switch is recorded the fallback is used and the provider is not tried; `force` tries
         the provider again. A provider that fails switches to `embedding.fallback` (see the class docstring).
         """
-        with self._writing():
+        with self._writing(replace_unreadable=force) as notes:
             report = self._sync_locked(force, progress, stage)
+            report.warnings[:0] = notes
             self._tend_cache(report)
             return report
 
@@ -295,19 +299,29 @@ class MemoryIndex:
         return _on_fallback(report, record)
 
     @contextmanager
-    def _writing(self) -> Iterator[None]:
+    def _writing(self, *, replace_unreadable: bool = False) -> Iterator[list[str]]:
         """The agent's writer lock; whoever holds it may delete temp files a crashed rebuild left, and hands
-        the shared cache the vectors of an index written before it existed (once)."""
+        the shared cache the vectors of an index written before it existed (once). With `replace_unreadable`
+        (a forced run), an index file that is no database is set aside and a new one started; it yields the
+        warnings that says so."""
         self._adopt_legacy()
+        notes: list[str] = []
         with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
             remove_orphans(self.config.db_path)
-            store = self.store
+            try:
+                store = self.store
+            except UnreadableIndex as exc:
+                if not replace_unreadable:
+                    raise
+                aside = set_aside(self.config.db_path)
+                notes.append(f"{exc.__cause__}: the unreadable index was set aside as {aside}; rebuilt from scratch")
+                store = self.store
             if store.identity() is not None and store.get_meta(SHARED_CACHE) != "1":
                 with SharedCache.open(self.config.home) as cache:
                     cache.adopt(store)
                 with store.transaction():
                     store.set_meta(SHARED_CACHE, "1")
-            yield
+            yield notes
 
     def _tend_cache(self, report: SyncReport) -> None:
         """After a run: the shared cache learns this index uses it, and `cache.maxEntries` prunes it."""

@@ -78,6 +78,22 @@ def _load_vec(conn: apsw.Connection) -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
+class UnreadableIndex(StoreError):
+    """The file at the index's path is no SQLite database, or a damaged one. An index is derived data (the
+    memory files and the shared embedding cache rebuild it), so a forced run replaces it (`set_aside`)."""
+
+
+def set_aside(path: Path) -> Path:
+    """Rename an unreadable index (and its -wal and -shm) out of the way, under the swap lock so no reader
+    opens it meanwhile; the name it now has. Kept, not deleted: it is the user's file to inspect or remove."""
+    aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%dT%H%M%S')}")
+    with swap_lock(path, exclusive=True):
+        for suffix in ("-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        path.rename(aside)
+    return aside
+
+
 class Store:
     def __init__(self, path: str | Path, *, use_vec: bool = True, readonly: bool = False) -> None:
         self.path = Path(path)
@@ -96,6 +112,11 @@ class Store:
                 else:
                     self._check_version()
                 self._inode = os.stat(self.path).st_ino
+        except (apsw.NotADBError, apsw.CorruptError) as exc:
+            raise UnreadableIndex(
+                f"cannot open the index {self.path}: {exc}; it holds nothing the memory files do not: "
+                "`memsift index --force` sets it aside and rebuilds it"
+            ) from exc
         except apsw.Error as exc:
             raise StoreError(f"cannot open the index {self.path}: {exc}") from exc
 

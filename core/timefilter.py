@@ -43,7 +43,11 @@ class TimeWindow:
     def __post_init__(self) -> None:
         for name, ns in (("first_day", self.start_ns), ("last_day", self.end_ns)):
             if ns is not None:
-                object.__setattr__(self, name, datetime.fromtimestamp(ns // NS).date())
+                try:
+                    day = datetime.fromtimestamp(ns // NS).date()
+                except (ValueError, OverflowError, OSError):  # `after 0001-01-01`: past the first local day
+                    day = date.min if ns < 0 else date.max
+                object.__setattr__(self, name, day)
 
     def keeps(self, path: str, mtime_ns: int) -> bool:
         day = note_date(path)
@@ -57,6 +61,8 @@ class TimeWindow:
 def day_span(day: date) -> tuple[int, int]:
     """The first and last nanosecond of a local calendar day."""
     start = int(time.mktime(day.timetuple())) * NS
+    if day == date.max:  # `before 9999-12-31`: there is no next day to start
+        return start, start + 24 * 3600 * NS - 1
     end = int(time.mktime((day + timedelta(days=1)).timetuple())) * NS
     return start, end - 1
 

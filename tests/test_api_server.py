@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import stop_process
+from conftest import wait_for as poll
 
 from api.cli import main
 from api.prefect_server import free_port
@@ -79,6 +80,24 @@ def test_serve_answers_over_http_and_stops_on_sigterm(server) -> None:
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=30) == 0  # a graceful shutdown, and a normal exit (atexit handlers ran)
     assert b"Application shutdown complete" in proc.stderr.read()
+
+
+def test_index_with_no_body_starts_a_sync(server) -> None:
+    """`curl -X POST .../v1/index`: SPEC's body `{agent?, force?}` has no required field, so no body is `{}`
+    (it was a 400 "body: empty")."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    r = httpx.post(f"{base}/v1/index", timeout=60)  # no body and no Content-Type, as curl sends it
+    assert r.status_code == 202, r.text
+    run = f"{base}/v1/index/{r.json()['runId']}"
+    done = poll(
+        lambda: (job := httpx.get(run, timeout=30).json())["state"] not in ("SCHEDULED", "PENDING", "RUNNING") and job,
+        120,
+        "the index run to end",
+        every=0.2,
+    )
+    assert done["state"] == "COMPLETED" and done["agent"] == "main", done
+    assert done["summary"]["filesScanned"] == 2, done
 
 
 def test_serve_refuses_a_public_address_without_a_key(capsys, workspace) -> None:

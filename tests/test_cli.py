@@ -537,15 +537,26 @@ def test_search_time_filters(capsys, ws: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "needle"),
     [
-        (("--after", "next week"), "after: 'next week' is not a date (YYYY-MM-DD)"),
-        (("--before", "2026-02-30"), "before: '2026-02-30' is not a date"),
-        (("--after", "2026-05-15", "--before", "2026-05-14"), "after: '2026-05-15' is later than before: '2026-05-14'"),
+        (("--after", "next week"), "argument --after: 'next week' is not a date (YYYY-MM-DD)"),
+        (("--before", "2026-02-30"), "argument --before: '2026-02-30' is not a date"),
+        (("--before", " "), "argument --before: must be a date (YYYY-MM-DD)"),
     ],
 )
-def test_bad_time_filter_is_a_one_line_error(capsys, ws: Path, options: tuple[str, ...], needle: str) -> None:
+def test_a_time_filter_that_names_no_time_is_a_usage_error(
+    capsys, ws: Path, options: tuple[str, ...], needle: str
+) -> None:
+    """Exit 2, as a bad --max-results or --min-score (it was 1, a failure)."""
     code, out, err = run(capsys, "--workspace", ws, "search", "deploy", *options)
-    assert_one_line_error(code, out, err, needle)
-    assert needle in err
+    assert (code, out) == (2, "")
+    last = err.splitlines()[-1]
+    assert err.startswith("usage: memsift search") and last.startswith("memsift: error: ") and needle in last, err
+
+
+def test_an_empty_time_window_is_a_one_line_error(capsys, ws: Path) -> None:
+    code, out, err = run(
+        capsys, "--workspace", ws, "search", "deploy", "--after", "2026-05-15", "--before", "2026-05-14"
+    )
+    assert_one_line_error(code, out, err, "after: '2026-05-15' is later than before: '2026-05-14'")
 
 
 def test_real_process_time_filter(ws: Path, memsift_home: Path) -> None:
@@ -554,8 +565,8 @@ def test_real_process_time_filter(ws: Path, memsift_home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert {h["path"] for h in json.loads(proc.stdout)["results"]} == {"memory/2026-05-14.md"}
     proc = subprocess.run(argv[:5] + ["--after", "soon"], capture_output=True, text=True, env=_env(memsift_home))
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr)
-    assert "after: 'soon' is not a date" in proc.stderr
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert "memsift: error: argument --after: 'soon' is not a date" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(workspace, memsift_home: Path) -> None:
@@ -595,3 +606,61 @@ def test_an_error_raised_while_unwinding_from_ctrl_c_is_still_the_interrupt(tmp_
     assert done.returncode == 130, done.stderr
     assert done.stderr.startswith("memsift: error: interrupted by SIGINT; the index is as the last completed step")
     assert "ValueError" not in done.stderr
+
+
+def test_version_prints_the_installed_version(capsys) -> None:
+    """`memsift --version` was a usage error ("the following arguments are required: COMMAND")."""
+    from importlib.metadata import version
+
+    code, out, err = run(capsys, "--version")
+    assert (code, out, err) == (0, f"memsift {version('memsift')}\n", "")
+
+
+@pytest.mark.parametrize("kind", ["file", "under a file"])
+def test_an_unusable_memsift_home_is_named(ws: Path, tmp_path: Path, kind: str) -> None:
+    """It was "NotADirectoryError: [Errno 20] Not a directory: '.../memory'", from the first write there."""
+    (tmp_path / "afile").write_text("")
+    home = tmp_path / "afile" if kind == "file" else tmp_path / "afile" / "home"
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "search", "deploy"], capture_output=True, text=True, env=_env(home), timeout=120
+    )
+    expected = "is a file, not a folder" if kind == "file" else f"cannot be created: {tmp_path / 'afile'} is a file"
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", f"memsift: error: MEMSIFT_HOME: {home} {expected}\n")
+
+
+def test_global_flags_work_after_the_command_too(ws: Path, memsift_home: Path) -> None:
+    """`memsift search deploy --workspace ~/agent` was a usage error ("unrecognized arguments")."""
+    before = [MEMSIFT, "--workspace", ws, "--agent", "main", "search", "deploy", "--json"]
+    after = [MEMSIFT, "search", "deploy", "--json", "--workspace", ws, "--agent", "main"]
+    answers = [
+        subprocess.run(argv, capture_output=True, text=True, env=_env(memsift_home), timeout=120)
+        for argv in (before, after)
+    ]
+    assert [a.returncode for a in answers] == [0, 0], [a.stderr for a in answers]
+    docs = [json.loads(a.stdout) for a in answers]
+    assert docs[0]["results"] and [d["results"] for d in docs] == [docs[0]["results"]] * 2
+
+
+def test_an_unreadable_index_is_set_aside_by_a_forced_run(ws: Path, memsift_home: Path) -> None:
+    """An index file that is no database (a disk fault, a copy gone wrong): every command failed, and
+    `memsift index --force` too, so the only way out was to find and delete the file by hand."""
+
+    def memsift(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [MEMSIFT, "--workspace", ws, *argv], capture_output=True, text=True, env=_env(memsift_home), timeout=120
+        )
+
+    assert memsift("index", "--no-prefect").returncode == 0
+    (db,) = (memsift_home / "memory").glob("*.sqlite")
+    db.write_bytes(b"not an index, not SQLite at all " * 200)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    failed = memsift("search", "deploy")
+    assert failed.returncode == 1 and "`memsift index --force` sets it aside and rebuilds it" in failed.stderr
+    forced = memsift("index", "--no-prefect", "--force")
+    assert forced.returncode == 0, forced.stderr
+    (aside,) = (memsift_home / "memory").glob("*.sqlite.unreadable-*")
+    assert f"the unreadable index was set aside as {aside}" in forced.stderr
+    assert aside.read_bytes().startswith(b"not an index")  # kept for the user, not deleted
+    found = memsift("search", "deploy", "--json")
+    assert found.returncode == 0 and json.loads(found.stdout)["results"], found.stderr

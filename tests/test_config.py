@@ -131,6 +131,17 @@ def test_missing_config_file_is_an_error(ws: Path, tmp_path: Path, how: str) -> 
     assert "nope.toml" in str(err.value)
 
 
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_config_path_that_is_a_folder_says_so(ws: Path, how: str) -> None:
+    """It said "--config: <folder> does not exist", of a folder that does."""
+    with pytest.raises(ConfigError) as err:
+        if how == "flag":
+            load_config(ws, workspace=ws, env={})
+        else:
+            load_config(workspace=ws, env={"MEMSIFT_CONFIG": str(ws)})
+    assert str(err.value) == f"{'--config' if how == 'flag' else 'MEMSIFT_CONFIG'}: {ws} is a folder, not a TOML file"
+
+
 def test_relative_workspace_in_toml_is_relative_to_the_file(tmp_path: Path, workspace) -> None:
     ws = workspace({"MEMORY.md": "x\n"}, name="agent-ws")
     cfg = write(tmp_path / "conf" / "memsift.toml", 'workspace = "../agent-ws"\n')
@@ -203,6 +214,22 @@ def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={})
     assert str(err.value).startswith(f"{key}:")
+
+
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ("[search]\ntemporalDecay = 5\n", "search.temporalDecay: expected a table of enabled, halfLifeDays"),
+        ("search = 5\n", "search: expected a table of maxResults, minScore, calibrate, mode, ..."),
+        ('[store]\nfts = "trigram"\n', "store.fts: expected a table of tokenizer, stemmer"),
+    ],
+)
+def test_a_table_given_a_plain_value_says_so(ws: Path, toml: str, message: str) -> None:
+    """It was "search.temporalDecay: no such configuration key", for a key the docs list."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value) == message
 
 
 @pytest.mark.parametrize("name", ["MEMSIFT_SEARCH_BOGUS", "MEMSIFT_EMBEDDING_PROVIDR", "MEMSIFT_CHUNKING_SIZE"])
@@ -319,6 +346,21 @@ def test_agents_workspace_selects_another_workspace(tmp_path: Path, workspace) -
     assert main.db_path == tmp_path / "h" / "memory" / f"main.main-ws-{_digest(main_ws.resolve())}.sqlite"
 
 
+def test_agents_main_workspace_is_the_main_workspace(tmp_path: Path, workspace) -> None:
+    """`[agents.main] workspace = ...` was ignored: the main agent indexed the current folder instead."""
+    main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
+    cfg = write(tmp_path / "conf" / "memsift.toml", f'[agents.main]\nworkspace = "{main_ws}"\n')
+    assert load_config(cfg, env={}).workspace == main_ws.resolve()
+    assert load_config(cfg, agent="main", env={}).workspace == main_ws.resolve()
+    assert load_config(cfg, workspace=tmp_path, env={}).workspace == tmp_path.resolve()  # --workspace wins
+
+    write(cfg, f'workspace = "{main_ws}"\n[agents.main]\nworkspace = "{main_ws}"\n')
+    assert load_config(cfg, env={}).workspace == main_ws.resolve()
+    write(cfg, f'workspace = "{tmp_path}"\n[agents.main]\nworkspace = "{main_ws}"\n')
+    with pytest.raises(ConfigError, match=r"^agents\.main\.workspace: .* differs from workspace: "):
+        load_config(cfg, env={})
+
+
 def test_agent_workspace_found_through_the_current_folder(workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
     other = workspace({"memory/a.md": "x\n"}, name="other")
@@ -373,6 +415,22 @@ def test_bad_headers_error_does_not_print_the_secret(ws: Path) -> None:
         load_config(workspace=ws, env={})
     assert str(err.value).startswith("embedding.headers")
     assert "sk-secret-123" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "kind"),
+    [
+        ('[api]\nkey = ["sk-live-1234"]\n', "api.key", "list"),
+        ('[embedding]\napiKey = { value = "sk-live-1234" }\n', "embedding.apiKey", "dict"),
+        ("[embedding]\napiKey = 12345678\n", "embedding.apiKey", "int"),
+    ],
+)
+def test_a_mistyped_secret_is_not_printed(ws: Path, toml: str, key: str, kind: str) -> None:
+    """It was "api.key: expected a string, got ['sk-live-1234']": the key on the terminal."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value) == f"{key}: expected a string, got a {kind} (not shown: the key is a secret)"
 
 
 def test_candidate_pool_is_set_by_config_never_by_a_request(ws: Path) -> None:

@@ -70,6 +70,17 @@ def test_eval_json_and_a_bad_setting(capsys, queries: Path):
     assert main(["eval", str(queries), "--set", "rerank.weight=7"]) != 0
 
 
+def test_eval_rows_name_each_category_and_the_uncategorised(capsys, queries: Path):
+    """A query without a category was counted in a row named "all", read as every query; category 0 too."""
+    rows = [json.loads(line) for line in queries.read_text().splitlines()]
+    rows[0]["category"] = 0
+    del rows[1]["category"]
+    queries.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", str(queries), "--json", "--no-rerank"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {name: row["n"] for name, row in doc["categories"].items()} == {"0": 1, "(none)": 1}
+
+
 @pytest.mark.parametrize(
     ("content", "needle"),
     [

@@ -157,6 +157,29 @@ def test_no_secret_in_logs_errors_status_or_the_index(
         assert secret.encode() not in stored, "a secret is in a file under MEMSIFT_HOME"
 
 
+def test_a_password_in_a_base_url_is_never_shown_or_stored(ws: Path, memsift_home: Path, capsys) -> None:
+    """`baseUrl = "http://user:pass@proxy/v1"`: the password was in the index (the provider fingerprint), in
+    `status` and in every connection error ("cannot connect to http://user:pass@...")."""
+    password = "pw-" + uuid.uuid4().hex
+    provider = FakeProvider()
+    url = provider.url.replace("http://", f"http://memsift:{password}@")
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{url}"\nmodel = "fake-model"\nretries = 0\n'
+    )
+    cli = ["--workspace", str(ws)]
+    try:
+        assert main([*cli, "index", "--no-prefect"]) == 0
+        assert main([*cli, "status", "--json"]) == 0
+    finally:
+        provider.close()
+    assert main([*cli, "index", "--no-prefect", "--force"]) == 1  # nobody listens there now
+    assert main([*cli, "status", "--json", "--deep"]) == 0
+    out = capsys.readouterr()
+    assert "request failed after 1 attempt: cannot connect to http://memsift:<set>@127.0.0.1:" in out.err, out.err
+    assert password not in out.out + out.err
+    assert password.encode() not in b"".join(p.read_bytes() for p in memsift_home.rglob("*") if p.is_file())
+
+
 @pytest.fixture
 def fenced(workspace, make_config) -> Iterator[TestClient[Litestar]]:
     outside = workspace({"secret.md": "- the outside secret kestrel\n", "dir/inner.md": "- inner kestrel\n"}, "out")

@@ -73,6 +73,16 @@ def test_a_huge_duration_is_an_error_not_a_crash():
         window(after="999999y", now=NOW.timestamp())
 
 
+def test_the_first_and_last_dates_are_open_bounds():
+    """`after 0001-01-01` was a ValueError ("year 0 is out of range": a 500 over REST), `before 9999-12-31`
+    "not a date"; both are the usual way to say "no bound"."""
+    w = window(after="0001-01-01", before="9999-12-31", evergreen=False)
+    assert w is not None and w.keeps("memory/2026-11-20.md", 0) and w.keeps("notes/a.md", 1_700_000_000 * NS)
+    assert w.keeps("memory/0001-01-01.md", 0) and w.keeps("memory/9999-12-31.md", 0)
+    assert not window(before="0001-01-01", evergreen=False).keeps("memory/2026-11-20.md", 0)
+    assert not window(after="9999-12-31", evergreen=False).keeps("notes/a.md", 1_700_000_000 * NS)
+
+
 def test_after_later_than_before_is_an_error():
     with pytest.raises(SearchError, match="^after: '2026-11-21' is later than before: '2026-11-20'"):
         window(after="2026-11-21", before="2026-11-20")

@@ -141,7 +141,12 @@ def test_served_deployments_run_from_the_prefect_cli(tmp_path: Path, workspace, 
     with PrefectServer(tmp_path / "server-prefect", free_port(), env=env) as server:
         server.wait_healthy(120)
         env["PREFECT_API_URL"] = server.api_url
-        with Up(["--workspace", str(ws), "up"], env, tmp_path / "up.log") as up, prefect_client(server.api_url) as c:
+        argv = ["--workspace", str(ws), "up", "--port", "4321"]
+        with Up(argv, env, tmp_path / "up.log") as up, prefect_client(server.api_url) as c:
+            assert (
+                "--port 4321 is not used: it is the port of the Prefect server memsift up starts, here none"
+                in wait_for(lambda: "Ctrl-C stops everything" in up.output and up.output, 120, "memsift up to be ready")
+            )
             named_main = DeploymentFilter(name=DeploymentFilterName(any_=["main"]))
 
             def both_deployments() -> list[Any]:

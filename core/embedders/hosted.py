@@ -98,6 +98,17 @@ def public_headers(headers: dict[str, str]) -> dict[str, str]:
     }
 
 
+def public_url(url: str) -> str:
+    """`url` as it may be shown or stored (errors, status, the index fingerprint): a password in it
+    (`https://user:pass@host/v1`, a proxy's credentials) becomes `<set>`; it is a secret like a key."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:<set>@{host}{slash}{path}"
+
+
 class JsonEndpoint:
     """One JSON API behind POST requests: the client, the key, retries on transient faults (Retry-After first,
     else backoff with jitter), and errors that name the status and the server's reason but never a secret.
@@ -158,7 +169,7 @@ class JsonEndpoint:
         except httpx.TimeoutException as exc:
             raise Transient(f"timed out ({type(exc).__name__})") from None
         except httpx.ConnectError as exc:
-            raise Transient(f"cannot connect to {self.base_url} ({self._redact(str(exc))})") from None
+            raise Transient(f"cannot connect to {public_url(self.base_url)} ({self._redact(str(exc))})") from None
         except httpx.TransportError as exc:
             raise Transient(f"connection dropped ({type(exc).__name__}: {self._redact(str(exc))})") from None
         status = response.status_code
@@ -168,7 +179,7 @@ class JsonEndpoint:
             )
         if status >= 400:
             failure = self.failure(
-                f"{self.provider}: HTTP {status} from {self.base_url}: {self._server_message(response)}"
+                f"{self.provider}: HTTP {status} from {public_url(self.base_url)}: {self._server_message(response)}"
             )
             failure.status = status  # type: ignore[attr-defined]  # read by HostedEmbedder to split and skip
             raise failure
@@ -189,14 +200,14 @@ class JsonEndpoint:
             self.retries += 1
 
     def _exhausted(self, exc: Transient) -> str:
-        attempts = self.retries_allowed + 1
+        n = self.retries_allowed + 1
+        attempts = f"{n} attempt{'s' if n > 1 else ''}"  # retries = 0: "after 1 attempt"
         if exc.status == 429:
             return (
-                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts} attempts: {exc.reason}. "
-                + self.quota_advice
+                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts}: {exc.reason}. " + self.quota_advice
             )
         status = f"HTTP {exc.status}" if exc.status else "request failed"
-        return f"{self.provider}: {status} after {attempts} attempts: {exc.reason}"
+        return f"{self.provider}: {status} after {attempts}: {exc.reason}"
 
     def _server_message(self, response: httpx.Response) -> str:
         """The server's own explanation (OpenAI/Gemini `error.message`, others' `detail`/`error`), redacted."""
@@ -273,7 +284,7 @@ class HostedEmbedder(JsonEndpoint):
         self.dims = self.dims or probe.shape[1]
         self.fingerprint = json.dumps(
             {
-                "baseUrl": self.base_url,
+                "baseUrl": public_url(self.base_url),
                 "dims": self.dims,
                 "inputs": self.input_scheme,
                 "queryPrefix": self.query_prefix,
@@ -390,10 +401,12 @@ class HostedEmbedder(JsonEndpoint):
             rows = self._vectors(payload)
             vectors = np.asarray(rows, dtype=np.float32)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise EmbeddingError(f"{self.provider}: unexpected answer shape from {self.base_url} ({exc!r})") from None
+            raise EmbeddingError(
+                f"{self.provider}: unexpected answer shape from {public_url(self.base_url)} ({exc!r})"
+            ) from None
         if vectors.ndim != 2 or len(vectors) != len(texts):
             raise EmbeddingError(
-                f"{self.provider}: asked for {len(texts)} vectors, got {len(rows)} from {self.base_url}"
+                f"{self.provider}: asked for {len(texts)} vectors, got {len(rows)} from {public_url(self.base_url)}"
             )
         if self.dims and vectors.shape[1] != self.dims:
             raise EmbeddingError(

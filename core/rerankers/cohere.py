@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from ..config import RerankConfig
 from ..embedders import Embedder
-from ..embedders.hosted import JsonEndpoint, public_headers
+from ..embedders.hosted import JsonEndpoint, public_headers, public_url
 from ..errors import RerankError
 from ..limiter import RateLimiter
 
@@ -119,7 +119,7 @@ class CohereReranker(JsonEndpoint):
         self.fingerprint = json.dumps(
             {
                 "dialect": self.dialect,
-                "endpoint": self.endpoint,
+                "endpoint": public_url(self.endpoint),
                 "model": self.model,
                 "headers": public_headers(config.headers),
             },
@@ -134,7 +134,9 @@ class CohereReranker(JsonEndpoint):
             try:
                 scores.extend(relevance_scores(payload, len(batch)))
             except ValueError as exc:
-                raise RerankError(f"{self.provider}: unexpected answer from {self.endpoint}: {exc}") from None
+                raise RerankError(
+                    f"{self.provider}: unexpected answer from {public_url(self.endpoint)}: {exc}"
+                ) from None
         return scores
 
     def close(self) -> None:
