@@ -18,7 +18,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from core import MemoryIndex, MemsiftError, load_config
+from core import Config, MemoryIndex, MemsiftError, load_config
 from core.config import FUSIONS, MODES, default, home_problem, memsift_home
 from core.estimate import summary
 from core.sources.memory import nothing_found
@@ -190,14 +190,20 @@ def _parser() -> _Parser:
         description="Start, in one process tree: a local Prefect server (UI on http://127.0.0.1:4200), the sync "
         "and rebuild deployments of every configured agent, an initial sync, the file watcher (a sync shortly "
         "after a memory file changes; sync.watch, on by default) and the REST API on api.host:api.port "
-        f"(default {default('api.host')}:{default('api.port')}, docs at /docs). Runs in the foreground until "
-        "Ctrl-C or SIGTERM, which stops all of it.",
+        f"(default {default('api.host')}:{default('api.port')}, docs at /docs; --port P to choose, as for "
+        "memsift serve). Runs in the foreground until Ctrl-C or SIGTERM, which stops all of it.",
     )
     up.add_argument(
         "--port",
         type=_bounded(int, 1, 65535),
         metavar="P",
-        help="Prefect server port (default: 4200, or a free port when 4200 is taken); the REST API port is api.port",
+        help=f"REST API port, as memsift serve --port (default: api.port, {default('api.port')})",
+    )
+    up.add_argument(
+        "--prefect-port",
+        type=_bounded(int, 1, 65535),
+        metavar="P",
+        help="Prefect server (and UI) port (default: 4200, or a free port when 4200 is taken)",
     )
     sub.add_parser("ratelimit", parents=[common], help="create or update the shared embedding rate limit")
 
@@ -564,11 +570,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from api.up import agent_configs, run_up
+    from api.up import agent_configs, run_up, with_rest_port
 
-    return run_up(
-        agent_configs(args.config, args.workspace), args.port, load=lambda: agent_configs(args.config, args.workspace)
-    )
+    def load() -> dict[str, Config]:
+        return with_rest_port(agent_configs(args.config, args.workspace), args.port)
+
+    return run_up(load(), args.prefect_port, load=load)
 
 
 def cmd_ratelimit(args: argparse.Namespace) -> int:

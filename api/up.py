@@ -19,10 +19,12 @@ import fcntl
 import importlib.util
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +61,16 @@ def agent_configs(config_path: str | None, workspace: str | None) -> dict[str, C
     return configs
 
 
+def with_rest_port(configs: dict[str, Config], port: int | None) -> dict[str, Config]:
+    """`--port P`: the REST API's port, as `memsift serve --port` sets it (over api.port). Applied to every
+    configuration read, the first and each one a change reloads, so a reload never sees the port move."""
+    if port is None:
+        return configs
+    return {name: replace(c, api=replace(c.api, port=port)) for name, c in configs.items()}
+
+
 def run_up(
-    configs: Mapping[str, Config], port: int | None, load: Callable[[], Mapping[str, Config]] | None = None
+    configs: Mapping[str, Config], prefect_port: int | None, load: Callable[[], Mapping[str, Config]] | None = None
 ) -> int:
     """Run until Ctrl-C or SIGTERM; 0 when stopped that way. Errors (ConfigError, ServerError) propagate
     after everything started so far has been stopped. With `load` (`configs` read again), `up` follows its
@@ -78,8 +88,11 @@ def run_up(
     }
     try:
         with _only_up(main.home), ExitStack() as stack:
-            ui = _prefect_server(stack, port, main.home)
-            _serve(configs, stack, ui, load)
+            sock = _rest_socket(main)  # bound now: a port in use is one line before a Prefect server starts
+            if sock is not None:
+                stack.callback(sock.close)
+            ui = _prefect_server(stack, prefect_port, main.home)
+            _serve(configs, stack, ui, load, sock)
     except KeyboardInterrupt:
         pass
     finally:
@@ -133,12 +146,12 @@ def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
         wait_healthy(external, EXTERNAL_SERVER_TIMEOUT)
         _say(f"using the Prefect server at {external} (PREFECT_API_URL)")
         if port is not None:  # it was ignored without a word
-            _say(f"--port {port} is not used: it is the port of the Prefect server memsift up starts, here none")
+            _say(f"--prefect-port {port} is not used: PREFECT_API_URL names the Prefect server, so up starts none")
         return external.rstrip("/").removesuffix("/api")
     if port is None:
         port = DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port()
     elif not port_is_free(port):
-        raise ConfigError(f"--port: port {port} on 127.0.0.1 is in use")
+        raise ConfigError(f"--prefect-port: port {port} on 127.0.0.1 is in use")
     server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
     stack.callback(_stop_server, server)
     _say(f"starting a Prefect server on {server.url} (pid {server.pid}, log {server.log})")
@@ -158,7 +171,11 @@ def _stop_server(server: PrefectServer) -> None:
 
 
 def _serve(
-    configs: Mapping[str, Config], stack: ExitStack, ui: str, load: Callable[[], Mapping[str, Config]] | None
+    configs: Mapping[str, Config],
+    stack: ExitStack,
+    ui: str,
+    load: Callable[[], Mapping[str, Config]] | None,
+    sock: socket.socket | None,
 ) -> None:
     from prefect.exceptions import TerminationSignal
     from prefect.runner import Runner
@@ -191,7 +208,7 @@ def _serve(
     watching.start(configs)
     stack.callback(watching.stop)
 
-    api, agents = _rest_api(main, stack)
+    api, agents = _rest_api(main, stack, sock)
     if load is not None:
         rebuilds = config_rebuilds()
         apply = UpApply(
@@ -253,10 +270,20 @@ def _check_rest_api(config: Config) -> None:
         )
 
 
-def _rest_api(config: Config, stack: ExitStack) -> tuple[str, Agents | None]:
-    """Start the REST API in a thread when `api.app` exists; its address (or why it is not there) and its
-    agents (a configuration change replaces their settings)."""
+def _rest_socket(config: Config) -> socket.socket | None:
+    """The REST API's socket, bound as `memsift serve` binds it (a port in use is a one-line error naming it);
+    None when this installation has no REST API."""
     if not _has_rest_api():
+        return None
+    from api.serve import listen_socket
+
+    return listen_socket(config.api.host, config.api.port)
+
+
+def _rest_api(config: Config, stack: ExitStack, sock: socket.socket | None) -> tuple[str, Agents | None]:
+    """Start the REST API in a thread on `sock` when `api.app` exists; its address (or why it is not there)
+    and its agents (a configuration change replaces their settings)."""
+    if sock is None:
         return "not started: the REST API (api.app) is not part of this installation", None
     import uvicorn
 
@@ -267,7 +294,7 @@ def _rest_api(config: Config, stack: ExitStack) -> tuple[str, Agents | None]:
     server = uvicorn.Server(
         uvicorn.Config(app, host=config.api.host, port=config.api.port, access_log=False, log_level="warning")
     )
-    thread = threading.Thread(target=server.run, name="memsift-api", daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="memsift-api", daemon=True)
     thread.start()
     deadline = time.monotonic() + API_START_TIMEOUT
     while not server.started:

@@ -185,7 +185,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     env = user_env(home, root / "user")
     env["MEMSIFT_SYNC_WATCH"] = "false"
     env.update(PREFECT_UI_ENABLED="false", MEMSIFT_API_PORT=str(free_port()))
-    running = Up(["--workspace", str(ws), "up", "--port", str(free_port())], env, root / "up.log")
+    running = Up(["--workspace", str(ws), "up", "--prefect-port", str(free_port())], env, root / "up.log")
     try:
         wait_for(
             lambda: running.process.poll() is not None or "Ctrl-C stops everything" in running.output,

@@ -141,10 +141,10 @@ def test_served_deployments_run_from_the_prefect_cli(tmp_path: Path, workspace, 
     with PrefectServer(tmp_path / "server-prefect", free_port(), env=env) as server:
         server.wait_healthy(120)
         env["PREFECT_API_URL"] = server.api_url
-        argv = ["--workspace", str(ws), "up", "--port", "4321"]
+        argv = ["--workspace", str(ws), "up", "--prefect-port", "4321"]
         with Up(argv, env, tmp_path / "up.log") as up, prefect_client(server.api_url) as c:
             assert (
-                "--port 4321 is not used: it is the port of the Prefect server memsift up starts, here none"
+                "--prefect-port 4321 is not used: PREFECT_API_URL names the Prefect server, so up starts none"
                 in wait_for(lambda: "Ctrl-C stops everything" in up.output and up.output, 120, "memsift up to be ready")
             )
             named_main = DeploymentFilter(name=DeploymentFilterName(any_=["main"]))
@@ -196,9 +196,9 @@ def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, works
     through the watcher, and after SIGINT no process of its tree is left, though it was started ignoring SIGINT
     as a script's background job is."""
     port, api_port = free_port(), free_port()
-    ws = workspace(NOTES | {"memsift.toml": f"[sync]\nwatchDebounceMs = 200\n[api]\nport = {api_port}\n"})
+    ws = workspace(NOTES | {"memsift.toml": "[sync]\nwatchDebounceMs = 200\n"})
     env = _env(memsift_home, prefect_home=None)
-    args = ["--workspace", str(ws), "up", "--port", str(port)]
+    args = ["--workspace", str(ws), "up", "--port", str(api_port), "--prefect-port", str(port)]  # REST, Prefect
     with Up(args, env, tmp_path / "up.log", sigint_ignored=True) as up:
         index = load_config(workspace=ws).db_path
         wait_for(lambda: index.exists() or up.process.poll() is not None, 120, "the first index")
@@ -271,14 +271,22 @@ def test_up_refuses_before_starting_anything(tmp_path: Path, workspace, memsift_
     assert exposed.returncode == 1
     assert exposed.stderr.startswith("memsift: error: api.host 0.0.0.0: refusing to serve beyond this machine")
 
+    free = {**env, "MEMSIFT_API_PORT": str(free_port())}  # the REST API's port when --port is not given
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         port = taken.getsockname()[1]
-        busy = subprocess.run(
-            [MEMSIFT, "--workspace", str(ws), "up", "--port", str(port)], capture_output=True, text=True, env=env
+        rest, prefect = (
+            subprocess.run(
+                [MEMSIFT, "--workspace", str(ws), "up", flag, str(port)], capture_output=True, text=True, env=free
+            )
+            for flag in ("--port", "--prefect-port")
         )
-    assert busy.returncode == 1
-    assert busy.stderr == f"memsift: error: --port: port {port} on 127.0.0.1 is in use\n"
+    assert rest.returncode == 1 and prefect.returncode == 1
+    assert rest.stderr == (  # the REST API's port, as memsift serve says it
+        f"memsift: error: --port {port}: 127.0.0.1:{port} is in use by another process (choose another with --port "
+        "or api.port)\n"
+    )
+    assert prefect.stderr == f"memsift: error: --prefect-port: port {port} on 127.0.0.1 is in use\n"
     assert not (memsift_home / "prefect" / "server.log").exists()
 
 
@@ -338,7 +346,7 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
     def top() -> dict[str, Any]:
         return search().json()["results"][0]
 
-    with Up(["--workspace", str(ws), "up", "--port", str(port)], env, tmp_path / "up.log") as up:
+    with Up(["--workspace", str(ws), "up", "--prefect-port", str(port)], env, tmp_path / "up.log") as up:
         wait_for(lambda: "Ctrl-C stops everything" in up.output or up.process.poll() is not None, 180, "up to start")
         assert up.process.poll() is None and f"following {ws / 'memsift.toml'} (and SIGHUP)" in up.output, up.output
         wait_for(lambda: (s := status()) and sum(s["chunks"].values()) and not s["dirty"], 180, "the first index")
