@@ -50,6 +50,8 @@ def check_path(config: Config, path: str, indexed: Callable[[str], bool] | None 
 def get_lines(
     config: Config, path: str, start: int = 1, count: int | None = None, indexed: Callable[[str], bool] | None = None
 ) -> dict[str, Any]:
+    while isinstance(path, str) and path.startswith("./"):  # `get ./MEMORY.md`, as a shell completes it
+        path = path[2:]
     source, full = check_path(config, path, indexed)
     if start < 1:
         raise GetError(400, f"from: must be 1 or more, got {start}")

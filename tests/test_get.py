@@ -100,12 +100,20 @@ def test_missing_file_under_a_file_is_empty_not_a_crash(index):
         "../outside/secret.md",
         "memory/../../outside/secret.md",
         "memory/../MEMORY.md",
-        "./MEMORY.md",
+        "memory/./2026-05-14.md",
+        ".//MEMORY.md",
+        "./../outside/secret.md",
         "memory//2026-05-14.md",
     ],
 )
 def test_dot_components_are_refused(index, path):
     assert refused(index, path) == 403
+
+
+def test_a_leading_dot_slash_is_the_workspace(index):
+    """`memsift get ./MEMORY.md`, as a shell completes a path, reads MEMORY.md and answers its own path."""
+    answer = index.get("././MEMORY.md", 1, 1)
+    assert answer["path"] == "MEMORY.md" and answer == index.get("MEMORY.md", 1, 1) and answer["lines"] == 1
 
 
 def test_absolute_paths_are_refused(index):
