@@ -211,6 +211,10 @@ def search(api: str, query: str) -> list[str]:
 
 
 def main() -> int:
+    # CI may start this as a background job, with SIGINT ignored; the children would inherit that, and the
+    # Prefect worker, which answers SIGTERM by interrupting itself, then ignored it for 20 s until SIGKILL. A
+    # handled signal is reset to its default in a child at exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     base = Path(tempfile.mkdtemp(prefix="memsift-e2e-"))
     base.chmod(0o755)  # the postgres user creates its cluster below it
     stage = Stage(base)
