@@ -4,8 +4,8 @@ Litestar converts a decoded body into its struct with `strict=False`, which turn
 and `"explain": "true"` into True: a client with a type bug would never learn of it. This hook decodes each
 JSON body once more, strictly, against the same struct before the handler runs; Litestar's own decoding
 then only ever sees bodies of the right types. Malformed JSON is left to Litestar's 400. An empty body is
-refused here, saying so, except on `/v1/index`, whose fields are all optional: `curl -X POST .../v1/index`
-starts a sync of the default agent, as `{}` does.
+refused here, saying so, unless every field of the body is optional (`/v1/index`): then no body is `{}`,
+so `curl -X POST .../v1/index` starts a sync of the default agent.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
     if kind is None or request.method != "POST":
         return
     body = await request.body()
-    if not body and kind is IndexRequest:  # every field optional: `curl -X POST .../v1/index` is `{}`
-        return
+    if not body and not any(f.required for f in msgspec.structs.fields(kind)):
+        return  # every field optional (`/v1/index`): `curl -X POST` with no body is `{}`
     if not body.strip():  # else Litestar's detail is "body: 'data'" (the name of its handler argument)
         message = 'empty: send a JSON object, e.g. {"query": "..."} or {} (Content-Type: application/json)'
         raise ValidationException(extra=[{"key": "body", "message": message}])
