@@ -14,7 +14,6 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +73,17 @@ def _when(text: str) -> str:
     return text
 
 
+class _Version(argparse.Action):
+    """`--version`, looked up only when asked: reading the package metadata costs ~70 ms, and every command
+    builds this parser."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from importlib.metadata import version
+
+        print(f"memsift {version('memsift')}")
+        parser.exit()
+
+
 def _parser() -> _Parser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document")
@@ -96,7 +106,7 @@ def _parser() -> _Parser:
     )
 
     p = _Parser(prog="memsift", description="Hybrid search over an AI agent's Markdown memory.", parents=[common])
-    p.add_argument("--version", action="version", version=f"memsift {version('memsift')}")
+    p.add_argument("--version", action=_Version, nargs=0, help="print the installed version and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     index = sub.add_parser("index", parents=[common], help="sync the index (a rebuild if needed or --force)")
