@@ -173,11 +173,19 @@ def api_apply(agents: Agents, say: Callable[[str], None]) -> Apply:
     return apply
 
 
-def follow_api(agents: Agents, load: Callable[[], Configs], say: Callable[[str], None]) -> ConfigFollower:
-    """A follower whose state shows in the API's `status` and `/readyz` (`memsift serve`)."""
-    return ConfigFollower(
-        load, agents.configs, api_apply(agents, say), say, lambda state: setattr(agents, "config_state", state)
-    )
+def follow_api(
+    agents: Agents, load: Callable[[], Configs], say: Callable[[str], None], also: Apply | None = None
+) -> ConfigFollower:
+    """A follower whose state shows in the API's `status` and `/readyz` (`memsift serve`); `also` applies a
+    change after the API has taken it (the file watcher)."""
+    apply = api_apply(agents, say)
+
+    def apply_all(old: Configs, new: Configs) -> None:
+        apply(old, new)
+        if also is not None:
+            also(old, new)
+
+    return ConfigFollower(load, agents.configs, apply_all, say, lambda state: setattr(agents, "config_state", state))
 
 
 def _changes(old: Configs, new: Configs) -> list[str]:

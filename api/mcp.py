@@ -8,11 +8,14 @@ search answer `{results, mode, provider, model, tookMs, degraded?, abstained?}` 
 text, totalLines}`, as structured content and as JSON text.
 
 One `MemoryIndex` serves every call (the embedder loads once); calls run in a worker thread, one at a time.
+With `sync.watch` on, memory files the agent writes are synced as they change (api.watching), so a note
+written now is found by the next search a debounce later.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable
 from importlib.metadata import version
@@ -203,11 +206,16 @@ def build_server(tools: MemoryTools) -> Server:
 
 
 def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
-    """Serve until stdin closes (stdio) or the process is interrupted (HTTP)."""
+    """Serve until stdin closes (stdio) or the process is interrupted (HTTP), syncing the agent's memory files
+    as they change (api.watching)."""
+    from api.runs import IndexRuns
     from api.serve import is_loopback
+    from api.watching import start_watching
 
     tools = MemoryTools(config)
     server = build_server(tools)
+    runs = IndexRuns()
+    watching, _ = start_watching({config.agent: config}, runs, lambda agent: config, _say)
     try:
         if transport == "stdio":
             from mcp.server.stdio import stdio_server
@@ -227,5 +235,12 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        watching.stop()
+        runs.close()
         tools.close()
     return 0
+
+
+def _say(line: str) -> None:
+    """The server's own lines go to stderr: stdout carries the protocol."""
+    print(f"memsift mcp: {line}", file=sys.stderr, flush=True)

@@ -84,7 +84,7 @@ class IndexRuns:
     def get(self, run_id: str) -> Run | None:
         with self._lock:
             run = self._runs.get(run_id)
-        if run is not None and run.deployment is not None and run.state not in _FINAL:
+        if run is not None and run.deployment is not None and run.state not in FINAL:
             if not _refresh_from_prefect(run):
                 return None  # deleted on the server
         return run
@@ -118,7 +118,7 @@ class IndexRuns:
             run.done.set_result(None)
 
 
-_FINAL = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
 
 
 def served_deployment(agent: str) -> str | None:

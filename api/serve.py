@@ -23,6 +23,7 @@ import uvicorn
 
 from api.app import create_app
 from api.docs import DOCS_PATH
+from api.watching import start_watching
 from core import Config, ConfigError
 
 
@@ -35,9 +36,10 @@ def run_serve(
     workers: int | None = None,
     load: Callable[[], Mapping[str, Config]] | None = None,
 ) -> int:
-    """Serve until Ctrl-C or SIGTERM. With `load` (every agent's configuration, read again), the server follows
-    its configuration file and SIGHUP (api.config_reload): search settings and agents change in place; it
-    never indexes on a change (`memsift up` does)."""
+    """Serve until Ctrl-C or SIGTERM, syncing the agents whose memory files change (api.watching). With `load`
+    (every agent's configuration, read again), the server follows its configuration file and SIGHUP
+    (api.config_reload): search settings and agents change in place, and the watcher follows the agents; a
+    change of index identity is rebuilt by the next sync (`memsift up` starts that rebuild at once)."""
     if workers is not None:
         config = replace(config, api=replace(config.api, workers=workers))
     host = host or config.api.host
@@ -57,12 +59,19 @@ def run_serve(
     if config.api.workers:
         _say(f"searches run in {config.api.workers} worker processes (api.workers)")
     app = create_app(config)
+    agents = app.state.agents
     stop = threading.Event()
+    watching, syncs = start_watching(agents.configs, app.state.runs, agents.config, _say)
     try:
         if load is not None:
             from api.config_reload import follow_api
 
-            follower = follow_api(app.state.agents, load, _say)
+            def rewatch(old: Mapping[str, Config], new: Mapping[str, Config]) -> None:
+                for agent in old.keys() - new.keys():
+                    syncs.forget(agent)
+                watching.start(new)
+
+            follower = follow_api(agents, load, _say, also=rewatch)
             follower.start(stop)
             _say(f"following {follower.file} (and SIGHUP)")
         # Access lines would cost more than a search under load; the request metrics count every request.
@@ -71,6 +80,7 @@ def run_serve(
     except KeyboardInterrupt:
         pass
     finally:
+        watching.stop()
         sock.close()
         stop.set()
         signal.signal(signal.SIGTERM, previous)

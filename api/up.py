@@ -180,7 +180,8 @@ def _serve(
     from prefect.exceptions import TerminationSignal
     from prefect.runner import Runner
 
-    from api.up_reload import MemoryWatching, UpApply, describe, follow_up
+    from api.up_reload import UpApply, describe, follow_up
+    from core.watching import MemoryWatching
     from flows.deployments import sync_deployment_name
     from flows.ratelimit import ensure_limit
     from flows.reload import ServedDeployments, config_rebuilds

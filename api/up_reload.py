@@ -10,17 +10,17 @@ exclude) with its identity unchanged.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from api.agents import Agents
 from api.config_reload import ConfigFollower, Configs, api_apply, changed_keys
 from core import Config
+from core.watching import MemoryWatching
 from flows.deployments import flow_parameters, rebuild_deployment_name, sync_deployment_name
 from flows.ratelimit import ensure_limit
 from flows.reload import ServedDeployments, publish_state, rebuild_if_stale
-from flows.watch import SyncRuns, watch
+from flows.watch import SyncRuns
 
 
 def describe(config: Config) -> str:
@@ -28,49 +28,6 @@ def describe(config: Config) -> str:
     every = f", every {config.sync.intervalMinutes:g} min" if config.sync.intervalMinutes > 0 else ""
     names = f"'{sync_deployment_name(config.agent)}'{every}, '{rebuild_deployment_name(config.agent)}'"
     return f"agent {config.agent} ({config.workspace}): deployments {names}"
-
-
-class MemoryWatching:
-    """The memory-file watcher thread (flows.watch.watch) over the agents with `sync.watch` on."""
-
-    def __init__(
-        self, on_changes: Callable[[set[str]], None], on_tick: Callable[[], None], say: Callable[[str], None]
-    ) -> None:
-        self._on_changes = on_changes
-        self._on_tick = on_tick
-        self._say = say
-        self._key: Any = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-
-    def start(self, configs: Configs) -> None:
-        """Watch these agents; a no-op when the watched folders and rules are the ones watched already."""
-        watched = {agent: config for agent, config in configs.items() if config.sync.watch}
-        debounce = configs["main"].sync.watchDebounceMs
-        key = (debounce, sorted((a, c.workspace, c.extra_paths, c.exclude) for a, c in watched.items()))
-        if key == self._key:
-            return
-        self.stop()
-        self._key = key
-        if not watched:
-            self._say("not watching files (sync.watch = false)")
-            return
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=watch,
-            args=(watched, self._on_changes, self._stop, debounce),
-            kwargs={"on_tick": self._on_tick},
-            name="memsift-watch",
-            daemon=True,
-        )
-        self._thread.start()
-        self._say(f"watching {', '.join(sorted(watched))} (debounce {debounce} ms)")
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
 
 
 class UpApply:

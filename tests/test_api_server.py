@@ -100,6 +100,41 @@ def test_index_with_no_body_starts_a_sync(server) -> None:
     assert done["summary"]["filesScanned"] == 2, done
 
 
+def test_serve_syncs_memory_files_as_they_change(workspace, memsift_home: Path) -> None:
+    """With `sync.watch` on (the default), no POST /v1/index is needed: a note written while no server ran is
+    caught up at start, one written while it runs is found a debounce later, and one deleted leaves."""
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana Whitfield starts every morning with a flat white.\n"})
+    assert main(["--workspace", str(ws), "index"]) == 0
+    (ws / "memory").mkdir()
+    (ws / "memory" / "2026-05-01.md").write_text("# 2026-05-01\n- The zebra count at the reserve was 41.\n")
+    port = free_port()
+    env = dict(os.environ, MEMSIFT_SYNC_WATCHDEBOUNCEMS="100")
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def paths(query: str) -> set[str]:
+        r = httpx.post(f"{base}/v1/search", json={"query": query, "minScore": 0}, timeout=30)
+        return {hit["path"] for hit in r.json()["results"]}
+
+    try:
+        wait_for(proc, f"{base}/readyz")
+        poll(lambda: "memory/2026-05-01.md" in paths("zebra count"), 60, "the note written while no server ran")
+        (ws / "memory" / "2026-05-02.md").write_text("# 2026-05-02\n- The yak shaving ended on Tuesday.\n")
+        poll(lambda: "memory/2026-05-02.md" in paths("yak shaving"), 60, "the note written while serving")
+        (ws / "memory" / "2026-05-02.md").unlink()
+        poll(lambda: "memory/2026-05-02.md" not in paths("yak shaving"), 60, "the deleted note to leave")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=30)[1].decode()
+    assert "watching main (debounce 100 ms)" in err, err
+    assert "files changed: sync of main started here" in err and "sync of main done: 1 added" in err, err
+
+
 def test_serve_refuses_a_public_address_without_a_key(capsys, workspace) -> None:
     ws = workspace({"MEMORY.md": "# Memory\n"})
     assert main(["--workspace", str(ws), "serve", "--host", "0.0.0.0"]) == 1

@@ -111,6 +111,31 @@ def test_stdio_server_with_the_mcp_client(ws: Path, memsift_home: Path) -> None:
     anyio.run(main)
 
 
+def test_stdio_server_syncs_what_the_agent_writes(ws: Path, memsift_home: Path) -> None:
+    """A note written while no server ran is caught up at start; one the agent writes while it runs is found
+    a debounce later, with nothing but the MCP server running (api/watching.py)."""
+    (ws / "memory" / "2026-06-01.md").write_text("# 2026-06-01\n- The zebra count at the reserve was 41.\n")
+    env = _env(memsift_home) | {"MEMSIFT_SYNC_WATCHDEBOUNCEMS": "100"}
+    params = StdioServerParameters(command=str(MEMSIFT), args=["--workspace", str(ws), "mcp"], env=env, cwd=str(ws))
+
+    async def found(client: Client, query: str, path: str, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            answer, failed = await _call(client, "memory_search", {"query": query, "minScore": 0})
+            if not failed and path in {hit["path"] for hit in answer["results"]}:
+                return
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {answer}"
+            await anyio.sleep(0.1)  # polling the server's state, not synchronising with it
+
+    async def main() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            await found(client, "zebra count", "memory/2026-06-01.md", "the note written while no server ran")
+            (ws / "memory" / "2026-06-02.md").write_text("# 2026-06-02\n- The yak shaving ended on Tuesday.\n")
+            await found(client, "yak shaving", "memory/2026-06-02.md", "the note written while serving")
+
+    anyio.run(main)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

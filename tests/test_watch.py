@@ -19,8 +19,9 @@ from prefect.states import Completed, Running
 from watchfiles import Change
 
 from core.config import Config
+from core.watching import changed_agents, watch
 from flows.deployments import agent_deployments, flow_parameters
-from flows.watch import SyncRuns, changed_agents, watch
+from flows.watch import SyncRuns
 
 WAIT = 15.0  # seconds: a bound, never a pause
 

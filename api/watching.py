@@ -1,0 +1,84 @@
+"""The file watcher of `memsift serve` and `memsift mcp`: what an agent writes is found without anyone asking
+for a sync.
+
+With `sync.watch` on (the default), a memory file written, changed, renamed or deleted is synced a debounce
+after the change (`sync.watchDebounceMs`, core.watching), the way `POST /v1/index` syncs (api.runs: through a
+deployment `memsift up` serves, else in this process, on the one index-run thread). At start, every watched
+agent whose index exists gets one sync too, so files changed while no server ran are caught up; an agent never
+indexed is indexed by its first search (SPEC section 5), which must not wait on a background sync's writer lock.
+`memsift up` watches through its own deployments (flows.watch); these servers do not need Prefect at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from api.runs import FINAL, IndexRuns, Run
+from core import Config
+from core.watching import CoalescedRuns, Configs, MemoryWatching, Phase
+
+
+class WatchedSyncs(CoalescedRuns[Run]):
+    """The watcher's syncs as index runs of `runs` (they show in `GET /v1/index/{runId}` too)."""
+
+    def __init__(self, runs: IndexRuns, config: Callable[[str], Config], say: Callable[[str], None]) -> None:
+        super().__init__()
+        self._runs = runs
+        self._config = config
+        self._say = say
+
+    def _start(self, agent: str) -> Run:
+        run = self._runs.start(self._config(agent), force=False)
+        run.done.add_done_callback(lambda _: self._report(run))
+        return run
+
+    def _report(self, run: Run) -> None:
+        """A line for a sync that failed or changed something (a catch-up with nothing to do stays quiet)."""
+        s = run.summary
+        if run.state != "COMPLETED" or s is None:
+            self._say(f"sync of {run.agent} {run.state.lower()}: {run.error}")
+        elif s["added"] or s["changed"] or s["removed"] or s["rebuilt"]:
+            chunks = s["chunksEmbedded"]
+            self._say(
+                f"sync of {run.agent} done: {s['added']} added, {s['changed']} changed, {s['removed']} removed, "
+                f"{chunks} chunk{'' if chunks == 1 else 's'} embedded, {s['seconds']:.1f} s"
+            )
+
+    def _phase(self, run: Run) -> Phase:
+        current = self._runs.get(run.id)
+        if current is None or current.state in FINAL:
+            return "done"
+        return "running" if current.state == "RUNNING" else "waiting"
+
+
+def start_watching(
+    configs: Configs, runs: IndexRuns, config: Callable[[str], Config], say: Callable[[str], None]
+) -> tuple[MemoryWatching, WatchedSyncs]:
+    """Watch the agents of `configs` with `sync.watch` on, and catch up those already indexed."""
+    syncs = WatchedSyncs(runs, config, say)
+    watching = MemoryWatching(
+        _reported("files changed", syncs.request, say), _reported("follow-up", syncs.poll, say), say
+    )
+    watching.start(configs)
+    try:  # quiet when it starts: it may find nothing to do (`_report` speaks if it does)
+        syncs.request(a for a, c in configs.items() if c.sync.watch and c.db_path.exists())
+    except Exception as exc:  # e.g. a Prefect server that answers its health check but nothing else
+        say(f"catch-up: could not start a sync: {type(exc).__name__}: {exc}")
+    return watching, syncs
+
+
+def _reported(why: str, start: Callable[..., list[Run]], say: Callable[[str], None]) -> Callable[..., None]:
+    """Wrap a run-starting call for the watcher thread: say what it started, and say (not raise) a failure,
+    so one failure does not end the watching."""
+
+    def call(*args: Iterable[str]) -> None:
+        try:
+            started = start(*args)
+        except Exception as exc:
+            say(f"{why}: could not start a sync: {type(exc).__name__}: {exc}")
+            return
+        for run in started:
+            where = f"through {run.deployment}" if run.deployment else "here"
+            say(f"{why}: sync of {run.agent} started {where} (run {run.id})")
+
+    return call

@@ -1,0 +1,191 @@
+"""The memory-file watcher of the long-running servers: file changes become debounced syncs of the agents
+concerned (`memsift up` syncs through its Prefect deployments, flows.watch; `memsift serve` and `memsift mcp`
+in their own process, api.watching).
+
+`watch` turns file events (watchfiles, inotify on Linux) into sets of agents to sync. Only events that name a
+memory file by the discovery rules (`core.sources.memory.is_memory_path`: not in an `exclude` folder, Markdown, under
+`memory/` or an `extraPaths` entry, or a root `MEMORY.md`) count, plus events on folders that could hold
+memory files, because renaming or moving a folder reports the folder alone. The debounce is watchfiles' own:
+a batch is handed over once no new change arrived for `debounce_ms` (and at the latest `MAX_DELAY_FACTOR`
+times that after its first change, so a file written to without pause still gets synced).
+
+`CoalescedRuns` starts the runs and coalesces them: a change while an agent's run is still waiting to start
+needs nothing more (that run will see it); a change while a run is running marks the agent, and one more run
+starts when that one has finished, instead of a second sync queueing on the writer lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Generic, Literal, TypeVar
+
+import watchfiles
+
+from .config import Config
+from .sources.memory import is_memory_path
+
+MAX_DELAY_FACTOR = 10
+TICK_MS = 1000  # how often `on_tick` runs while nothing changes
+
+Configs = Mapping[str, Config]
+Phase = Literal["waiting", "running", "done"]
+R = TypeVar("R")
+
+
+def changed_agents(configs: Iterable[Config], change: watchfiles.Change, path: str) -> set[str]:
+    """The agents whose memory a file event concerns (empty for events to ignore)."""
+    found: set[str] = set()
+    for config in configs:
+        try:
+            rel = Path(path).relative_to(config.workspace).as_posix()
+        except ValueError:
+            continue
+        if is_memory_path(config, rel) or _may_hold_memory(config, change, path, rel):
+            found.add(config.agent)
+    return found
+
+
+def _may_hold_memory(config: Config, change: watchfiles.Change, path: str, rel: str) -> bool:
+    """A folder (or, once deleted, a name that was perhaps one) under which memory files would be found."""
+    if change == watchfiles.Change.deleted:
+        if os.path.splitext(rel)[1]:  # a deleted file with an extension (an editor's .swp) was no folder
+            return False
+    elif not os.path.isdir(path) or os.path.islink(path):
+        return False
+    return is_memory_path(config, f"{rel}/x.md")
+
+
+def watch(
+    configs: Configs,
+    on_changes: Callable[[set[str]], None],
+    stop: threading.Event,
+    debounce_ms: int,
+    on_tick: Callable[[], None] | None = None,
+    ready: threading.Event | None = None,
+    tick_ms: int = TICK_MS,
+) -> None:
+    """Call `on_changes(agents)` for every debounced batch of memory-file changes until `stop` is set.
+
+    `configs` maps agent ids to their configurations (their workspaces are watched recursively). `on_tick`
+    runs after every batch and every `tick_ms` without change; `ready` is set once the watches are in place.
+    """
+    roots = sorted({str(c.workspace) for c in configs.values()})
+    step = max(debounce_ms, 50)  # watchfiles' quiet period; 0 would spin
+    for changes in watchfiles.watch(
+        *roots,
+        watch_filter=lambda change, path: bool(changed_agents(configs.values(), change, path)),
+        step=step,
+        debounce=step * MAX_DELAY_FACTOR,
+        rust_timeout=tick_ms,
+        yield_on_timeout=True,
+        stop_event=stop,
+        raise_interrupt=False,
+    ):
+        if ready is not None:
+            ready.set()
+        if changes:
+            agents: set[str] = set()
+            for change, path in changes:
+                agents |= changed_agents(configs.values(), change, path)
+            on_changes(agents)
+        if on_tick is not None:
+            on_tick()
+
+
+class MemoryWatching:
+    """The watcher thread (`watch`) over the agents with `sync.watch` on, restartable with new configurations."""
+
+    def __init__(
+        self, on_changes: Callable[[set[str]], None], on_tick: Callable[[], None], say: Callable[[str], None]
+    ) -> None:
+        self._on_changes = on_changes
+        self._on_tick = on_tick
+        self._say = say
+        self._key: object = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def start(self, configs: Configs) -> None:
+        """Watch these agents; a no-op when the watched folders and rules are the ones watched already."""
+        watched = {agent: config for agent, config in configs.items() if config.sync.watch}
+        debounce = min((c.sync.watchDebounceMs for c in watched.values()), default=0)  # the shortest asked for
+        key = (debounce, sorted((a, c.workspace, c.extra_paths, c.exclude) for a, c in watched.items()))
+        if key == self._key:
+            return
+        self.stop()
+        self._key = key
+        if not watched:
+            self._say("not watching files (sync.watch = false)")
+            return
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=watch,
+            args=(watched, self._on_changes, self._stop, debounce),
+            kwargs={"on_tick": self._on_tick},
+            name="memsift-watch",
+            daemon=True,
+        )
+        self._thread.start()
+        self._say(f"watching {', '.join(sorted(watched))} (debounce {debounce} ms)")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+
+class CoalescedRuns(Generic[R]):
+    """Sync runs per agent, at most one waiting and one running each. Subclasses say how a run of an agent
+    starts (`_start`) and where it stands (`_phase`)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, R] = {}
+        self._dirty: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _start(self, agent: str) -> R:
+        raise NotImplementedError
+
+    def _phase(self, run: R) -> Phase:
+        raise NotImplementedError
+
+    def forget(self, agent: str) -> None:
+        """An agent removed from the configuration: no follow-up run for it."""
+        with self._lock:
+            self._dirty.discard(agent)
+            self._last.pop(agent, None)
+
+    def request(self, agents: Iterable[str]) -> list[R]:
+        """Sync these agents; the runs started now (none for an agent whose run is waiting or running)."""
+        started = []
+        with self._lock:
+            for agent in sorted(agents):
+                phase = self._phase_of(agent)
+                if phase == "done":
+                    started.append(self._begin(agent))
+                elif phase == "running":
+                    self._dirty.add(agent)  # it may have scanned before the change
+        return started
+
+    def poll(self) -> list[R]:
+        """Start the follow-up run of every marked agent whose run has finished."""
+        started = []
+        with self._lock:
+            for agent in sorted(self._dirty):
+                if self._phase_of(agent) == "done":
+                    self._dirty.discard(agent)
+                    started.append(self._begin(agent))
+        return started
+
+    def _phase_of(self, agent: str) -> Phase:
+        run = self._last.get(agent)
+        return "done" if run is None else self._phase(run)
+
+    def _begin(self, agent: str) -> R:
+        run = self._start(agent)
+        self._last[agent] = run
+        return run
