@@ -4,8 +4,9 @@ for a sync.
 With `sync.watch` on (the default), a memory file written, changed, renamed or deleted is synced a debounce
 after the change (`sync.watchDebounceMs`, core.watching), the way `POST /v1/index` syncs (api.runs: through a
 deployment `memsift up` serves, else in this process, on the one index-run thread). At start, every watched
-agent whose index exists gets one sync too, so files changed while no server ran are caught up; an agent never
-indexed is indexed by its first search (SPEC section 5), which must not wait on a background sync's writer lock.
+agent whose index exists gets one sync too, so files changed while no server ran are caught up. An agent never
+indexed is left to its first search, which indexes it (SPEC section 5) and must not wait on a background
+sync's writer lock meanwhile.
 `memsift up` watches through its own deployments (flows.watch); these servers do not need Prefect at all.
 """
 
@@ -26,6 +27,11 @@ class WatchedSyncs(CoalescedRuns[Run]):
         self._runs = runs
         self._config = config
         self._say = say
+
+    def request(self, agents: Iterable[str]) -> list[Run]:
+        """As CoalescedRuns.request, for the agents indexed already: a first index is its first search's (a
+        search meanwhile would wait on this sync's writer lock and give up after `sync.lockTimeoutSeconds`)."""
+        return super().request(a for a in agents if self._config(a).db_path.exists())
 
     def _start(self, agent: str) -> Run:
         run = self._runs.start(self._config(agent), force=False)
@@ -61,7 +67,7 @@ def start_watching(
     )
     watching.start(configs)
     try:  # quiet when it starts: it may find nothing to do (`_report` speaks if it does)
-        syncs.request(a for a, c in configs.items() if c.sync.watch and c.db_path.exists())
+        syncs.request(a for a, c in configs.items() if c.sync.watch)
     except Exception as exc:  # e.g. a Prefect server that answers its health check but nothing else
         say(f"catch-up: could not start a sync: {type(exc).__name__}: {exc}")
     return watching, syncs

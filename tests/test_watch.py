@@ -18,6 +18,7 @@ from prefect.client.orchestration import get_client
 from prefect.states import Completed, Running
 from watchfiles import Change
 
+from core import MemoryIndex
 from core.config import Config
 from core.watching import changed_agents, watch
 from flows.deployments import agent_deployments, flow_parameters
@@ -173,3 +174,27 @@ def test_sync_runs_are_coalesced_per_agent(workspace, make_config, applied) -> N
     follow_up = runs.poll()
     assert len(follow_up) == 1 and follow_up[0].id != first[0].id
     assert runs.poll() == []  # owed once, started once
+
+
+def test_serve_leaves_a_first_index_to_the_first_search(workspace, make_config, memsift_home) -> None:
+    """`memsift serve`'s watcher (api/watching.py) syncs only agents indexed already: a first index started by
+    a file change would hold the writer lock the first search waits on. Once indexed, a change is synced
+    in-process, coalesced while its run waits."""
+    from api.runs import IndexRuns
+    from api.watching import WatchedSyncs
+
+    config = make_config(workspace({"MEMORY.md": "# Memory\n- Dana drinks a flat white.\n"}))
+    runs = IndexRuns()
+    syncs = WatchedSyncs(runs, lambda agent: config, print)
+    try:
+        assert syncs.request(["main"]) == [] and not config.db_path.exists()
+        with MemoryIndex(config) as index:
+            index.search("flat white")  # the first search indexes
+        (config.workspace / "memory").mkdir()
+        (config.workspace / "memory" / "2026-05-01.md").write_text("- The zebra count was 41.\n")
+        started = syncs.request(["main"])
+        assert len(started) == 1 and started[0].deployment is None  # in this process: no Prefect server
+        done = runs.wait(started[0].id, WAIT)
+        assert done.state == "COMPLETED" and done.summary["added"] == 1, done
+    finally:
+        runs.close()
