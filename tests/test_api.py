@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+from conftest import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from litestar import Litestar
@@ -550,3 +551,22 @@ def test_schemathesis_finds_no_server_error_and_no_off_schema_answer(ws: Path, m
         case.call_and_validate(checks=checks)
 
     check()
+
+
+def test_closing_the_runs_stops_a_long_sync_at_its_next_step(workspace, memsift_home) -> None:
+    """A server stopping (Ctrl-C) must not wait for a first index or a rebuild of its worker to finish: the
+    sync stops after its current embedding request, and the run says CANCELLED."""
+    from api.runs import IndexRuns
+
+    notes = {
+        f"memory/2025-01-{1 + i % 28:02d}-{i}.md": f"# note {i}\n- {i} zebras crossed the river.\n" for i in range(200)
+    }
+    config = load_config(workspace=workspace(notes))
+    runs = IndexRuns()
+    run = runs.start(config, force=False)
+    wait_for(lambda: run.state == "RUNNING", 60, "the sync to start")
+    runs.close()
+    assert runs.wait(run.id, 60).state == "CANCELLED", run  # not after its 200 notes
+    assert run.error == "the server is stopping"
+    with MemoryIndex(config) as index:  # the writer lock is free again, and what was written stays readable
+        assert index.status()["files"].get("memory", 0) < 200
