@@ -7,6 +7,7 @@ model call itself is shared. Errors are raised as exceptions and turned into pro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from http import HTTPStatus
 
 import msgspec
@@ -14,6 +15,7 @@ from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import Operation
 from litestar.params import FromPath, FromQuery, JSONBody
 from msgspec import UNSET
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -60,6 +62,16 @@ def problems(*statuses: int) -> dict[int, ResponseSpec]:
 
 class QueryTooLarge(HTTPException):
     status_code = 413
+
+
+@dataclass
+class OptionalBody(Operation):
+    """An operation whose body may be left out: Litestar marks every request body required in the OpenAPI
+    document, even one with a default (`POST /v1/index` with no body is `{}`)."""
+
+    def __post_init__(self) -> None:
+        if self.request_body is not None:
+            self.request_body.required = False
 
 
 class MemoryController(Controller):
@@ -131,6 +143,7 @@ class MemoryController(Controller):
         sync_to_thread=True,
         summary="Start a sync (a Prefect flow run)",
         responses=problems(400, 401, 404, 413),
+        operation_class=OptionalBody,
     )
     def start_index(
         self,

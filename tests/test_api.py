@@ -371,6 +371,9 @@ def test_openapi_schema_and_offline_docs_page(client) -> None:
         "evergreen",
     } == set(props)
     assert "from" in schema["components"]["schemas"]["GetRequest"]["properties"]
+    # POST /v1/index takes no body as `{}` (SPEC: every field optional); the others need theirs.
+    assert schema["paths"]["/v1/index"]["post"]["requestBody"]["required"] is False
+    assert schema["paths"]["/v1/search"]["post"]["requestBody"]["required"] is True
 
     page = client.get("/schema")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
