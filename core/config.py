@@ -7,6 +7,7 @@ is an error that names the key before any work starts (SPEC section 2).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -58,8 +59,10 @@ def _number(kind: type, lo: float | None = None, hi: float | None = None) -> Cal
             raise ConfigError(f"{key}: expected a number, got {v!r}")
         try:
             n = kind(v)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # int() of "nan" or inf
             raise ConfigError(f"{key}: expected {'an integer' if kind is int else 'a number'}, got {v!r}") from None
+        if not math.isfinite(n):  # TOML has nan and inf: NaN passes every range check, and no key means infinity
+            raise ConfigError(f"{key}: expected a finite number, got {v!r}")
         if kind is int and isinstance(v, float) and v != n:
             raise ConfigError(f"{key}: expected an integer, got {v!r}")
         if (lo is not None and n < lo) or (hi is not None and n > hi):

@@ -444,3 +444,21 @@ def test_candidate_pool_is_set_by_config_never_by_a_request(ws: Path) -> None:
     assert load_config(workspace=ws, env={}).search.candidatePool == 120
     with pytest.raises(ConfigError, match=r"^MEMSIFT_SEARCH_CANDIDATE_POOL \(search\.candidatePool\): 201 is out"):
         load_config(workspace=ws, env={"MEMSIFT_SEARCH_CANDIDATE_POOL": "201"})
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("toml", "nan"), ("toml", "inf"), ("toml", "-inf"), ("env", "nan"), ("env", "NaN"), ("env", "inf")],
+)
+@pytest.mark.parametrize("key", ["search.minScore", "search.temporalDecay.halfLifeDays", "search.maxResults"])
+def test_a_number_that_is_not_finite_is_refused(ws: Path, where: str, value: str, key: str) -> None:
+    """TOML has nan and inf, and float() reads them from a variable: `minScore = nan` passed the range check
+    (every comparison with NaN is false) and every search abstained, "under the floor minScore nan"."""
+    section, _, name = key.rpartition(".")
+    variable = "MEMSIFT_" + key.replace(".", "_").upper()
+    if where == "toml":
+        write(ws / "memsift.toml", f"[{section}]\n{name} = {value}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={variable: value} if where == "env" else {})
+    assert str(err.value).startswith(f"{key}:" if where == "toml" else f"{variable} ({key}):")
+    assert "finite" in str(err.value) or "integer" in str(err.value)
