@@ -41,9 +41,21 @@ def _secret(key: str, v: Any) -> str:
     return v
 
 
+class _Text(str):
+    """A value given as text (an environment variable, an override such as eval's `--set`): number and boolean
+    keys parse it. A TOML file's values are typed, so a string there where a number or a boolean is due
+    (`minScore = "0.3"`) is a type error naming the key, as it is in a REST body (api/strict.py)."""
+
+
+def _typed(key: str, v: Any, expected: str) -> None:
+    if isinstance(v, str) and not isinstance(v, _Text):
+        raise ConfigError(f"{key}: expected {expected}, got the string {v!r}")
+
+
 def _bool(key: str, v: Any) -> bool:
     if isinstance(v, bool):
         return v
+    _typed(key, v, "true or false")
     if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         return v.strip().lower() in ("1", "true", "yes", "on")
     raise ConfigError(f"{key}: expected true or false, got {v!r}")
@@ -55,12 +67,14 @@ def _bool_or_auto(key: str, v: Any) -> bool | str:
 
 def _number(kind: type, lo: float | None = None, hi: float | None = None) -> Callable[[str, Any], Any]:
     def parse(key: str, v: Any) -> Any:
+        expected = "an integer" if kind is int else "a number"
         if isinstance(v, bool):
-            raise ConfigError(f"{key}: expected a number, got {v!r}")
+            raise ConfigError(f"{key}: expected {expected}, got {v!r}")
+        _typed(key, v, expected)
         try:
             n = kind(v)
         except (TypeError, ValueError, OverflowError):  # int() of "nan" or inf
-            raise ConfigError(f"{key}: expected {'an integer' if kind is int else 'a number'}, got {v!r}") from None
+            raise ConfigError(f"{key}: expected {expected}, got {v!r}") from None
         if not math.isfinite(n):  # TOML has nan and inf: NaN passes every range check, and no key means infinity
             raise ConfigError(f"{key}: expected a finite number, got {v!r}")
         if kind is int and isinstance(v, float) and v != n:
@@ -452,8 +466,8 @@ def load_config(
         except OSError as exc:
             raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}") from None
     from_env = _env_overrides(env)
-    raw.update({key: value for key, (value, _) in from_env.items()})
-    raw.update(overrides or {})
+    raw.update({key: _Text(value) for key, (value, _) in from_env.items()})
+    raw.update({key: _Text(v) if isinstance(v, str) else v for key, v in (overrides or {}).items()})
     # A value from the environment is validated under its variable's name: "MEMSIFT_SEARCH_MAXRESULTS
     # (search.maxResults): expected an integer, got 'abc'".
     labels = {key: f"{name} ({key})" for key, (_, name) in from_env.items() if key not in (overrides or {})}
@@ -469,7 +483,8 @@ def load_config(
             continue
         if key not in _SCHEMA:
             raise ConfigError(f"{key}: {_not_a_key(key)}")
-        values[key] = _SCHEMA[key][1](labels.get(key, key), value)
+        parsed = _SCHEMA[key][1](labels.get(key, key), value)
+        values[key] = str(parsed) if isinstance(parsed, _Text) else parsed  # plain str on: msgspec encodes no subclass
 
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:

@@ -462,3 +462,31 @@ def test_a_number_that_is_not_finite_is_refused(ws: Path, where: str, value: str
         load_config(workspace=ws, env={variable: value} if where == "env" else {})
     assert str(err.value).startswith(f"{key}:" if where == "toml" else f"{variable} ({key}):")
     assert "finite" in str(err.value) or "integer" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "message"),
+    [
+        ('[search]\nminScore = "0.3"\n', "search.minScore", "expected a number, got the string '0.3'"),
+        ('[search]\ncandidateMultiplier = "4"\n', "search.candidateMultiplier", "expected an integer"),
+        ('[api]\nport = "8080"\n', "api.port", "expected an integer, got the string '8080'"),
+        ('[search.mmr]\nenabled = "true"\n', "search.mmr.enabled", "expected true or false, got the string"),
+        ('[sync]\nwatch = "no"\n', "sync.watch", "expected true or false"),
+    ],
+)
+def test_a_string_in_the_file_where_a_number_or_boolean_is_due_is_refused(
+    ws: Path, toml: str, key: str, message: str
+) -> None:
+    """A TOML file's values are typed: `minScore = "0.3"` was read as 0.3 and `enabled = "true"` as true, so a
+    quoting mistake (or `enabled = "false "`...) went unnoticed; a REST body refuses the same (api/strict.py)."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value).startswith(f"{key}: {message}")
+
+
+def test_text_from_the_environment_and_overrides_is_still_parsed(ws: Path) -> None:
+    env = {"MEMSIFT_SEARCH_MIN_SCORE": "0.3", "MEMSIFT_API_PORT": "8080", "MEMSIFT_SYNC_WATCH": "no"}
+    c = load_config(workspace=ws, env=env, overrides={"rerank.weight": "1.0", "search.mode": "keyword"})
+    assert (c.search.minScore, c.api.port, c.sync.watch, c.rerank.weight) == (0.3, 8080, False, 1.0)
+    assert type(c.search.mode) is str  # not the marker subclass: msgspec encodes only plain str
