@@ -24,6 +24,7 @@ from .query import fts_phrases
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim
 from .snippets import snippet
+from .sources import as_typed
 from .store import ChunkRow, Store
 from .timefilter import TimeWindow
 from .timings import StageClock
@@ -322,6 +323,7 @@ def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> 
     candidate selection, so filtering never leaves a search short of hits that exist."""
     if not path_prefix and window is None:
         return None
+    path_prefix = path_prefix and as_typed(path_prefix)  # `--path-prefix ./memory/`, as a shell completes it
     return [
         path
         for path, mtime_ns in store.file_mtimes().items()
