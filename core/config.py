@@ -99,6 +99,13 @@ def _choice(*options: str) -> Callable[[str, Any], str]:
     return parse
 
 
+def _on_off(key: str, v: Any) -> str:
+    """`on` or `off` (SPEC section 2), or a TOML boolean: `citations = false` is the file's natural spelling."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return _choice("on", "off")(key, v)
+
+
 def _str_list(key: str, v: Any) -> tuple[str, ...]:
     if isinstance(v, str):  # from the environment: comma separated
         v = [s.strip() for s in v.split(",") if s.strip()]
@@ -169,7 +176,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "search.mmr.enabled": (False, _bool),
     "search.mmr.lambda": (0.7, _number(float, 0.0, 1.0)),
     "search.snippetChars": (700, _number(int, 20, 100000)),
-    "search.citations": ("on", _choice("on", "off")),
+    "search.citations": ("on", _on_off),
     "store.fts.tokenizer": ("unicode61", _choice("unicode61", "trigram")),
     "store.fts.stemmer": ("porter", _choice("porter", "none")),
     # Read by the parts that use them (the REST API, the watcher and scheduler, the reranker); validated here

@@ -490,3 +490,10 @@ def test_text_from_the_environment_and_overrides_is_still_parsed(ws: Path) -> No
     c = load_config(workspace=ws, env=env, overrides={"rerank.weight": "1.0", "search.mode": "keyword"})
     assert (c.search.minScore, c.api.port, c.sync.watch, c.rerank.weight) == (0.3, 8080, False, 1.0)
     assert type(c.search.mode) is str  # not the marker subclass: msgspec encodes only plain str
+
+
+@pytest.mark.parametrize(("value", "expected"), [("false", False), ("true", True), ('"off"', False), ('"on"', True)])
+def test_citations_take_a_boolean_as_on_and_off(ws: Path, value: str, expected: bool) -> None:
+    """`citations = false` is how TOML says off; it was "search.citations: False is not one of on, off"."""
+    write(ws / "memsift.toml", f"[search]\ncitations = {value}\n")
+    assert load_config(workspace=ws, env={}).search.citations is expected
