@@ -500,21 +500,22 @@ def load_config(
             raise ConfigError(f"agents.main.workspace: {agents['main']} differs from workspace: {top}; set one")
     if not _valid_agent(agent):
         raise ConfigError(f"--agent: {agent!r} is not a valid agent id (letters, digits, '-', '_')")
+    named_by = "workspace"  # the setting an error names: the key (or variable) that chose the folder
     if workspace:
         ws = Path(workspace).expanduser()
     elif agent != "main":
         if agent not in agents:
             raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
-        ws = agents[agent]
+        ws, named_by = agents[agent], f"agents.{agent}.workspace"
     elif values["workspace"]:
-        ws = _resolve(source, values["workspace"])
+        ws, named_by = _resolve(source, values["workspace"]), labels.get("workspace", "workspace")
     elif "main" in agents:
-        ws = agents["main"]
+        ws, named_by = agents["main"], "agents.main.workspace"
     else:
         ws = Path.cwd()
     ws = ws.resolve()
     if not ws.is_dir():
-        raise ConfigError(f"workspace: {ws} is not a folder")
+        raise ConfigError(f"{named_by}: {ws} is not a folder")
 
     if values["chunking.overlap"] >= values["chunking.tokens"]:
         raise ConfigError("chunking.overlap: must be smaller than chunking.tokens")

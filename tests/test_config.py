@@ -382,9 +382,17 @@ def test_invalid_agent_id_is_an_error(ws: Path, agent: str) -> None:
 
 
 def test_agent_workspace_that_is_not_a_folder_is_an_error(ws: Path) -> None:
+    """The error names the key that set the folder: it said "workspace:", which the file did not set, and
+    `memsift serve` (which loads every agent) failed with it, naming no agent."""
     write(ws / "memsift.toml", '[agents.work]\nworkspace = "missing"\n')
-    with pytest.raises(ConfigError, match=r"^workspace: .*missing.* is not a folder"):
+    with pytest.raises(ConfigError, match=r"^agents\.work\.workspace: .*missing.* is not a folder"):
         load_config(ws / "memsift.toml", agent="work", env={})
+    write(ws / "memsift.toml", '[agents.main]\nworkspace = "gone"\n')
+    with pytest.raises(ConfigError, match=r"^agents\.main\.workspace: .*gone.* is not a folder"):
+        load_config(ws / "memsift.toml", env={})
+    write(ws / "memsift.toml", "")
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_WORKSPACE \(workspace\): .*elsewhere.* is not a folder"):
+        load_config(ws / "memsift.toml", env={"MEMSIFT_WORKSPACE": str(ws / "elsewhere")})
 
 
 def test_workspace_that_is_not_a_folder_is_an_error(tmp_path: Path) -> None:
