@@ -465,7 +465,7 @@ def load_config(
     raw: dict[str, Any] = {}
     if source is not None:
         try:
-            raw = _flatten(tomllib.loads(source.read_text(encoding="utf-8")))
+            raw = _flatten(tomllib.loads(source.read_text(encoding="utf-8-sig")))  # -sig: drops a BOM
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
         except UnicodeDecodeError:

@@ -505,3 +505,10 @@ def test_citations_take_a_boolean_as_on_and_off(ws: Path, value: str, expected: 
     """`citations = false` is how TOML says off; it was "search.citations: False is not one of on, off"."""
     write(ws / "memsift.toml", f"[search]\ncitations = {value}\n")
     assert load_config(workspace=ws, env={}).search.citations is expected
+
+
+def test_a_config_file_saved_with_a_byte_order_mark_is_read(ws: Path) -> None:
+    """Windows editors save UTF-8 with a BOM: the file was "not valid TOML: Invalid statement (at line 1,
+    column 1)", an error pointing at nothing the user can see (memory files with a BOM were read already)."""
+    (ws / "memsift.toml").write_bytes(b"\xef\xbb\xbf[search]\nmaxResults = 3\n")
+    assert load_config(workspace=ws, env={}).search.maxResults == 3
