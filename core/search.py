@@ -179,6 +179,7 @@ def search(
                 c.score = (c.text if mode == "keyword" else c.vector) or 0.0
 
         found = bool(cands)
+        best_cosine = max((c.vector for c in cands if c.vector is not None), default=0.0)
         rows = store.chunks_by_ids(c.id for c in cands)
         if s.decayEnabled:
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
@@ -218,6 +219,11 @@ def search(
         if calibrated and cands:
             cands, abstained = _calibrate(
                 store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank)
+            )
+        if found and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
+            abstained = (
+                f"the best hit's cosine was {best_cosine:.3f}, under the floor minScore {floor:g} "
+                "(a hit found by meaning alone needs cosine >= minScore)"
             )
         kept = cands[:limit]
         hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
