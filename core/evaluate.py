@@ -34,7 +34,7 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise QueryFileError(f"{path}: no such query file")
     queries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -94,6 +94,14 @@ def test_eval_rows_name_each_category_and_the_uncategorised(capsys, queries: Pat
     assert {name: row["n"] for name, row in doc["categories"].items()} == {"0": 1, "(none)": 1}
 
 
+def test_a_query_file_saved_with_a_byte_order_mark_is_read(capsys, queries: Path):
+    """A JSON Lines file from a Windows tool starts with a BOM: its first line was "not JSON (Unexpected UTF-8
+    BOM)"; the configuration file is read past one too."""
+    queries.write_bytes(b"\xef\xbb\xbf" + queries.read_bytes())
+    assert main(["eval", str(queries), "--json", "--no-rerank"]) == 0
+    assert json.loads(capsys.readouterr().out)["queries"] == 2
+
+
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
