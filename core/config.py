@@ -101,8 +101,8 @@ def _choice(*options: str) -> Callable[[str, Any], str]:
 
 def _on_off(key: str, v: Any) -> str:
     """`on` or `off` (SPEC section 2), or a TOML boolean: `citations = false` is the file's natural spelling."""
-    if isinstance(v, bool):
-        return "on" if v else "off"
+    if isinstance(v, bool) or (isinstance(v, _Text) and v.strip().lower() in ("true", "false", "yes", "no")):
+        return "on" if _bool(key, v) else "off"  # MEMSIFT_SEARCH_CITATIONS=false as the file's `false`
     return _choice("on", "off")(key, v)
 
 

@@ -505,6 +505,7 @@ def test_citations_take_a_boolean_as_on_and_off(ws: Path, value: str, expected: 
     """`citations = false` is how TOML says off; it was "search.citations: False is not one of on, off"."""
     write(ws / "memsift.toml", f"[search]\ncitations = {value}\n")
     assert load_config(workspace=ws, env={}).search.citations is expected
+    assert load_config(workspace=ws, env={"MEMSIFT_SEARCH_CITATIONS": value.strip('"')}).search.citations is expected
 
 
 def test_a_config_file_saved_with_a_byte_order_mark_is_read(ws: Path) -> None:
