@@ -483,7 +483,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     doc = MemoryIndex(config).get(args.path, args.start, args.lines)
     if args.json:
         _print_json(doc)
-    elif doc["text"]:
+    elif doc["lines"]:  # a range of blank lines prints them; only an empty range prints nothing
         print(doc["text"])
     return 0
 

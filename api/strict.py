@@ -33,7 +33,8 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
     if not body and not any(f.required for f in msgspec.structs.fields(kind)):
         return  # every field optional (`/v1/index`): `curl -X POST` with no body is `{}`
     if not body.strip():  # else Litestar's detail is "body: 'data'" (the name of its handler argument)
-        message = 'empty: send a JSON object, e.g. {"query": "..."} or {} (Content-Type: application/json)'
+        example = ", ".join(f'"{f.encode_name}": "..."' for f in msgspec.structs.fields(kind) if f.required)
+        message = f"empty: send a JSON object, e.g. {{{example}}} (Content-Type: application/json)"
         raise ValidationException(extra=[{"key": "body", "message": message}])
     try:
         msgspec.json.decode(body, type=kind)

@@ -3,8 +3,8 @@
 A chunk is a run of whole lines whose weighted length stays within `tokens * 4`; CJK, kana and Hangul
 characters weigh 4 (one such character is roughly one token, four Latin characters are). The next chunk
 starts with whole lines carried back from the end of the previous one, up to `overlap * 4`. A line longer
-than the budget is cut into budget-sized pieces that keep its line number. Line numbers are 1-based and
-inclusive.
+than the budget is cut into budget-sized pieces that keep its line number, between words where it can. Line
+numbers are 1-based and inclusive.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ WIDE = re.compile(
 )
 
 
+_KEEP_AT_LEAST = 0.8  # of a long line's piece, when it backs off to a space (as a snippet's cut does)
+
+
 def _is_wide(ch: str) -> bool:
     return WIDE.match(ch) is not None
 
@@ -47,13 +50,20 @@ def weight(text: str) -> int:
 
 
 def _split_long(line: str, budget: int) -> Iterator[str]:
+    """Pieces of at most `budget` weight that join back into `line`. A piece ends after the last whitespace
+    that fits, so no word is cut in two (a word in no piece whole is lost to the keyword leg), unless that
+    would drop more than a fifth of the piece (a URL, a blob, CJK text without spaces): then at the budget."""
     piece: list[str] = []
     w = 0
     for ch in line:
         cw = 4 if _is_wide(ch) else 1
         if piece and w + cw > budget:
-            yield "".join(piece)
-            piece, w = [], 0
+            space = next((i for i in range(len(piece) - 1, -1, -1) if piece[i].isspace()), -1)
+            if ch.isspace() or space + 1 < len(piece) * _KEEP_AT_LEAST:
+                space = len(piece) - 1
+            yield "".join(piece[: space + 1])
+            piece = piece[space + 1 :]
+            w = weight("".join(piece))
         piece.append(ch)
         w += cw
     if piece:

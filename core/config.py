@@ -7,6 +7,7 @@ is an error that names the key before any work starts (SPEC section 2).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -40,9 +41,21 @@ def _secret(key: str, v: Any) -> str:
     return v
 
 
+class _Text(str):
+    """A value given as text (an environment variable, an override such as eval's `--set`): number and boolean
+    keys parse it. A TOML file's values are typed, so a string there where a number or a boolean is due
+    (`minScore = "0.3"`) is a type error naming the key, as it is in a REST body (api/strict.py)."""
+
+
+def _typed(key: str, v: Any, expected: str) -> None:
+    if isinstance(v, str) and not isinstance(v, _Text):
+        raise ConfigError(f"{key}: expected {expected}, got the string {v!r}")
+
+
 def _bool(key: str, v: Any) -> bool:
     if isinstance(v, bool):
         return v
+    _typed(key, v, "true or false")
     if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         return v.strip().lower() in ("1", "true", "yes", "on")
     raise ConfigError(f"{key}: expected true or false, got {v!r}")
@@ -54,12 +67,16 @@ def _bool_or_auto(key: str, v: Any) -> bool | str:
 
 def _number(kind: type, lo: float | None = None, hi: float | None = None) -> Callable[[str, Any], Any]:
     def parse(key: str, v: Any) -> Any:
+        expected = "an integer" if kind is int else "a number"
         if isinstance(v, bool):
-            raise ConfigError(f"{key}: expected a number, got {v!r}")
+            raise ConfigError(f"{key}: expected {expected}, got {v!r}")
+        _typed(key, v, expected)
         try:
             n = kind(v)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected {'an integer' if kind is int else 'a number'}, got {v!r}") from None
+        except (TypeError, ValueError, OverflowError):  # int() of "nan" or inf
+            raise ConfigError(f"{key}: expected {expected}, got {v!r}") from None
+        if not math.isfinite(n):  # TOML has nan and inf: NaN passes every range check, and no key means infinity
+            raise ConfigError(f"{key}: expected a finite number, got {v!r}")
         if kind is int and isinstance(v, float) and v != n:
             raise ConfigError(f"{key}: expected an integer, got {v!r}")
         if (lo is not None and n < lo) or (hi is not None and n > hi):
@@ -80,6 +97,13 @@ def _choice(*options: str) -> Callable[[str, Any], str]:
         return v
 
     return parse
+
+
+def _on_off(key: str, v: Any) -> str:
+    """`on` or `off` (SPEC section 2), or a TOML boolean: `citations = false` is the file's natural spelling."""
+    if isinstance(v, bool) or (isinstance(v, _Text) and v.strip().lower() in ("true", "false", "yes", "no")):
+        return "on" if _bool(key, v) else "off"  # MEMSIFT_SEARCH_CITATIONS=false as the file's `false`
+    return _choice("on", "off")(key, v)
 
 
 def _str_list(key: str, v: Any) -> tuple[str, ...]:
@@ -152,7 +176,7 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "search.mmr.enabled": (False, _bool),
     "search.mmr.lambda": (0.7, _number(float, 0.0, 1.0)),
     "search.snippetChars": (700, _number(int, 20, 100000)),
-    "search.citations": ("on", _choice("on", "off")),
+    "search.citations": ("on", _on_off),
     "store.fts.tokenizer": ("unicode61", _choice("unicode61", "trigram")),
     "store.fts.stemmer": ("porter", _choice("porter", "none")),
     # Read by the parts that use them (the REST API, the watcher and scheduler, the reranker); validated here
@@ -441,7 +465,7 @@ def load_config(
     raw: dict[str, Any] = {}
     if source is not None:
         try:
-            raw = _flatten(tomllib.loads(source.read_text(encoding="utf-8")))
+            raw = _flatten(tomllib.loads(source.read_text(encoding="utf-8-sig")))  # -sig: drops a BOM
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from None
         except UnicodeDecodeError:
@@ -449,8 +473,8 @@ def load_config(
         except OSError as exc:
             raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}") from None
     from_env = _env_overrides(env)
-    raw.update({key: value for key, (value, _) in from_env.items()})
-    raw.update(overrides or {})
+    raw.update({key: _Text(value) for key, (value, _) in from_env.items()})
+    raw.update({key: _Text(v) if isinstance(v, str) else v for key, v in (overrides or {}).items()})
     # A value from the environment is validated under its variable's name: "MEMSIFT_SEARCH_MAXRESULTS
     # (search.maxResults): expected an integer, got 'abc'".
     labels = {key: f"{name} ({key})" for key, (_, name) in from_env.items() if key not in (overrides or {})}
@@ -466,7 +490,8 @@ def load_config(
             continue
         if key not in _SCHEMA:
             raise ConfigError(f"{key}: {_not_a_key(key)}")
-        values[key] = _SCHEMA[key][1](labels.get(key, key), value)
+        parsed = _SCHEMA[key][1](labels.get(key, key), value)
+        values[key] = str(parsed) if isinstance(parsed, _Text) else parsed  # plain str on: msgspec encodes no subclass
 
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:
@@ -475,21 +500,22 @@ def load_config(
             raise ConfigError(f"agents.main.workspace: {agents['main']} differs from workspace: {top}; set one")
     if not _valid_agent(agent):
         raise ConfigError(f"--agent: {agent!r} is not a valid agent id (letters, digits, '-', '_')")
+    named_by = "workspace"  # the setting an error names: the key (or variable) that chose the folder
     if workspace:
         ws = Path(workspace).expanduser()
     elif agent != "main":
         if agent not in agents:
             raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
-        ws = agents[agent]
+        ws, named_by = agents[agent], f"agents.{agent}.workspace"
     elif values["workspace"]:
-        ws = _resolve(source, values["workspace"])
+        ws, named_by = _resolve(source, values["workspace"]), labels.get("workspace", "workspace")
     elif "main" in agents:
-        ws = agents["main"]
+        ws, named_by = agents["main"], "agents.main.workspace"
     else:
         ws = Path.cwd()
     ws = ws.resolve()
     if not ws.is_dir():
-        raise ConfigError(f"workspace: {ws} is not a folder")
+        raise ConfigError(f"{named_by}: {ws} is not a folder")
 
     if values["chunking.overlap"] >= values["chunking.tokens"]:
         raise ConfigError("chunking.overlap: must be smaller than chunking.tokens")

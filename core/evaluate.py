@@ -34,7 +34,7 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise QueryFileError(f"{path}: no such query file")
     queries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -54,8 +54,9 @@ def _query_problem(q: Any, base: Path) -> str | None:
     if not isinstance(q, dict) or not isinstance(q.get("query"), str) or not isinstance(q.get("relevant"), list):
         return "needs an object with 'query' (string) and 'relevant' (list)"
     for r in q["relevant"]:
-        if not isinstance(r, dict) or not isinstance(r.get("path"), str) or not isinstance(r.get("line"), int):
-            return f"each 'relevant' entry needs 'path' (string) and 'line' (integer), got {json.dumps(r)}"
+        path, line = (r.get("path"), r.get("line")) if isinstance(r, dict) else (None, None)
+        if not isinstance(path, str) or type(line) is not int or line < 1:  # bool is an int; line 0 covers nothing
+            return f"each 'relevant' entry needs 'path' (string) and 'line' (integer, 1-based), got {json.dumps(r)}"
     if q.get("workspace") is not None:
         ws = base / str(q["workspace"])
         if not ws.is_dir():
@@ -121,6 +122,12 @@ def evaluate(
     rerank: bool | None = None,
 ) -> dict[str, Any]:
     queries = load_queries(queries_path)[:limit]
+    # A query with no relevant line (an off-topic question, as bench/abstention's) has no recall to measure:
+    # scored, it counted 0 on every metric and dragged the means down in silence. It is left out and counted.
+    unscored = sum(not q["relevant"] for q in queries)
+    queries = [q for q in queries if q["relevant"]]
+    if not queries:
+        raise QueryFileError(f"{queries_path}: no query has a relevant line to score")
     base = Path(queries_path).resolve().parent
     per_category: dict[str, list[dict[str, float]]] = defaultdict(list)
     spans: list[int] = []
@@ -150,6 +157,7 @@ def evaluate(
         "rerank": reranked,
         "weights": {"vector": config.search.vectorWeight, "text": config.search.textWeight},
         "queries": len(everything),
+        "unscored": unscored,
         "overall": mean(everything) if everything else {},
         "categories": {name: mean(rows) for name, rows in sorted(per_category.items())},
         "meanSpan": round(statistics.fmean(spans), 2) if spans else 0.0,
@@ -178,6 +186,7 @@ def format_table(result: dict[str, Any]) -> str:
     head = (
         f"mode {result['mode']}, fusion {result['fusion']}, rerank {result['rerank']}, k {result['k']}, "
         f"{result['queries']} queries"
+        + (f" ({result['unscored']} more without a relevant line, not scored)" if result.get("unscored") else "")
     )
     lines = [head, f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in METRICS)]
     for name, row in [*result["categories"].items(), ("overall", result["overall"])]:

@@ -19,7 +19,7 @@ from typing import Any
 from .chunking import split_lines
 from .config import Config
 from .errors import GetError
-from .sources import Source, owner, read_memory_file
+from .sources import Source, as_typed, owner, read_memory_file
 from .sources.memory import external_file
 
 
@@ -50,8 +50,8 @@ def check_path(config: Config, path: str, indexed: Callable[[str], bool] | None 
 def get_lines(
     config: Config, path: str, start: int = 1, count: int | None = None, indexed: Callable[[str], bool] | None = None
 ) -> dict[str, Any]:
-    while isinstance(path, str) and path.startswith("./"):  # `get ./MEMORY.md`, as a shell completes it
-        path = path[2:]
+    if isinstance(path, str):
+        path = as_typed(path)  # `get ./MEMORY.md`, as a shell completes it
     source, full = check_path(config, path, indexed)
     if start < 1:
         raise GetError(400, f"from: must be 1 or more, got {start}")

@@ -24,6 +24,7 @@ from .query import fts_phrases
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim
 from .snippets import snippet
+from .sources import as_typed
 from .store import ChunkRow, Store
 from .timefilter import TimeWindow
 from .timings import StageClock
@@ -178,6 +179,7 @@ def search(
                 c.score = (c.text if mode == "keyword" else c.vector) or 0.0
 
         found = bool(cands)
+        best_cosine = max((c.vector for c in cands if c.vector is not None), default=0.0)
         rows = store.chunks_by_ids(c.id for c in cands)
         if s.decayEnabled:
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
@@ -217,6 +219,11 @@ def search(
         if calibrated and cands:
             cands, abstained = _calibrate(
                 store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank)
+            )
+        if found and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
+            abstained = (
+                f"the best hit's cosine was {best_cosine:.3f}, under the floor minScore {floor:g} "
+                "(a hit found by meaning alone needs cosine >= minScore)"
             )
         kept = cands[:limit]
         hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
@@ -322,6 +329,7 @@ def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> 
     candidate selection, so filtering never leaves a search short of hits that exist."""
     if not path_prefix and window is None:
         return None
+    path_prefix = path_prefix and as_typed(path_prefix)  # `--path-prefix ./memory/`, as a shell completes it
     return [
         path
         for path, mtime_ns in store.file_mtimes().items()

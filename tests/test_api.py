@@ -158,13 +158,15 @@ def test_malformed_json_is_400(client) -> None:
     problem(client.post("/v1/search", content=b'{"query": ', headers={"content-type": "application/json"}), 400)
 
 
-@pytest.mark.parametrize("route", ["/v1/search", "/v1/get"])
+@pytest.mark.parametrize(("route", "example"), [("/v1/search", '{"query": "..."}'), ("/v1/get", '{"path": "..."}')])
 @pytest.mark.parametrize("body", [b"", b"  \n"])
-def test_an_empty_body_is_400_saying_so(client, route: str, body: bytes) -> None:
+def test_an_empty_body_is_400_saying_so(client, route: str, example: str, body: bytes) -> None:
     """A route with a required field and no body: the detail was "body: 'data'" (or "Input data was
-    truncated"). `/v1/index` has none, and takes no body as `{}` (test_api_server.py)."""
+    truncated"). `/v1/index` has none, and takes no body as `{}` (test_api_server.py). The example is the
+    route's own: /v1/get's said `e.g. {"query": "..."}`, a body it refuses."""
     detail = problem(client.post(route, content=body, headers={"content-type": "application/json"}), 400)["detail"]
     assert detail.startswith("body: empty") and "JSON object" in detail, detail
+    assert f"e.g. {example}" in detail, detail
 
 
 def test_limits_body_64k_and_query_4k(client) -> None:

@@ -137,3 +137,21 @@ def test_every_non_blank_line_is_in_a_chunk_whose_range_contains_it(text, tokens
             assert any(line in c.text.split("\n") for c in around)
         else:  # a long line is cut into pieces; its first 16 characters (weight <= 64) are the first piece's start
             assert any(line[:16] in c.text for c in around)
+
+
+def test_a_long_line_of_words_is_cut_between_words():
+    """A line over the budget was cut at the budget, mid-word: a word across the cut was in no chunk whole, so
+    a keyword search for it found nothing ("No matches." for a word of a 2,000-character paragraph)."""
+    line = " ".join(f"word{i:04d}" for i in range(40))  # 359 characters; 9 a word does not divide the budget 64
+    chunks = chunk_text(line, tokens=16, overlap=0)
+    assert "".join(c.text for c in chunks) == line  # nothing lost or doubled
+    assert all(weight(c.text) <= 64 for c in chunks)
+    pieces = [c.text.split() for c in chunks]
+    assert [w for piece in pieces for w in piece] == line.split()  # every word whole, in one piece
+    assert all(len(c.text) >= 64 * 4 // 5 for c in chunks[:-1])  # cuts back off to a space, never far
+
+
+def test_a_long_word_is_still_cut_at_the_budget():
+    """A URL or a base64 blob has no space to cut at: backing off would drop more than a fifth of the piece."""
+    line = "see " + "x" * 150
+    assert [c.text for c in chunk_text(line, tokens=16, overlap=0)] == [line[:64], line[64:128], line[128:]]

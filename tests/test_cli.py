@@ -218,6 +218,18 @@ def test_get_prints_exactly_the_line_range(capsys, lines_ws: Path) -> None:
     assert whole == (lines_ws / "memory" / "log.md").read_text()
 
 
+@pytest.mark.parametrize(
+    ("start", "count", "expected"),
+    [("2", "1", "\n"), ("2", "2", "\nb\n"), ("4", "2", "\n\n"), ("1", None, "a\n\nb\n\n\n")],
+)
+def test_get_prints_blank_lines_of_the_range(capsys, workspace, start: str, count: str | None, expected: str) -> None:
+    """A range of blank lines is that many empty lines: `--from 2 --lines 1` on a blank line printed nothing,
+    as a range past the end does, so `memsift get ... | wc -l` counted 0 lines of a range of 1."""
+    ws = workspace({"memory/gaps.md": "a\n\nb\n\n\n"})
+    argv = ["--workspace", ws, "get", "memory/gaps.md", "--from", start] + (["--lines", count] if count else [])
+    assert run(capsys, *argv) == (0, expected, "")
+
+
 def test_get_json(capsys, lines_ws: Path) -> None:
     code, out, _ = run(capsys, "--workspace", lines_ws, "get", "memory/log.md", "--from", "2", "--lines", "2", "--json")
     assert code == 0

@@ -382,9 +382,17 @@ def test_invalid_agent_id_is_an_error(ws: Path, agent: str) -> None:
 
 
 def test_agent_workspace_that_is_not_a_folder_is_an_error(ws: Path) -> None:
+    """The error names the key that set the folder: it said "workspace:", which the file did not set, and
+    `memsift serve` (which loads every agent) failed with it, naming no agent."""
     write(ws / "memsift.toml", '[agents.work]\nworkspace = "missing"\n')
-    with pytest.raises(ConfigError, match=r"^workspace: .*missing.* is not a folder"):
+    with pytest.raises(ConfigError, match=r"^agents\.work\.workspace: .*missing.* is not a folder"):
         load_config(ws / "memsift.toml", agent="work", env={})
+    write(ws / "memsift.toml", '[agents.main]\nworkspace = "gone"\n')
+    with pytest.raises(ConfigError, match=r"^agents\.main\.workspace: .*gone.* is not a folder"):
+        load_config(ws / "memsift.toml", env={})
+    write(ws / "memsift.toml", "")
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_WORKSPACE \(workspace\): .*elsewhere.* is not a folder"):
+        load_config(ws / "memsift.toml", env={"MEMSIFT_WORKSPACE": str(ws / "elsewhere")})
 
 
 def test_workspace_that_is_not_a_folder_is_an_error(tmp_path: Path) -> None:
@@ -444,3 +452,64 @@ def test_candidate_pool_is_set_by_config_never_by_a_request(ws: Path) -> None:
     assert load_config(workspace=ws, env={}).search.candidatePool == 120
     with pytest.raises(ConfigError, match=r"^MEMSIFT_SEARCH_CANDIDATE_POOL \(search\.candidatePool\): 201 is out"):
         load_config(workspace=ws, env={"MEMSIFT_SEARCH_CANDIDATE_POOL": "201"})
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("toml", "nan"), ("toml", "inf"), ("toml", "-inf"), ("env", "nan"), ("env", "NaN"), ("env", "inf")],
+)
+@pytest.mark.parametrize("key", ["search.minScore", "search.temporalDecay.halfLifeDays", "search.maxResults"])
+def test_a_number_that_is_not_finite_is_refused(ws: Path, where: str, value: str, key: str) -> None:
+    """TOML has nan and inf, and float() reads them from a variable: `minScore = nan` passed the range check
+    (every comparison with NaN is false) and every search abstained, "under the floor minScore nan"."""
+    section, _, name = key.rpartition(".")
+    variable = "MEMSIFT_" + key.replace(".", "_").upper()
+    if where == "toml":
+        write(ws / "memsift.toml", f"[{section}]\n{name} = {value}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={variable: value} if where == "env" else {})
+    assert str(err.value).startswith(f"{key}:" if where == "toml" else f"{variable} ({key}):")
+    assert "finite" in str(err.value) or "integer" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "message"),
+    [
+        ('[search]\nminScore = "0.3"\n', "search.minScore", "expected a number, got the string '0.3'"),
+        ('[search]\ncandidateMultiplier = "4"\n', "search.candidateMultiplier", "expected an integer"),
+        ('[api]\nport = "8080"\n', "api.port", "expected an integer, got the string '8080'"),
+        ('[search.mmr]\nenabled = "true"\n', "search.mmr.enabled", "expected true or false, got the string"),
+        ('[sync]\nwatch = "no"\n', "sync.watch", "expected true or false"),
+    ],
+)
+def test_a_string_in_the_file_where_a_number_or_boolean_is_due_is_refused(
+    ws: Path, toml: str, key: str, message: str
+) -> None:
+    """A TOML file's values are typed: `minScore = "0.3"` was read as 0.3 and `enabled = "true"` as true, so a
+    quoting mistake (or `enabled = "false "`...) went unnoticed; a REST body refuses the same (api/strict.py)."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value).startswith(f"{key}: {message}")
+
+
+def test_text_from_the_environment_and_overrides_is_still_parsed(ws: Path) -> None:
+    env = {"MEMSIFT_SEARCH_MIN_SCORE": "0.3", "MEMSIFT_API_PORT": "8080", "MEMSIFT_SYNC_WATCH": "no"}
+    c = load_config(workspace=ws, env=env, overrides={"rerank.weight": "1.0", "search.mode": "keyword"})
+    assert (c.search.minScore, c.api.port, c.sync.watch, c.rerank.weight) == (0.3, 8080, False, 1.0)
+    assert type(c.search.mode) is str  # not the marker subclass: msgspec encodes only plain str
+
+
+@pytest.mark.parametrize(("value", "expected"), [("false", False), ("true", True), ('"off"', False), ('"on"', True)])
+def test_citations_take_a_boolean_as_on_and_off(ws: Path, value: str, expected: bool) -> None:
+    """`citations = false` is how TOML says off; it was "search.citations: False is not one of on, off"."""
+    write(ws / "memsift.toml", f"[search]\ncitations = {value}\n")
+    assert load_config(workspace=ws, env={}).search.citations is expected
+    assert load_config(workspace=ws, env={"MEMSIFT_SEARCH_CITATIONS": value.strip('"')}).search.citations is expected
+
+
+def test_a_config_file_saved_with_a_byte_order_mark_is_read(ws: Path) -> None:
+    """Windows editors save UTF-8 with a BOM: the file was "not valid TOML: Invalid statement (at line 1,
+    column 1)", an error pointing at nothing the user can see (memory files with a BOM were read already)."""
+    (ws / "memsift.toml").write_bytes(b"\xef\xbb\xbf[search]\nmaxResults = 3\n")
+    assert load_config(workspace=ws, env={}).search.maxResults == 3

@@ -70,6 +70,19 @@ def test_eval_json_and_a_bad_setting(capsys, queries: Path):
     assert main(["eval", str(queries), "--set", "rerank.weight=7"]) != 0
 
 
+def test_a_query_without_a_relevant_line_is_left_out_and_counted(capsys, queries: Path):
+    """An off-topic question (no relevant line) was scored 0 on every metric: R@10 1.0 read 0.667."""
+    rows = [json.loads(line) for line in queries.read_text().splitlines()]
+    rows.append({"query": "what is the capital of Peru", "workspace": rows[0]["workspace"], "relevant": []})
+    queries.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", str(queries), "--json", "--no-rerank"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["queries"], doc["unscored"], doc["overall"]["R@10"]) == (2, 1, 1.0)
+    assert list(doc["categories"]) == ["single"]
+    assert main(["eval", str(queries), "--no-rerank"]) == 0
+    assert "2 queries (1 more without a relevant line, not scored)" in capsys.readouterr().out
+
+
 def test_eval_rows_name_each_category_and_the_uncategorised(capsys, queries: Path):
     """A query without a category was counted in a row named "all", read as every query; category 0 too."""
     rows = [json.loads(line) for line in queries.read_text().splitlines()]
@@ -79,6 +92,14 @@ def test_eval_rows_name_each_category_and_the_uncategorised(capsys, queries: Pat
     assert main(["eval", str(queries), "--json", "--no-rerank"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {name: row["n"] for name, row in doc["categories"].items()} == {"0": 1, "(none)": 1}
+
+
+def test_a_query_file_saved_with_a_byte_order_mark_is_read(capsys, queries: Path):
+    """A JSON Lines file from a Windows tool starts with a BOM: its first line was "not JSON (Unexpected UTF-8
+    BOM)"; the configuration file is read past one too."""
+    queries.write_bytes(b"\xef\xbb\xbf" + queries.read_bytes())
+    assert main(["eval", str(queries), "--json", "--no-rerank"]) == 0
+    assert json.loads(capsys.readouterr().out)["queries"] == 2
 
 
 @pytest.mark.parametrize(
@@ -91,12 +112,16 @@ def test_eval_rows_name_each_category_and_the_uncategorised(capsys, queries: Pat
         ("[1, 2]\n", "q.jsonl:1"),
         ('{"query": "tea", "relevant": [{"path": "MEMORY.md"}]}\n', "q.jsonl:1"),
         ('{"query": "tea", "relevant": [], "workspace": "nowhere"}\n', "nowhere"),
+        ('{"query": "tea", "relevant": []}\n', "no query has a relevant line"),
+        ('{"query": "tea", "relevant": [{"path": "MEMORY.md", "line": 0}]}\n', "q.jsonl:1"),
+        ('{"query": "tea", "relevant": [{"path": "MEMORY.md", "line": true}]}\n', "q.jsonl:1"),
     ],
 )
 def test_eval_refuses_a_bad_query_file_in_one_line(capsys, tmp_path: Path, content: str | None, needle: str):
     """A missing or empty file, a line that is not a query object, a relevant entry without its line, a
     workspace that is not there: each a one-line error naming the file (it was a KeyError, an AttributeError,
-    or, for a mistyped workspace, metrics of 0 over nothing)."""
+    or, for a mistyped workspace, metrics of 0 over nothing), a relevant line no hit can cover (0, `true`: it
+    was scored 0 on every metric), a file whose queries have no relevant line at all."""
     path = tmp_path / "q.jsonl"
     if content is not None:
         path.write_text(content)

@@ -173,3 +173,18 @@ def test_every_scanned_file_passes_is_memory_path(workspace, make_config):
     assert all(is_memory_path(config, p) for p in found)
     assert not is_memory_path(config, "node_modules/docs/.git/d.md")
     assert not is_memory_path(config, "memory/archive/b.md")
+
+
+def test_a_name_with_a_backslash_is_skipped_with_a_warning(workspace, make_config):
+    """`get` refuses a path with a backslash (a way out on Windows), so such a file, legal on Linux and macOS,
+    was found by search under a path its citation could not be read by: skipped and said, as a name that is
+    not UTF-8 is. Outside the workspace too."""
+    outside = workspace({"notes/a\\b.md": "outside", "notes/ok.md": "fine"}, name="outside")
+    ws = workspace({"memory/a\\b.md": "back", "memory/c\\d/e.md": "folder", "memory/ok.md": "fine"})
+    result = scan(make_config(ws))
+    assert [f.path for f in result.files] == ["memory/ok.md"]
+    assert len(result.warnings) == 2 and all("backslash" in w for w in result.warnings), result.warnings
+    entries = [str(outside / "notes"), str(outside / "notes" / "a\\b.md")]
+    external, warnings = scan_external(make_config(ws, extraPaths=entries))
+    assert [f.path.rsplit("/", 1)[1] for f in external] == ["ok.md"]
+    assert len(warnings) == 2 and all("backslash" in w for w in warnings), warnings

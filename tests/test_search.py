@@ -58,6 +58,22 @@ def test_vector_only_hits_below_min_score_are_dropped(index):
     assert len(response.results) < len(NOTES)
 
 
+@pytest.mark.parametrize("mode", ["vector", "keyword"])
+def test_a_floor_that_drops_every_hit_says_why_in_every_mode(index, mode):
+    """In vector (or keyword) mode a floor that kept nothing answered [] with no reason, where hybrid search
+    says `abstained`: the CLI printed a bare "No matches." for a question whose notes were all there."""
+    query = "which beverage does she enjoy at breakfast"
+    response = index.search(query, mode=mode, min_score=0.99)
+    assert response.results == []
+    if mode == "keyword":  # no keyword in common: nothing was found, there is nothing to abstain from
+        assert response.abstained is None and response.empty == "no_match"
+        return
+    assert response.empty == "below_floor"
+    assert re.fullmatch(r"the best hit's cosine was 0\.\d{3}, under the floor minScore 0\.99 .*", response.abstained)
+    assert response.to_dict()["abstained"] == response.abstained
+    assert index.search(query, mode=mode, min_score=0).results  # the floor, not the search, removed them
+
+
 def test_keyword_hit_survives_the_floor(index):
     # BM25 is tiny in a small workspace; the floor on uncalibrated (keyword-mode) scores must not drop the only
     # keyword evidence. In hybrid search the calibrated default floor keeps it too.

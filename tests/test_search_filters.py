@@ -134,3 +134,13 @@ def test_path_prefix_and_window_combine(index):
     assert all(
         p.startswith("memory/") and p not in ("memory/2026-11-20.md", "memory/2026-11-21.md") for p in paths(response)
     )
+
+
+@pytest.mark.parametrize("prefix", ["./memory/2026-11-2", "././memory/2026-11-2"])
+def test_a_path_prefix_as_a_shell_completes_it_names_the_same_files(index, prefix):
+    """`--path-prefix ./memory/` (tab completion) answered nothing: no indexed path starts with "./". `get`
+    takes `./MEMORY.md` for `MEMORY.md` already; a prefix is read the same way."""
+    plain = index.search("deploy proxy", path_prefix="memory/2026-11-2", min_score=0, max_results=10)
+    dotted = index.search("deploy proxy", path_prefix=prefix, min_score=0, max_results=10)
+    assert len(paths(plain)) == 4
+    assert paths(dotted) == paths(plain)

@@ -16,7 +16,7 @@ from .base import FileEntry, Source, read_memory_file
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["SOURCES", "FileEntry", "Source", "active", "owner", "read_memory_file"]
+__all__ = ["SOURCES", "FileEntry", "Source", "active", "as_typed", "owner", "read_memory_file"]
 
 #: `sources` entry -> "module:class" built from the Config; also the order in which a sync scans them.
 SOURCES = {
@@ -28,6 +28,14 @@ SOURCES = {
 def active(config: Config) -> dict[str, Source]:
     """The sources `config.sources` turns on, by name, in the order of `SOURCES`."""
     return {name: load(target)(config) for name, target in SOURCES.items() if name in config.sources}
+
+
+def as_typed(rel: str) -> str:
+    """A workspace-relative path or prefix as the index names it when a shell completed it: `./MEMORY.md` is
+    `MEMORY.md`, `./memory/` is `memory/` (no indexed path starts with `./`)."""
+    while rel.startswith("./"):
+        rel = rel[2:]
+    return rel
 
 
 def owner(config: Config, rel: str) -> Source | None:

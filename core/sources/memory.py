@@ -85,10 +85,9 @@ def scan(config: Config) -> ScanResult:
         key = (st.st_dev, st.st_ino)
         if key in seen:
             return
-        try:
-            rel.encode("utf-8")
-        except UnicodeEncodeError:
-            warnings.append(f"skipped {rel!r}: the file name is not valid UTF-8")
+        problem = _name_problem(rel)
+        if problem:
+            warnings.append(f"skipped {rel!r}: {problem}")
             return
         seen.add(key)
         files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
@@ -152,6 +151,17 @@ def walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str]) ->
                     warnings.append(_not_regular(child, entry.stat(follow_symlinks=False).st_mode))
             except OSError as exc:  # vanished between listing and stat
                 warnings.append(f"skipped {child}: {exc.strerror or exc}")
+
+
+def _name_problem(rel: str) -> str | None:
+    """Why a file cannot be indexed under this name: its path must be one `get` reads back (core/get.py)."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the file name is not valid UTF-8"
+    if "\\" in rel:  # legal on Linux and macOS, but `get` refuses it (a way out on Windows)
+        return "a backslash in the name (get could not read it back; rename it)"
+    return None
 
 
 def _not_regular(rel: str, mode: int) -> str:
@@ -244,12 +254,19 @@ def scan_external(config: Config) -> tuple[list[FileEntry], list[str]]:
             warnings.append(f"skipped extraPaths entry {root.entry!r}: a symlink (symlinks are never followed)")
         elif statmod.S_ISDIR(st.st_mode):
 
-            def add(rel: str, found: os.stat_result, root: ExternalRoot = root) -> None:
-                files.append(FileEntry(f"{root.prefix}/{rel}", found.st_size, found.st_mtime_ns))
+            def add(rel: str, found: os.stat_result, root: ExternalRoot = root, inside: list[str] = inside) -> None:
+                problem = _name_problem(rel)
+                if problem:
+                    inside.append(f"skipped {rel!r}: {problem}")
+                else:
+                    files.append(FileEntry(f"{root.prefix}/{rel}", found.st_size, found.st_mtime_ns))
 
             walk(root.path, "", exclude, add, inside)
         elif statmod.S_ISREG(st.st_mode) and root.path.name.lower().endswith(".md"):
-            files.append(FileEntry(f"{root.prefix}/{root.path.name}", st.st_size, st.st_mtime_ns))
+            if problem := _name_problem(root.path.name):
+                warnings.append(f"skipped extraPaths entry {root.entry!r}: {problem}")
+            else:
+                files.append(FileEntry(f"{root.prefix}/{root.path.name}", st.st_size, st.st_mtime_ns))
         else:
             warnings.append(f"skipped extraPaths entry {root.entry!r}: not a folder or a .md file")
         warnings.extend(f"{w} (in extraPaths entry {root.entry!r})" for w in inside)
