@@ -209,15 +209,20 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
     """Serve until stdin closes (stdio) or the process is interrupted (HTTP), syncing the agent's memory files
     as they change (api.watching)."""
     from api.runs import IndexRuns
-    from api.serve import is_loopback
+    from api.serve import is_loopback, listen_socket
     from api.watching import start_watching
 
+    sock = None
+    if transport != "stdio":  # refused before anything starts
+        if not is_loopback(host):
+            raise ConfigError(f"--host {host}: the MCP HTTP transport has no authentication; bind to 127.0.0.1")
+        sock = listen_socket(host, port, choose="--port")  # a port in use: one line, not uvicorn's exit 3
     tools = MemoryTools(config)
     server = build_server(tools)
     runs = IndexRuns()
     watching, _ = start_watching({config.agent: config}, runs, lambda agent: config, _say)
     try:
-        if transport == "stdio":
+        if sock is None:
             from mcp.server.stdio import stdio_server
 
             async def serve_stdio() -> None:
@@ -226,18 +231,18 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
 
             anyio.run(serve_stdio)
         else:
-            if not is_loopback(host):
-                raise ConfigError(f"--host {host}: the MCP HTTP transport has no authentication; bind to 127.0.0.1")
             import uvicorn
 
             app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
-            uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+            uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning")).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
         watching.stop()
         runs.close()
         tools.close()
+        if sock is not None:
+            sock.close()
     return 0
 
 

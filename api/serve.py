@@ -42,13 +42,15 @@ def run_serve(
     change of index identity is rebuilt by the next sync (`memsift up` starts that rebuild at once)."""
     if workers is not None:
         config = replace(config, api=replace(config.api, workers=workers))
+    named = "--host" if host else "api.host"  # where the address came from, for the refusal below
     host = host or config.api.host
     port = port or config.api.port
     if not config.api.key and not insecure and not is_loopback(host):
         raise ConfigError(
-            f"--host {host}: refusing to serve beyond this machine without an API key; set api.key or "
+            f"{named} {host}: refusing to serve beyond this machine without an API key; set api.key or "
             "MEMSIFT_API_KEY, or pass --insecure"
         )
+    app = create_app(config)  # before announcing anything: every agent's configuration is read here
     # uvicorn shuts down gracefully on SIGINT or SIGTERM, then raises the signal again with the handler it found
     # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
     # Prefect server an in-process index run may have started) rather than in death by signal.
@@ -58,7 +60,6 @@ def run_serve(
     print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
     if config.api.workers:
         _say(f"searches run in {config.api.workers} worker processes (api.workers)")
-    app = create_app(config)
     agents = app.state.agents
     stop = threading.Event()
     watching, syncs = start_watching(agents.configs, app.state.runs, agents.config, _say)
@@ -87,9 +88,10 @@ def run_serve(
     return 0
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
+def listen_socket(host: str, port: int, choose: str = "--port or api.port") -> socket.socket:
     """The server's socket, bound before anything is announced or loaded: a port in use is then a one-line
-    error naming it (uvicorn would log it after startup and exit with status 3)."""
+    error naming it (uvicorn would log it after startup and exit with status 3); `choose` says where to set
+    another."""
     bare = host.strip("[]")
     # The family as uvicorn picks it: "localhost" is 127.0.0.1, whatever getaddrinfo would list first.
     sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
@@ -100,7 +102,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
             raise ConfigError(
-                f"--port {port}: {host}:{port} is in use by another process (choose another with --port or api.port)"
+                f"--port {port}: {host}:{port} is in use by another process (choose another with {choose})"
             ) from None
         raise ConfigError(f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}") from None
     return sock

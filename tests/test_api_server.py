@@ -140,6 +140,18 @@ def test_serve_refuses_a_public_address_without_a_key(capsys, workspace) -> None
     assert main(["--workspace", str(ws), "serve", "--host", "0.0.0.0"]) == 1
     err = capsys.readouterr().err
     assert "refusing" in err and "MEMSIFT_API_KEY" in err and "--insecure" in err and "Traceback" not in err
+    assert err.startswith("memsift: error: --host 0.0.0.0:"), err
+    # The address from the configuration is named as such, not as a flag nobody passed.
+    (ws / "memsift.toml").write_text('[api]\nhost = "0.0.0.0"\n')
+    assert main(["--workspace", str(ws), "serve"]) == 1
+    assert capsys.readouterr().err.startswith("memsift: error: api.host 0.0.0.0: refusing")
+
+
+def test_serve_reads_every_agent_before_announcing_an_address(capsys, workspace, tmp_path: Path) -> None:
+    ws = workspace({"MEMORY.md": "# Memory\n", "memsift.toml": f'[agents.work]\nworkspace = "{tmp_path}/gone"\n'})
+    assert main(["--workspace", str(ws), "serve"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "agents.work.workspace" in err and "Traceback" not in err, (out, err)
 
 
 def test_serve_on_a_port_in_use_fails_in_one_line(workspace, memsift_home: Path) -> None:

@@ -178,6 +178,21 @@ def test_http_refuses_an_address_beyond_this_machine(ws: Path, memsift_home: Pat
     assert proc.returncode == 1 and "no authentication" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_http_on_a_port_in_use_fails_in_one_line(ws: Path, memsift_home: Path) -> None:
+    """Exit 1 and one line naming the port (it was uvicorn's exit 3 and its `[Errno 98]` log line)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [MEMSIFT, "--workspace", ws, "mcp", "--http", "--port", str(port)],
+            capture_output=True, text=True, env=_env(memsift_home), timeout=60,
+        )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    in_use = f"--port {port}: 127.0.0.1:{port} is in use by another process (choose another with --port)"
+    assert proc.stderr == f"memsift: error: {in_use}\n"
+
+
 def test_an_index_that_cannot_be_opened_is_a_result(ws: Path, memsift_home: Path) -> None:
     config = load_config(workspace=ws)
     config.db_path.write_bytes(b"this is not a database" * 100)
