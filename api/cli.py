@@ -20,6 +20,7 @@ from typing import Any
 from core import Config, MemoryIndex, MemsiftError, load_config
 from core.config import FUSIONS, MODES, default, home_problem, memsift_home
 from core.estimate import summary
+from core.search import check_request
 from core.sources.memory import nothing_found
 from core.timefilter import window
 
@@ -61,6 +62,15 @@ def _bounded(kind: type, lo: float, hi: float | None = None):
         return value
 
     return parse
+
+
+def _query(text: str) -> str:
+    """An argparse type for search's QUERY: a blank one is a usage error (exit 2), as no query is."""
+    try:
+        check_request(text, None, None)
+    except MemsiftError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("query: ")) from None
+    return text
 
 
 def _when(text: str) -> str:
@@ -119,7 +129,9 @@ def _parser() -> _Parser:
     )
 
     search = sub.add_parser("search", parents=[common], help="hybrid search")
-    search.add_argument("query", help="what to look for: words, an identifier, or a question in plain language")
+    search.add_argument(
+        "query", type=_query, help="what to look for: words, an identifier, or a question in plain language"
+    )
     search.add_argument(
         "--max-results",
         type=_bounded(int, 1, 100),
