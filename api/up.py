@@ -239,19 +239,16 @@ def _serve(
 
 
 def _report_runs(why: str, start: Callable[..., list[Any]], ui: str, kind: str = "sync") -> Callable[..., None]:
-    """Wrap a run-starting call for the watcher thread: print what it started, and print (not raise) a
-    failure, so one unreachable moment of the server does not end the watching."""
+    """A run-starting call for the watcher thread that prints a link to every run it starts."""
+    from core.watching import reported
 
-    def call(*args: Any) -> None:
-        try:
-            started = start(*args)
-        except Exception as exc:
-            _say(f"{why}: could not start a {kind} run: {type(exc).__name__}: {exc}")
-            return
-        for run in started:
-            _say(f"{why}: {kind} of {run.parameters.get('agent')} started, {ui}/runs/flow-run/{run.id}")
-
-    return call
+    return reported(
+        why,
+        start,
+        _say,
+        lambda run: f"{kind} of {run.parameters.get('agent')} started, {ui}/runs/flow-run/{run.id}",
+        kind,
+    )
 
 
 def _has_rest_api() -> bool:

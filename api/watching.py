@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from api.runs import FINAL, IndexRuns, Run
 from core import Config
-from core.watching import CoalescedRuns, Configs, MemoryWatching, Phase
+from core.watching import CoalescedRuns, Configs, MemoryWatching, Phase, reported
 
 
 class WatchedSyncs(CoalescedRuns[Run]):
@@ -63,7 +63,7 @@ def start_watching(
     """Watch the agents of `configs` with `sync.watch` on, and catch up those already indexed."""
     syncs = WatchedSyncs(runs, config, say)
     watching = MemoryWatching(
-        _reported("files changed", syncs.request, say), _reported("follow-up", syncs.poll, say), say
+        reported("files changed", syncs.request, say, _started), reported("follow-up", syncs.poll, say, _started), say
     )
     watching.start(configs)
     try:  # quiet when it starts: it may find nothing to do (`_report` speaks if it does)
@@ -73,18 +73,5 @@ def start_watching(
     return watching, syncs
 
 
-def _reported(why: str, start: Callable[..., list[Run]], say: Callable[[str], None]) -> Callable[..., None]:
-    """Wrap a run-starting call for the watcher thread: say what it started, and say (not raise) a failure,
-    so one failure does not end the watching."""
-
-    def call(*args: Iterable[str]) -> None:
-        try:
-            started = start(*args)
-        except Exception as exc:
-            say(f"{why}: could not start a sync: {type(exc).__name__}: {exc}")
-            return
-        for run in started:
-            where = f"through {run.deployment}" if run.deployment else "here"
-            say(f"{why}: sync of {run.agent} started {where} (run {run.id})")
-
-    return call
+def _started(run: Run) -> str:
+    return f"sync of {run.agent} started {f'through {run.deployment}' if run.deployment else 'here'} (run {run.id})"

@@ -189,3 +189,21 @@ class CoalescedRuns(Generic[R]):
         run = self._start(agent)
         self._last[agent] = run
         return run
+
+
+def reported(
+    why: str, start: Callable[..., list[R]], say: Callable[[str], None], started: Callable[[R], str], kind: str = "sync"
+) -> Callable[..., None]:
+    """Wrap a run-starting call for the watcher thread: say what it started (`started(run)`), and say (not
+    raise) a failure, so one unreachable moment of a server does not end the watching."""
+
+    def call(*args: object) -> None:
+        try:
+            runs = start(*args)
+        except Exception as exc:
+            say(f"{why}: could not start a {kind} run: {type(exc).__name__}: {exc}")
+            return
+        for run in runs:
+            say(f"{why}: {started(run)}")
+
+    return call
