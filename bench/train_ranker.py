@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/train_ranker.py                     # CV tables, then writes core/ranker.json
     .venv/bin/python bench/train_ranker.py --cv-only --trees 0 # the logistic regression alone, no model written
+    .venv/bin/python bench/train_ranker.py --cv-only --seed 1 --without file_   # another bagging seed, an ablation
 
 CV: each locomo-dev conversation is scored by a model fitted on the other conversations and all of cosqa-dev
 (leave one conversation out); each half of each cosqa-dev file (questions alternate) by a model fitted on all
@@ -101,15 +102,26 @@ def fit(parts: list[ranker_training.Dataset], args: argparse.Namespace, meta: di
         xs.append(x)
         ys.append(y)
         ws.append(np.full(len(y), args.code_weight if code else 1.0))
-    x, y = np.vstack(xs), np.concatenate(ys)
+    x, y = without(np.vstack(xs), args.without), np.concatenate(ys)
     w = np.concatenate(ws) if args.code_weight != 1.0 else None
-    params = {"num_leaves": args.leaves, "learning_rate": args.rate, "objective": args.objective}
+    params = {"num_leaves": args.leaves, "learning_rate": args.rate, "objective": args.objective, "seed": args.seed}
     model = learned.fit(x, y, l2=args.l2, meta=meta)
     if args.trees:
         groups = [len(y) for part in parts for y in part.y] if args.objective == "lambdarank" else None
         trees = ranker_training.fit_trees(x, y, model.linear(x), args.trees, weight=w, params=params, groups=groups)
         model = model.with_trees(trees)
     return model
+
+
+def without(x: np.ndarray, names: list[str]) -> np.ndarray:
+    """`x` with the columns of the features named (or starting with a name given) set to 0: a constant column
+    moves neither the regression nor the trees, so this is the model without those features, fitted on the
+    same rows (an ablation from one cache)."""
+    drop = [i for i, f in enumerate(learned.FEATURES) if any(f.startswith(n) for n in names)]
+    if drop:
+        x = x.copy()
+        x[:, drop] = 0.0
+    return x
 
 
 def cross_validate(sets: dict[str, ranker_training.Dataset], args: argparse.Namespace) -> dict[str, list[np.ndarray]]:
@@ -123,13 +135,13 @@ def cross_validate(sets: dict[str, ranker_training.Dataset], args: argparse.Name
         model = fit([rest, *(sets[name] for name in code)], args)
         for i, h in enumerate(groups):
             if h == g:
-                out["locomo"][i] = model.predict(locomo.x[i])
+                out["locomo"][i] = model.predict(without(locomo.x[i], args.without))
     for half in (0, 1):
         train = [locomo] + [subset(sets[name], list(range(1 - half, len(sets[name].x), 2))) for name in code]
         model = fit(train, args)
         for name in code:
             for i in range(half, len(sets[name].x), 2):
-                out[name][i] = model.predict(sets[name].x[i])
+                out[name][i] = model.predict(without(sets[name].x[i], args.without))
     return out
 
 
@@ -142,6 +154,13 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=0.05)
     ap.add_argument("--objective", default="binary", choices=("binary", "lambdarank"), help="the trees' loss")
     ap.add_argument("--code-weight", type=float, default=1.0, help="weight of cosqa-dev rows for the trees")
+    ap.add_argument("--seed", type=int, default=0, help="the trees' bagging seed (CV noise: compare over several)")
+    ap.add_argument(
+        "--without",
+        type=lambda v: [n for n in v.split(",") if n],
+        default=[],
+        help="comma-separated features (or name prefixes) held at 0, for an ablation over the same cache",
+    )
     ap.add_argument("--cv-only", action="store_true")
     ap.add_argument("--no-cv", action="store_true", help="only fit and write the model")
     ap.add_argument("--out", type=Path, default=learned.DEFAULT_MODEL)
@@ -174,6 +193,8 @@ def main() -> None:
         "leaves": args.leaves,
         "rate": args.rate,
         "codeWeight": args.code_weight,
+        "seed": args.seed,
+        **({"without": args.without} if args.without else {}),
         "questions": sum(len(d.x) for d in sets.values()),
         "candidates": int(sum(sum(len(y) for y in d.y) for d in sets.values())),
     }
