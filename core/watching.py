@@ -122,14 +122,21 @@ class MemoryWatching:
             return
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=watch,
-            args=(watched, self._on_changes, self._stop, debounce),
-            kwargs={"on_tick": self._on_tick},
-            name="memsift-watch",
-            daemon=True,
+            target=self._watch, args=(watched, self._stop, debounce), name="memsift-watch", daemon=True
         )
         self._thread.start()
         self._say(f"watching {', '.join(sorted(watched))} (debounce {debounce} ms)")
+
+    def _watch(self, watched: Configs, stop: threading.Event, debounce: int) -> None:
+        """`watch`, saying why it ended if it failed (a workspace deleted, the inotify watch limit reached),
+        rather than a thread's traceback: the server goes on serving, and syncing on request."""
+        try:
+            watch(watched, self._on_changes, stop, debounce, on_tick=self._on_tick)
+        except Exception as exc:
+            self._say(
+                f"file watching stopped ({type(exc).__name__}: {exc}); the index is synced only on request now "
+                "(POST /v1/index, memsift index, schedules) until the next start"
+            )
 
     def stop(self) -> None:
         self._stop.set()

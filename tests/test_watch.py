@@ -8,6 +8,7 @@ timeout; nothing sleeps to synchronise. `ticks` (the watcher's idle callback) te
 from __future__ import annotations
 
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -198,3 +199,19 @@ def test_serve_leaves_a_first_index_to_the_first_search(workspace, make_config, 
         assert done.state == "COMPLETED" and done.summary["added"] == 1, done
     finally:
         runs.close()
+
+
+def test_a_watch_that_fails_says_why_and_ends(workspace, make_config) -> None:
+    """A workspace gone (or the inotify limit reached) ends the watching with a line saying so, not a thread's
+    traceback; the server goes on."""
+    from core.watching import MemoryWatching
+
+    config = make_config(workspace({"MEMORY.md": "x\n"}))
+    shutil.rmtree(config.workspace)
+    said: list[str] = []
+    watching = MemoryWatching(lambda agents: None, lambda: None, said.append)
+    watching.start({"main": config})
+    watching.stop()  # joins the thread, which has ended by itself
+    assert "watching main (debounce 1500 ms)" in said  # said after the thread started: maybe after it failed
+    stopped = [line for line in said if line.startswith("file watching stopped (FileNotFoundError")]
+    assert len(stopped) == 1 and "on request" in stopped[0], said
