@@ -178,8 +178,7 @@ def search(
             for c in cands:
                 c.score = (c.text if mode == "keyword" else c.vector) or 0.0
 
-        found = bool(cands)
-        best_cosine = max((c.vector for c in cands if c.vector is not None), default=0.0)
+        pool = cands  # every candidate, before the floor (the steps below make new lists)
         rows = store.chunks_by_ids(c.id for c in cands)
         if s.decayEnabled:
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
@@ -220,7 +219,8 @@ def search(
             cands, abstained = _calibrate(
                 store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank)
             )
-        if found and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
+        if pool and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
+            best_cosine = max((c.vector for c in pool if c.vector is not None), default=0.0)
             abstained = (
                 f"the best hit's cosine was {best_cosine:.3f}, under the floor minScore {floor:g} "
                 "(a hit found by meaning alone needs cosine >= minScore)"
@@ -236,7 +236,7 @@ def search(
         degraded=degraded,
         timings=clock.ms(),
         explain=explain,
-        empty=None if hits else "below_floor" if found else "no_match",
+        empty=None if hits else "below_floor" if pool else "no_match",
         abstained=abstained,
     )
 
