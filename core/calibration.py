@@ -340,10 +340,16 @@ def scores(model: Calibrator, inp: Inputs) -> list[float]:
     a factor from 1/2 cost 0.3 points more of locomo-dev R@10 at the same abstention, bench/README.md)."""
     if not inp.texts:
         return []
+    answerable, relative = estimates(model, inp)
+    return [float(v) for v in np.minimum.accumulate(answerable * (3.0 + relative) / 4.0)]
+
+
+def estimates(model: Calibrator, inp: Inputs) -> tuple[float, np.ndarray]:
+    """(the estimate that the workspace holds an answer, each hit's evidence relative to the first hit's, at
+    most 1): what `scores` combines (bench/hit_rule.py measures other ways to combine them)."""
     x = features(inp)
     answerable = float(model.question.predict(x[:1, : len(QUESTION_FEATURES)])[0])
     if identifiers(inp.query) & {t for t, df in zip(inp.terms, inp.df) if df == 0}:
         answerable *= ABSENT_IDENTIFIER
     p = model.hit.predict(x)
-    relative = np.minimum(1.0, p / max(float(p[0]), 1e-12))
-    return [float(v) for v in np.minimum.accumulate(answerable * (3.0 + relative) / 4.0)]
+    return answerable, np.minimum(1.0, p / max(float(p[0]), 1e-12))
