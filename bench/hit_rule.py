@@ -66,7 +66,8 @@ def main() -> None:
     rules |= {f"cut k=3 t={t:g}": cut_below(3, t) for t in (0.05, 0.1, 0.2, 0.3)}
     rules |= {f"cut k=9 t={t:g}": cut_below(9, t) for t in (0.05, 0.1, 0.2, 0.3)}
     print(f"{len(rows)} answerable questions; floor {floor}; hits read: the first {args.k}")
-    print(f"{'rule':<16}{'locomo R@10':>12}{'loss':>7}{'cosqa R@10':>11}{'junk kept':>10}{'relevant kept':>14}{'tiny junk':>11}")
+    head = f"{'locomo R@10':>12}{'loss':>7}{'cosqa R@10':>11}{'junk kept':>10}{'relevant kept':>14}{'tiny junk':>11}"
+    print(f"{'rule':<16}{head}")
     for name, rule in rules.items():
         recall: dict[str, list[float]] = {"locomo": [], "locomo0": [], "cosqa": []}
         junk: list[int] = []
