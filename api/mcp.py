@@ -210,7 +210,7 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
     as they change (api.watching)."""
     from api.runs import IndexRuns
     from api.serve import is_loopback, listen_socket
-    from api.watching import start_watching
+    from api.watching import Watch
 
     sock = None
     if transport != "stdio":  # refused before anything starts
@@ -220,7 +220,7 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
     tools = MemoryTools(config)
     server = build_server(tools)
     runs = IndexRuns()
-    watching, _ = start_watching({config.agent: config}, runs, lambda agent: config, _say)
+    watch = Watch({config.agent: config}, runs, lambda agent: config, _say)
     try:
         if sock is None:
             from mcp.server.stdio import stdio_server
@@ -238,7 +238,7 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        watching.stop()
+        watch.stop()
         runs.close()
         tools.close()
         if sock is not None:

@@ -23,7 +23,7 @@ import uvicorn
 
 from api.app import create_app
 from api.docs import DOCS_PATH
-from api.watching import start_watching
+from api.watching import Watch
 from core import Config, ConfigError
 
 
@@ -38,8 +38,9 @@ def run_serve(
 ) -> int:
     """Serve until Ctrl-C or SIGTERM, syncing the agents whose memory files change (api.watching). With `load`
     (every agent's configuration, read again), the server follows its configuration file and SIGHUP
-    (api.config_reload): search settings and agents change in place, and the watcher follows the agents; a
-    change of index identity is rebuilt by the next sync (`memsift up` starts that rebuild at once)."""
+    (api.config_reload): search settings and agents change in place, the watcher follows the agents, and with
+    `sync.watch` on an agent whose settings changed is synced at once (a new chunking or model rebuilds, as
+    under `memsift up`; on a hosted provider the rebuild waits for a forced run and says so)."""
     if workers is not None:
         config = replace(config, api=replace(config.api, workers=workers))
     named = "--host" if host else "api.host"  # where the address came from, for the refusal below
@@ -62,17 +63,12 @@ def run_serve(
         _say(f"searches run in {config.api.workers} worker processes (api.workers)")
     agents = app.state.agents
     stop = threading.Event()
-    watching, syncs = start_watching(agents.configs, app.state.runs, agents.config, _say)
+    watch = Watch(agents.configs, app.state.runs, agents.config, _say)
     try:
         if load is not None:
             from api.config_reload import follow_api
 
-            def rewatch(old: Mapping[str, Config], new: Mapping[str, Config]) -> None:
-                for agent in old.keys() - new.keys():
-                    syncs.forget(agent)
-                watching.start(new)
-
-            follower = follow_api(agents, load, _say, also=rewatch)
+            follower = follow_api(agents, load, _say, also=watch.follow)
             follower.start(stop)
             _say(f"following {follower.file} (and SIGHUP)")
         # Access lines would cost more than a search under load; the request metrics count every request.
@@ -81,7 +77,7 @@ def run_serve(
     except KeyboardInterrupt:
         pass
     finally:
-        watching.stop()
+        watch.stop()
         sock.close()
         stop.set()
         signal.signal(signal.SIGTERM, previous)

@@ -6,7 +6,8 @@ after the change (`sync.watchDebounceMs`, core.watching), the way `POST /v1/inde
 deployment `memsift up` serves, else in this process, on the one index-run thread). At start, every watched
 agent whose index exists gets one sync too, so files changed while no server ran are caught up. An agent never
 indexed is left to its first search, which indexes it (SPEC section 5) and must not wait on a background
-sync's writer lock meanwhile.
+sync's writer lock meanwhile. When the configuration changes (`memsift serve` follows its file), every agent
+whose settings changed is synced at once, which rebuilds an index whose identity changed (local model).
 `memsift up` watches through its own deployments (flows.watch); these servers do not need Prefect at all.
 """
 
@@ -39,15 +40,19 @@ class WatchedSyncs(CoalescedRuns[Run]):
         return run
 
     def _report(self, run: Run) -> None:
-        """A line for a sync that failed or changed something (a catch-up with nothing to do stays quiet)."""
+        """A line for a sync that failed, changed something or holds a rebuild back (a catch-up with nothing to
+        do stays quiet)."""
         s = run.summary
         if run.state != "COMPLETED" or s is None:
             self._say(f"sync of {run.agent} {run.state.lower()}: {run.error}")
+        elif s["rebuildHeld"]:
+            self._say(f"sync of {run.agent}: {s['warnings'][0] if s['warnings'] else s['rebuildHeld']}")
         elif s["added"] or s["changed"] or s["removed"] or s["rebuilt"]:
             chunks = s["chunksEmbedded"]
             self._say(
-                f"sync of {run.agent} done: {s['added']} added, {s['changed']} changed, {s['removed']} removed, "
-                f"{chunks} chunk{'' if chunks == 1 else 's'} embedded, {s['seconds']:.1f} s"
+                f"{'rebuild' if s['rebuilt'] else 'sync'} of {run.agent} done: {s['added']} added, {s['changed']} "
+                f"changed, {s['removed']} removed, {chunks} chunk{'' if chunks == 1 else 's'} embedded, "
+                f"{s['seconds']:.1f} s"
             )
 
     def _phase(self, run: Run) -> Phase:
@@ -57,20 +62,39 @@ class WatchedSyncs(CoalescedRuns[Run]):
         return "running" if current.state == "RUNNING" else "waiting"
 
 
-def start_watching(
-    configs: Configs, runs: IndexRuns, config: Callable[[str], Config], say: Callable[[str], None]
-) -> tuple[MemoryWatching, WatchedSyncs]:
-    """Watch the agents of `configs` with `sync.watch` on, and catch up those already indexed."""
-    syncs = WatchedSyncs(runs, config, say)
-    watching = MemoryWatching(
-        reported("files changed", syncs.request, say, _started), reported("follow-up", syncs.poll, say, _started), say
-    )
-    watching.start(configs)
-    try:  # quiet when it starts: it may find nothing to do (`_report` speaks if it does)
-        syncs.request(a for a, c in configs.items() if c.sync.watch)
-    except Exception as exc:  # e.g. a Prefect server that answers its health check but nothing else
-        say(f"catch-up: could not start a sync: {type(exc).__name__}: {exc}")
-    return watching, syncs
+class Watch:
+    """The watcher and its syncs, following the configuration as the server does."""
+
+    def __init__(
+        self, configs: Configs, runs: IndexRuns, config: Callable[[str], Config], say: Callable[[str], None]
+    ) -> None:
+        self.syncs = WatchedSyncs(runs, config, say)
+        self.watching = MemoryWatching(
+            reported("files changed", self.syncs.request, say, _started),
+            reported("follow-up", self.syncs.poll, say, _started),
+            say,
+        )
+        self._say = say
+        self.watching.start(configs)
+        self._catch_up("catch-up", configs)
+
+    def follow(self, old: Configs, new: Configs) -> None:
+        """After the configuration changed: watch the new agent list, and sync every agent whose settings
+        changed, at once: a new chunking, model or set of paths is then rebuilt or synced in the background, as
+        `memsift up` does, rather than at the next change of a note (a sync that finds nothing is quiet)."""
+        for agent in old.keys() - new.keys():
+            self.syncs.forget(agent)
+        self.watching.start(new)
+        self._catch_up("configuration", {a: c for a, c in new.items() if old.get(a) != c})
+
+    def _catch_up(self, why: str, configs: Configs) -> None:
+        try:  # quiet: it may find nothing to do (`WatchedSyncs._report` speaks if it does)
+            self.syncs.request(a for a, c in configs.items() if c.sync.watch)
+        except Exception as exc:  # e.g. a Prefect server that answers its health check but nothing else
+            self._say(f"{why}: could not start a sync: {type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        self.watching.stop()
 
 
 def _started(run: Run) -> str:

@@ -163,7 +163,7 @@ def top_score(base: str) -> float:
     return r.json()["results"][0]["score"]
 
 
-def test_serve_takes_new_search_settings_and_never_indexes(served) -> None:
+def test_serve_takes_new_search_settings_and_rebuilds_a_new_chunking(served) -> None:
     ws, base, proc = served
     wait_for_status(proc, f"{base}/readyz")
     assert top_score(base) == 1.0  # best in both legs: vectorWeight + textWeight (0.35 + 0.65)
@@ -179,13 +179,22 @@ def test_serve_takes_new_search_settings_and_never_indexes(served) -> None:
     assert ready.status_code == 200 and ready.json()["config"]["error"] == error  # the old settings serve
     assert top_score(base) == 0.5
 
+    before = httpx.get(f"{base}/v1/status", timeout=30).json()
     (ws / "memsift.toml").write_text(toml + "[chunking]\ntokens = 48\noverlap = 0\n")
-    # Waited for, not read once: the watcher may see the file half-written first (valid, the old chunking).
+    # With sync.watch on (the default), the new chunking is rebuilt at once, as under `memsift up`: no note
+    # changed and nobody asked. Waited for: the watcher may see the file half-written first.
+    # `dirty` compares the index with the settings in force: once the new ones apply, only a rebuild clears it.
     status = wait_for(
-        lambda: (s := httpx.get(f"{base}/v1/status", timeout=30).json())["dirtyReason"] and s, 30, "the new chunking"
+        lambda: (s := httpx.get(f"{base}/v1/status", timeout=30).json())["config"]["appliedAt"]
+        != before["config"]["appliedAt"]
+        and s["lastSync"] != before["lastSync"]
+        and not s["dirty"]
+        and s,
+        120,
+        "the rebuild with the new chunking",
     )
     assert status["config"]["error"] is None
-    assert status["dirtyReason"] == "the configuration or model changed: the next sync rebuilds"  # not rebuilt
+    assert top_score(base) == 0.5  # searches answer from the rebuilt index
 
     proc.send_signal(signal.SIGHUP)  # a re-read, not the end of the process
     assert httpx.get(f"{base}/healthz", timeout=30).status_code == 200
@@ -194,6 +203,7 @@ def test_serve_takes_new_search_settings_and_never_indexes(served) -> None:
     log = proc.stderr.read().decode()
     assert "memsift serve: configuration (file changed): applying main: search.vectorWeight, search.textWeight" in log
     assert log.count("chunking.tokens: 5 is out of range") == 1, log
+    assert "memsift serve: rebuild of main done: 2 added, 0 changed, 0 removed" in log, log  # into a new file
 
 
 def test_a_hosted_providers_rebuild_is_announced_not_started(workspace, memsift_home: Path) -> None:

@@ -215,3 +215,44 @@ def test_a_watch_that_fails_says_why_and_ends(workspace, make_config) -> None:
     assert "watching main (debounce 1500 ms)" in said  # said after the thread started: maybe after it failed
     stopped = [line for line in said if line.startswith("file watching stopped (FileNotFoundError")]
     assert len(stopped) == 1 and "on request" in stopped[0], said
+
+
+def test_serve_syncs_an_agent_whose_settings_changed(workspace, memsift_home) -> None:
+    """`memsift serve` follows its file (api.watching.Watch.follow): an agent whose settings changed is synced
+    at once. A new chunking on the local model is rebuilt (tests/test_config_reload.py, a real server); on a
+    hosted provider the sync holds the rebuild, embeds nothing, and says what the rebuild would embed."""
+    from api.runs import IndexRuns
+    from api.watching import Watch
+    from core import load_config
+    from tests.fake_provider import FakeProvider
+
+    fake = FakeProvider()
+    runs = IndexRuns()
+    said: queue.Queue[str] = queue.Queue()
+    watch = None
+    try:
+        hosted = f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake"\n'
+        notes = "# Memory\n" + "".join(f"- Note {i}: Dana moved meeting {i} to room {i * 7}.\n" for i in range(20))
+        ws = workspace({"MEMORY.md": notes, "memsift.toml": hosted})  # 48-token chunks: other texts to embed
+        old = load_config(workspace=ws)
+        with MemoryIndex(old) as index:
+            index.sync()
+            identity = index.store.identity()
+        embedded = len(fake.embedded)
+        (ws / "memsift.toml").write_text(hosted + "[chunking]\ntokens = 48\noverlap = 0\n")
+        new = load_config(workspace=ws)
+        watch = Watch({}, runs, lambda agent: new, said.put)  # no agent yet: no catch-up
+        watch.follow({"main": old}, {"main": new})
+        line = said.get(timeout=WAIT)
+        while not line.startswith("sync of main"):
+            line = said.get(timeout=WAIT)
+        assert line.startswith("sync of main: the index identity changed (chunking)"), line
+        assert "memsift index --force" in line and "it would embed" in line
+        assert [t for t in fake.embedded[embedded:] if t != "memsift probe"] == []  # no chunk paid for
+        with MemoryIndex(new) as index:
+            assert index.store.identity() == identity  # the index as it was: it answers meanwhile
+    finally:
+        if watch is not None:
+            watch.stop()
+        runs.close()
+        fake.close()
