@@ -497,6 +497,10 @@ def cmd_get(args: argparse.Namespace) -> int:
         _print_json(doc)
     elif doc["lines"]:  # a range of blank lines prints them; only an empty range prints nothing
         print(doc["text"])
+    elif args.lines != 0:  # nothing on stdout, as SPEC says (not an error); a person sees why on stderr
+        total = doc["totalLines"]
+        why = f"has {total} line{'' if total == 1 else 's'}" if total else "is empty or does not exist"
+        print(f"note: {doc['path']} {why}", file=sys.stderr)
     return 0
 
 

@@ -243,15 +243,17 @@ def test_get_json(capsys, lines_ws: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "note"),
     [
-        ("get", "memory/log.md", "--from", "11"),  # past the end
-        ("get", "memory/2030-01-01.md"),  # a memory file that does not exist yet
-        ("get", "memory/log.md", "--lines", "0"),
+        (("get", "memory/log.md", "--from", "11"), "note: memory/log.md has 10 lines\n"),  # past the end
+        # a memory file that does not exist yet, or a typo: SPEC's empty text, and a hint for the person
+        (("get", "memory/2030-01-01.md"), "note: memory/2030-01-01.md is empty or does not exist\n"),
+        (("get", "memory/log.md", "--lines", "0"), ""),  # asked for nothing
     ],
 )
-def test_get_empty_text_is_success(capsys, lines_ws: Path, argv) -> None:
-    assert run(capsys, "--workspace", lines_ws, *argv) == (0, "", "")
+def test_get_empty_text_is_success(capsys, lines_ws: Path, argv, note: str) -> None:
+    assert run(capsys, "--workspace", lines_ws, *argv) == (0, "", note)
+    assert run(capsys, "--workspace", lines_ws, *argv, "--json")[2] == ""  # a program reads totalLines
 
 
 @pytest.mark.parametrize("path", ["../secret.md", "/etc/passwd", "notes.md", "memory/../notes.md", "memory\\log.md"])
