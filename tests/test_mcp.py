@@ -111,6 +111,40 @@ def test_stdio_server_with_the_mcp_client(ws: Path, memsift_home: Path) -> None:
     anyio.run(main)
 
 
+def test_requests_written_before_stdin_closes_are_all_answered(ws: Path, memsift_home: Path) -> None:
+    """A client may write its requests and close stdin at once (`printf ... | memsift mcp`): every request
+    gets its answer before the server exits, a search (which loads the model) included, and stdout holds
+    nothing but those answers."""
+    opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
+    calls = {
+        2: ("memory_search", {"query": "flat white", "minScore": 0}),
+        "three": ("memory_get", {"path": "MEMORY.md", "lines": 1}),
+        4: ("memory_search", {"query": ""}),
+    }
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *(
+            {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": args}}
+            for i, (name, args) in calls.items()
+        ),
+    ]
+    proc = subprocess.run(
+        [str(MEMSIFT), "--workspace", str(ws), "mcp"],
+        input="".join(json.dumps(m) + "\n" for m in messages),
+        capture_output=True,
+        text=True,
+        env=_env(memsift_home),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    answers = {a["id"]: a for a in map(json.loads, proc.stdout.splitlines())}
+    assert set(answers) == {1, *calls}, proc.stdout
+    assert answers[2]["result"]["structuredContent"]["results"], answers[2]
+    assert answers["three"]["result"]["structuredContent"]["text"] == "# Memory"
+    assert answers[4]["result"]["isError"] is True
+
+
 def test_stdio_server_syncs_what_the_agent_writes(ws: Path, memsift_home: Path) -> None:
     """A note written while no server ran is caught up at start; one the agent writes while it runs is found
     a debounce later, with nothing but the MCP server running (api/watching.py)."""
