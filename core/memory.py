@@ -17,6 +17,7 @@ from . import calibration, learned, rerankers
 from .binding import check_workspace
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
+from .errors import LockTimeout
 from .estimate import Estimate, estimate, summary
 from .get import get_lines
 from .indexer import (
@@ -201,6 +202,30 @@ class MemoryIndex:
             self._tend_cache(report)
             return report
 
+    def catch_up(self) -> SyncReport | None:
+        """The incremental sync a one-off search (`memsift search`) runs first when memory files changed since
+        the last sync, so no hit points at lines a note no longer holds (a note edited, emptied or deleted since
+        `memsift index`); a server's watcher does this for `serve`, `mcp` and `up`. Nothing (None) when no file
+        changed, when the index was never built or its identity changed (the search's own first sync and
+        `memsift index` see to those), or when another process is syncing this agent right now (rather than
+        wait for it: that sync catches the changes up)."""
+        store = self.store
+        embedder = self.embedder()
+        identity = store.identity()
+        if identity is None or identity != index_identity(self.config, embedder):
+            return None
+        plan = plan_sync(store, self.config, embedder, SyncReport())
+        if not plan.to_check and not plan.removed:
+            return None
+        try:
+            with self._writing(lock_timeout=0) as notes:
+                report = self._sync_locked(False, None, plain_stage)
+        except LockTimeout:
+            return None
+        report.warnings[:0] = notes
+        self._tend_cache(report)
+        return report
+
     def _sync_locked(self, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
         record = self.fallback_record()
         if record is not None and not force:
@@ -299,14 +324,15 @@ class MemoryIndex:
         return _on_fallback(report, record)
 
     @contextmanager
-    def _writing(self, *, replace_unreadable: bool = False) -> Iterator[list[str]]:
-        """The agent's writer lock; whoever holds it may delete temp files a crashed rebuild left, and hands
-        the shared cache the vectors of an index written before it existed (once). With `replace_unreadable`
-        (a forced run), an index file that is no database is set aside and a new one started; it yields the
-        warnings that says so."""
+    def _writing(self, *, replace_unreadable: bool = False, lock_timeout: float | None = None) -> Iterator[list[str]]:
+        """The agent's writer lock (waited for `lock_timeout` seconds, default `sync.lockTimeoutSeconds`);
+        whoever holds it may delete temp files a crashed rebuild left, and hands the shared cache the vectors of
+        an index written before it existed (once). With `replace_unreadable` (a forced run), an index file that
+        is no database is set aside and a new one started; it yields the warnings that says so."""
         self._adopt_legacy()
         notes: list[str] = []
-        with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
+        timeout = self.config.sync.lockTimeoutSeconds if lock_timeout is None else lock_timeout
+        with writer_lock(self.config.db_path, timeout):
             remove_orphans(self.config.db_path)
             try:
                 store = self.store
