@@ -148,6 +148,10 @@ class MemoryTools:
         max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
         min_score = _argument(args, SEARCH_SCHEMA, "minScore")
         evergreen = _argument(args, SEARCH_SCHEMA, "evergreen")
+        try:  # a note the agent just wrote, before the watcher's debounce: found now, as `memsift search` does
+            self.index.catch_up()
+        except (MemsiftError, OSError):
+            pass  # the search answers from the index as it is; the watcher says why its own sync fails
         response = self.index.search(
             query,
             max_results=max_results,

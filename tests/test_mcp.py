@@ -236,3 +236,17 @@ def test_an_index_that_cannot_be_opened_is_a_result(ws: Path, memsift_home: Path
     finally:
         tools.close()
     assert failed and answer["unavailable"] is True and answer["results"] == [] and answer["reason"]
+
+
+def test_a_note_written_just_before_a_search_is_found_by_it(ws: Path, memsift_home: Path) -> None:
+    """An agent writes a note and searches at once, within the watcher's debounce: the search syncs what
+    changed first, and no hit names lines the edited note no longer holds."""
+    (ws / "memory" / "2026-05-15.md").write_text("# 2026-05-15\n\n- The zebra count at the reserve was 41.\n")
+    tools = MemoryTools(load_config(workspace=ws))
+    try:
+        answer, failed = tools.call("memory_search", {"query": "zebra count", "minScore": 0})
+    finally:
+        tools.close()
+    assert not failed, answer
+    assert (answer["results"][0]["path"], answer["results"][0]["endLine"]) == ("memory/2026-05-15.md", 3)
+    assert "Priya" not in " ".join(hit["snippet"] for hit in answer["results"])
