@@ -73,6 +73,13 @@ def _query(text: str) -> str:
     return text
 
 
+def _path(text: str) -> str:
+    """An argparse type for get's PATH: a blank one is a usage error (exit 2), as a blank query is."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be blank")
+    return text
+
+
 def _when(text: str) -> str:
     """An argparse type for --after / --before: a bound that names no time is a usage error (exit 2), as a bad
     --max-results is; the window itself is built, with the same words, by the search."""
@@ -183,7 +190,7 @@ def _parser() -> _Parser:
     )
 
     get = sub.add_parser("get", parents=[common], help="print a line range of a memory file")
-    get.add_argument("path", help="workspace-relative path of a memory file, as search prints it")
+    get.add_argument("path", type=_path, help="workspace-relative path of a memory file, as search prints it")
     get.add_argument(
         "--from", dest="start", type=_bounded(int, 1), default=1, metavar="N", help="first line, 1-based (default: 1)"
     )

@@ -455,6 +455,8 @@ def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: 
         ("get", "MEMORY.md", "--from", "x"),
         ("get", "MEMORY.md", "--from", "0"),  # exit 1 before, unlike --max-results 0
         ("get", "MEMORY.md", "--lines", "-2"),
+        ("get", ""),  # a blank path, as a blank query (it was exit 1)
+        ("get", " "),
         ("status", "--frobnicate"),
     ],
 )
