@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 import msgspec
-from litestar import Controller, Response, get, post
+from litestar import Controller, Response, get, head, post
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
@@ -166,6 +166,16 @@ class MemoryController(Controller):
         return _answer(run)
 
 
+def _readiness(agents: Agents) -> Readiness:
+    """Ready once the model has loaded, every agent's index opens and every search worker has started."""
+    indexes = agents.check()
+    ready = agents.ready.is_set() and all(state == "ok" for state in indexes.values())
+    config = UNSET if agents.config_state is None else msgspec.convert(agents.config_state, ConfigState)
+    workers = UNSET if agents.pool is None else agents.pool.state
+    ready = ready and (agents.pool is None or agents.pool.started)
+    return Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes, config=config, workers=workers)
+
+
 def _answer(run: Run) -> IndexRun:
     return IndexRun(
         runId=run.id,
@@ -194,13 +204,18 @@ class HealthController(Controller):
         },
     )
     def readyz(self, agents: NamedDependency[Agents]) -> Response[Readiness]:
-        indexes = agents.check()
-        ready = agents.ready.is_set() and all(state == "ok" for state in indexes.values())
-        config = UNSET if agents.config_state is None else msgspec.convert(agents.config_state, ConfigState)
-        workers = UNSET if agents.pool is None else agents.pool.state
-        ready = ready and (agents.pool is None or agents.pool.started)
-        answer = Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes, config=config, workers=workers)
-        return Response(answer, status_code=200 if ready else 503)
+        answer = _readiness(agents)
+        return Response(answer, status_code=200 if answer.ready else 503)
+
+    # HEAD, as `wget --spider` (a container's health check where curl is missing) and `curl -I` send it: the
+    # status of GET without the body. Litestar answers 405 to a HEAD its route does not list.
+    @head("/healthz", sync_to_thread=False, include_in_schema=False)
+    def healthz_head(self) -> None:
+        return None
+
+    @head("/readyz", sync_to_thread=True, include_in_schema=False)
+    def readyz_head(self, agents: NamedDependency[Agents]) -> Response[None]:
+        return Response(None, status_code=200 if _readiness(agents).ready else 503)
 
     @get("/metrics", sync_to_thread=True, summary="Prometheus metrics", media_type=METRICS_MEDIA_TYPE)
     def metrics(self, metrics: NamedDependency[Metrics]) -> bytes:
