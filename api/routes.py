@@ -100,8 +100,8 @@ class MemoryController(Controller):
             "path_prefix": data.path_prefix,
             "after": data.after,
             "before": data.before,
-            "evergreen": data.evergreen,
-            "explain": data.explain,
+            "evergreen": data.evergreen is not False,
+            "explain": data.explain is True,
             "rerank": data.rerank,
         }
         agent, response = agents.search(data.agent, data.query, options)
@@ -118,7 +118,7 @@ class MemoryController(Controller):
     )
     def get_lines(self, data: JSONBody[GetRequest], agents: NamedDependency[Agents]) -> GetAnswer:
         with agents.lease(data.agent) as index:
-            doc = index.get(data.path, data.start, MAX_LINES if data.lines is None else data.lines)
+            doc = index.get(data.path, data.start or 1, MAX_LINES if data.lines is None else data.lines)
         return msgspec.convert(doc, GetAnswer)
 
     @get("/status", sync_to_thread=True, summary="Index and embedder state", responses=problems(400, 401, 404, 503))
@@ -151,7 +151,7 @@ class MemoryController(Controller):
         runs: NamedDependency[IndexRuns],
         data: JSONBody[IndexRequest] = IndexRequest(),  # noqa: B008  (no body, as `curl -X POST` sends: `{}`)
     ) -> IndexRun:
-        return _answer(runs.start(agents.config(data.agent), data.force))
+        return _answer(runs.start(agents.config(data.agent), data.force is True))
 
     @get(
         "/index/{runId:str}",
