@@ -120,7 +120,7 @@ def test_search_options_and_explain(client) -> None:
     assert "rerank" not in doc["results"][0]["scores"]
 
 
-@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+@pytest.mark.parametrize("query", ["", "   ", "\n\t", "\x00", "\u200b\x07"])
 def test_blank_query_is_400(client, query: str) -> None:
     problem(client.post("/v1/search", json={"query": query}), 400, "query", "blank")
 
