@@ -271,6 +271,10 @@ async def _answering_before_eof(
     async def inbound() -> None:
         async with to_server:
             async for item in read:
+                if isinstance(item, Exception):  # a line that is no JSON-RPC message: JSON-RPC's answer to it
+                    if (answer := _unreadable(item)) is not None:
+                        await write.send(SessionMessage(answer))
+                    continue
                 message = getattr(item, "message", None)
                 if isinstance(message, types.JSONRPCRequest):
                     pending.add(message.id)
@@ -293,6 +297,20 @@ async def _answering_before_eof(
         tasks.start_soon(inbound)
         tasks.start_soon(outbound)
         yield from_client, to_client
+
+
+def _unreadable(exc: Exception) -> types.JSONRPCError | None:
+    """The error a line of stdin that is no JSON (-32700) or no JSON-RPC message (-32600) gets, with a null id
+    as JSON-RPC 2.0 asks; the `mcp` package dropped it without a word, and the client waited. A blank line is
+    no message at all: None, no answer."""
+    errors = exc.errors() if hasattr(exc, "errors") else []
+    if errors and all(str(error.get("input", "x")).strip() == "" for error in errors):
+        return None
+    if any(error.get("type") == "json_invalid" for error in errors):
+        error = types.ErrorData(code=types.PARSE_ERROR, message="Parse error: the line is not JSON")
+    else:
+        error = types.ErrorData(code=types.INVALID_REQUEST, message="Invalid Request: not a JSON-RPC 2.0 message")
+    return types.JSONRPCError(jsonrpc="2.0", id=None, error=error)
 
 
 def _say(line: str) -> None:

@@ -113,8 +113,8 @@ def test_stdio_server_with_the_mcp_client(ws: Path, memsift_home: Path) -> None:
 
 def test_requests_written_before_stdin_closes_are_all_answered(ws: Path, memsift_home: Path) -> None:
     """A client may write its requests and close stdin at once (`printf ... | memsift mcp`): every request
-    gets its answer before the server exits, a search (which loads the model) included, and stdout holds
-    nothing but those answers."""
+    gets its answer before the server exits, a search (which loads the model) included, a line that is no
+    JSON-RPC message gets JSON-RPC's error (it got nothing), and stdout holds nothing but those answers."""
     opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
     calls = {
         2: ("memory_search", {"query": "flat white", "minScore": 0}),
@@ -129,16 +129,25 @@ def test_requests_written_before_stdin_closes_are_all_answered(ws: Path, memsift
             for i, (name, args) in calls.items()
         ),
     ]
+    lines = [json.dumps(m) for m in messages]
+    lines[2:2] = ["not json", "", '{"method": "tools/list"}']  # no JSON; a blank line; no JSON-RPC message
     proc = subprocess.run(
         [str(MEMSIFT), "--workspace", str(ws), "mcp"],
-        input="".join(json.dumps(m) + "\n" for m in messages),
+        input="".join(line + "\n" for line in lines),
         capture_output=True,
         text=True,
         env=_env(memsift_home),
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    answers = {a["id"]: a for a in map(json.loads, proc.stdout.splitlines())}
+    unreadable: list[int] = []
+    answers: dict[Any, dict[str, Any]] = {}
+    for answer in map(json.loads, proc.stdout.splitlines()):
+        if answer["id"] is None:  # JSON-RPC's answer to a line it cannot read: the client is not left waiting
+            unreadable.append(answer["error"]["code"])
+        else:
+            answers[answer["id"]] = answer
+    assert unreadable == [-32700, -32600], proc.stdout
     assert set(answers) == {1, *calls}, proc.stdout
     assert answers[2]["result"]["structuredContent"]["results"], answers[2]
     assert answers["three"]["result"]["structuredContent"]["text"] == "# Memory"
