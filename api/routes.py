@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 
 import msgspec
-from litestar import Controller, Response, get, head, post
+from litestar import Controller, Request, Response, get, head, post
 from litestar.di import NamedDependency
-from litestar.exceptions import HTTPException, NotFoundException
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Operation
 from litestar.params import FromPath, FromQuery, JSONBody
@@ -124,11 +125,18 @@ class MemoryController(Controller):
     @get("/status", sync_to_thread=True, summary="Index and embedder state", responses=problems(400, 401, 404, 503))
     def status(
         self,
+        request: Request[Any, Any, Any],
         agents: NamedDependency[Agents],
         agent: FromQuery[AgentId | None] = None,
         deep: FromQuery[bool] = False,
     ) -> Status:
         from flows.ratelimit import rate_limit_status
+
+        # A typo (`?deeep=true`) is refused, as an unknown body field is, not answered as if it were absent.
+        if unknown := sorted(set(request.query_params) - {"agent", "deep"}):
+            raise ValidationException(
+                extra=[{"key": unknown[0], "message": "unknown query parameter; expected agent, deep"}]
+            )
 
         with agents.lease(agent) as index:
             doc = index.status(deep=deep)

@@ -68,6 +68,15 @@ def test_wrong_types_are_refused_naming_the_field(served) -> None:
     assert r.status_code == 200 and len(r.json()["results"]) == 2  # right types still pass; an int is a number
 
 
+def test_an_unknown_status_query_parameter_is_refused(served) -> None:
+    """`?deeep=true` is a 400 naming it, as an unknown body field is; it answered as if no probe was asked."""
+    base, _ = served
+    r = httpx.get(f"{base}/v1/status", params={"deeep": "true"}, timeout=60)
+    assert r.status_code == 400 and r.json()["detail"].startswith("deeep: unknown query parameter"), r.text
+    r = httpx.get(f"{base}/v1/status", params={"agent": "main", "deep": "true"}, timeout=60)
+    assert r.status_code == 200 and r.json()["probe"]["ok"] is True, r.text
+
+
 def test_null_is_an_absent_optional_field(served) -> None:
     """A client that sends every field, None as null, gets each default, for every optional field alike
     (`from`, `evergreen`, `explain` and `force` were a 400 "Expected `int`, got `null`" while `lines` and
