@@ -458,11 +458,10 @@ def _dry_run(args: argparse.Namespace, config: Any) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     config = _config(args)
     with MemoryIndex(config) as index:
-        unsynced = None
-        try:
-            index.catch_up()  # files changed since the last sync: no hit may point at lines they no longer hold
+        try:  # files changed since the last sync: no hit may point at lines they no longer hold
+            unsynced = index.catch_up()
         except (MemsiftError, OSError) as exc:  # the search still answers, from the index as it is
-            unsynced = f"note: changed memory files not synced: {exc}"
+            unsynced = f"changed memory files not synced: {exc}"
         response = index.search(
             args.query,
             max_results=args.max_results,
@@ -477,7 +476,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         )
         empty = not response.results and not sum(index.store.stats()["files"].values())
     if unsynced:  # said once the search answered: a search that fails too says why in its own line
-        print(unsynced, file=sys.stderr)
+        print(f"note: {unsynced}", file=sys.stderr)
     if empty:  # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr)
         print(f"warning: {nothing_found(config.workspace)}", file=sys.stderr)
     if args.json:

@@ -202,29 +202,37 @@ class MemoryIndex:
             self._tend_cache(report)
             return report
 
-    def catch_up(self) -> SyncReport | None:
-        """The incremental sync a one-off search (`memsift search`) runs first when memory files changed since
-        the last sync, so no hit points at lines a note no longer holds (a note edited, emptied or deleted since
-        `memsift index`); a server's watcher does this for `serve`, `mcp` and `up`. Nothing (None) when no file
-        changed, when the index was never built or its identity changed (the search's own first sync and
-        `memsift index` see to those), or when another process is syncing this agent right now (rather than
+    def catch_up(self) -> str | None:
+        """The incremental sync a one-off search (`memsift search`, an MCP call) runs first when memory files
+        changed since the last sync, so no hit points at lines a note no longer holds (a note edited, emptied or
+        deleted since `memsift index`); a server's watcher does it for `serve` and `up`. None when the index
+        now answers for the files as they are (or was never built: the search's first sync builds it); else
+        why it may not, for a note: the configuration or model changed (a rebuild is `memsift index`'s to run,
+        not a search's: it may take minutes) or another process is syncing this agent right now (rather than
         wait for it: that sync catches the changes up)."""
         store = self.store
         embedder = self.embedder()
         identity = store.identity()
-        if identity is None or identity != index_identity(self.config, embedder):
+        if identity is None:
             return None
+        new = index_identity(self.config, embedder)
+        if identity != new:
+            if store.get_meta(REBUILD_HELD):
+                return None  # the search's `degraded` says why, and what the rebuild would cost
+            changed = _changed_keys(identity, new)
+            return (
+                f"the configuration or model changed since the last sync ({changed}): the answers come from the "
+                "index as it was; `memsift index` rebuilds it"
+            )
         plan = plan_sync(store, self.config, embedder, SyncReport())
         if not plan.to_check and not plan.removed:
             return None
         try:
             with self._writing(lock_timeout=0) as notes:
-                report = self._sync_locked(False, None, plain_stage)
+                self._tend_cache(self._sync_locked(False, None, plain_stage))
         except LockTimeout:
-            return None
-        report.warnings[:0] = notes
-        self._tend_cache(report)
-        return report
+            return "another sync of this agent is running: the answers come from the index as it is"
+        return "; ".join(notes) or None
 
     def _sync_locked(self, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
         record = self.fallback_record()
@@ -276,7 +284,7 @@ class MemoryIndex:
         if policy == "local" and (embedder is None or embedder.provider == "local"):
             return None
         new = index_identity(self.config, embedder)
-        changed = ", ".join(k for k in sorted(set(identity) | set(new)) if identity.get(k) != new.get(k))
+        changed = _changed_keys(identity, new)
         plan = self._estimate(embedder, force=True)
         if policy == "local" and plan.chunksToEmbed == 0:
             return None
@@ -511,3 +519,8 @@ def _ranker_identity(path: str | None) -> str:
         return learned.model_for(path).fingerprint
     except learned.RankerModelError as exc:
         return f"unreadable: {exc}"
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The index identity's keys that differ, for a message: `chunking, extraPaths`."""
+    return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))

@@ -137,6 +137,20 @@ def test_search_sees_notes_as_they_are_since_the_last_index(capsys, ws: Path) ->
     assert status["dirty"] is False and status["files"] == {"memory": 2}
 
 
+def test_search_says_when_the_configuration_changed_since_the_last_index(capsys, ws: Path, monkeypatch) -> None:
+    """A new chunking (or extraPaths, model...) makes the index out of date until `memsift index` rebuilds it:
+    the search answers from the index as it was and says so on stderr, naming what changed (it said nothing)."""
+    assert run(capsys, "--workspace", ws, "index", "--no-prefect")[0] == 0
+    monkeypatch.setenv("MEMSIFT_CHUNKING_TOKENS", "64")
+    monkeypatch.setenv("MEMSIFT_CHUNKING_OVERLAP", "8")
+    code, out, err = run(capsys, "--workspace", ws, "--json", "search", "flat white", "--mode", "keyword")
+    assert code == 0 and json.loads(out)["results"][0]["path"] == "MEMORY.md", err
+    assert err == (
+        "note: the configuration or model changed since the last sync (chunking): the answers come from the "
+        "index as it was; `memsift index` rebuilds it\n"
+    )
+
+
 def test_search_human_output_format(capsys, ws: Path) -> None:
     argv = ("--workspace", ws, "search", "deploy ERR_SSL_PROTOCOL certificate", "--min-score", "0")
     code, out, _ = run(capsys, *argv, "--json")
