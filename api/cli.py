@@ -73,6 +73,13 @@ def _query(text: str) -> str:
     return text
 
 
+def _path(text: str) -> str:
+    """An argparse type for get's PATH: a blank one is a usage error (exit 2), as a blank query is."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be blank")
+    return text
+
+
 def _when(text: str) -> str:
     """An argparse type for --after / --before: a bound that names no time is a usage error (exit 2), as a bad
     --max-results is; the window itself is built, with the same words, by the search."""
@@ -183,7 +190,7 @@ def _parser() -> _Parser:
     )
 
     get = sub.add_parser("get", parents=[common], help="print a line range of a memory file")
-    get.add_argument("path", help="workspace-relative path of a memory file, as search prints it")
+    get.add_argument("path", type=_path, help="workspace-relative path of a memory file, as search prints it")
     get.add_argument(
         "--from", dest="start", type=_bounded(int, 1), default=1, metavar="N", help="first line, 1-based (default: 1)"
     )
@@ -451,6 +458,10 @@ def _dry_run(args: argparse.Namespace, config: Any) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     config = _config(args)
     with MemoryIndex(config) as index:
+        try:  # files changed since the last sync: no hit may point at lines they no longer hold
+            unsynced = index.catch_up()
+        except (MemsiftError, OSError) as exc:  # the search still answers, from the index as it is
+            unsynced = f"changed memory files not synced: {exc}"
         response = index.search(
             args.query,
             max_results=args.max_results,
@@ -464,6 +475,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             rerank=args.rerank,
         )
         empty = not response.results and not sum(index.store.stats()["files"].values())
+    if unsynced:  # said once the search answered: a search that fails too says why in its own line
+        print(f"note: {unsynced}", file=sys.stderr)
     if empty:  # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr)
         print(f"warning: {nothing_found(config.workspace)}", file=sys.stderr)
     if args.json:

@@ -17,13 +17,17 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from importlib.metadata import version
 from typing import Any
 
 import anyio
 import mcp_types as types
+from anyio.abc import ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import Server
+from mcp.shared.message import SessionMessage
 
 from core import Config, ConfigError, MemsiftError
 from core.memory import MemoryIndex
@@ -144,6 +148,10 @@ class MemoryTools:
         max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
         min_score = _argument(args, SEARCH_SCHEMA, "minScore")
         evergreen = _argument(args, SEARCH_SCHEMA, "evergreen")
+        try:  # a note the agent just wrote, before the watcher's debounce: found now, as `memsift search` does
+            self.index.catch_up()
+        except (MemsiftError, OSError):
+            pass  # the search answers from the index as it is; the watcher says why its own sync fails
         response = self.index.search(
             query,
             max_results=max_results,
@@ -226,7 +234,7 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
             from mcp.server.stdio import stdio_server
 
             async def serve_stdio() -> None:
-                async with stdio_server() as (read, write):
+                async with stdio_server() as streams, _answering_before_eof(*streams) as (read, write):
                     await server.run(read, write, server.create_initialization_options())
 
             anyio.run(serve_stdio)
@@ -244,6 +252,65 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
         if sock is not None:
             sock.close()
     return 0
+
+
+@asynccontextmanager
+async def _answering_before_eof(
+    read: AsyncIterable[Any], write: ObjectSendStream[SessionMessage]
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[SessionMessage]]]:
+    """The stdio streams, except that the end of stdin reaches the server only once every request read before
+    it has been answered (or cancelled by the client). The `mcp` package cancels the calls in flight when its
+    input ends, so a client that writes its requests and closes stdin (`printf ... | memsift mcp`, a
+    harness's `subprocess.run(input=...)`) got the handshake back and no search; closing stdin still ends
+    the server (MCP's stdio shutdown), after the answers."""
+    pending: set[Any] = set()
+    answered = [anyio.Event()]  # set, and replaced, after each answer is handed to stdout
+    to_server, from_client = anyio.create_memory_object_stream[Any](0)
+    to_client, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def inbound() -> None:
+        async with to_server:
+            async for item in read:
+                if isinstance(item, Exception):  # a line that is no JSON-RPC message: JSON-RPC's answer to it
+                    if (answer := _unreadable(item)) is not None:
+                        await write.send(SessionMessage(answer))
+                    continue
+                message = getattr(item, "message", None)
+                if isinstance(message, types.JSONRPCRequest):
+                    pending.add(message.id)
+                elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                    pending.discard((message.params or {}).get("requestId"))
+                await to_server.send(item)
+            while pending:
+                await answered[0].wait()
+
+    async def outbound() -> None:
+        async with write, from_server:
+            async for item in from_server:
+                if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+                    pending.discard(item.message.id)
+                await write.send(item)
+                answered[0].set()
+                answered[0] = anyio.Event()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(inbound)
+        tasks.start_soon(outbound)
+        yield from_client, to_client
+
+
+def _unreadable(exc: Exception) -> types.JSONRPCError | None:
+    """The error a line of stdin that is no JSON (-32700) or no JSON-RPC message (-32600) gets, with a null id
+    as JSON-RPC 2.0 asks; the `mcp` package dropped it without a word, and the client waited. A blank line is
+    no message at all: None, no answer."""
+    errors = exc.errors() if hasattr(exc, "errors") else []
+    if errors and all(str(error.get("input", "x")).strip() == "" for error in errors):
+        return None
+    if any(error.get("type") == "json_invalid" for error in errors):
+        error = types.ErrorData(code=types.PARSE_ERROR, message="Parse error: the line is not JSON")
+    else:
+        error = types.ErrorData(code=types.INVALID_REQUEST, message="Invalid Request: not a JSON-RPC 2.0 message")
+    return types.JSONRPCError(jsonrpc="2.0", id=None, error=error)
 
 
 def _say(line: str) -> None:

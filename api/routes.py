@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 
 import msgspec
-from litestar import Controller, Response, get, post
+from litestar import Controller, Request, Response, get, head, post
 from litestar.di import NamedDependency
-from litestar.exceptions import HTTPException, NotFoundException
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Operation
 from litestar.params import FromPath, FromQuery, JSONBody
@@ -100,8 +101,8 @@ class MemoryController(Controller):
             "path_prefix": data.path_prefix,
             "after": data.after,
             "before": data.before,
-            "evergreen": data.evergreen,
-            "explain": data.explain,
+            "evergreen": data.evergreen is not False,
+            "explain": data.explain is True,
             "rerank": data.rerank,
         }
         agent, response = agents.search(data.agent, data.query, options)
@@ -118,17 +119,24 @@ class MemoryController(Controller):
     )
     def get_lines(self, data: JSONBody[GetRequest], agents: NamedDependency[Agents]) -> GetAnswer:
         with agents.lease(data.agent) as index:
-            doc = index.get(data.path, data.start, MAX_LINES if data.lines is None else data.lines)
+            doc = index.get(data.path, data.start or 1, MAX_LINES if data.lines is None else data.lines)
         return msgspec.convert(doc, GetAnswer)
 
     @get("/status", sync_to_thread=True, summary="Index and embedder state", responses=problems(400, 401, 404, 503))
     def status(
         self,
+        request: Request[Any, Any, Any],
         agents: NamedDependency[Agents],
         agent: FromQuery[AgentId | None] = None,
         deep: FromQuery[bool] = False,
     ) -> Status:
         from flows.ratelimit import rate_limit_status
+
+        # A typo (`?deeep=true`) is refused, as an unknown body field is, not answered as if it were absent.
+        if unknown := sorted(set(request.query_params) - {"agent", "deep"}):
+            raise ValidationException(
+                extra=[{"key": unknown[0], "message": "unknown query parameter; expected agent, deep"}]
+            )
 
         with agents.lease(agent) as index:
             doc = index.status(deep=deep)
@@ -151,7 +159,7 @@ class MemoryController(Controller):
         runs: NamedDependency[IndexRuns],
         data: JSONBody[IndexRequest] = IndexRequest(),  # noqa: B008  (no body, as `curl -X POST` sends: `{}`)
     ) -> IndexRun:
-        return _answer(runs.start(agents.config(data.agent), data.force))
+        return _answer(runs.start(agents.config(data.agent), data.force is True))
 
     @get(
         "/index/{runId:str}",
@@ -164,6 +172,16 @@ class MemoryController(Controller):
         if run is None:
             raise NotFoundException(f"no index run {runId!r} (runs are kept in memory, the newest {MAX_KEPT})")
         return _answer(run)
+
+
+def _readiness(agents: Agents) -> Readiness:
+    """Ready once the model has loaded, every agent's index opens and every search worker has started."""
+    indexes = agents.check()
+    ready = agents.ready.is_set() and all(state == "ok" for state in indexes.values())
+    config = UNSET if agents.config_state is None else msgspec.convert(agents.config_state, ConfigState)
+    workers = UNSET if agents.pool is None else agents.pool.state
+    ready = ready and (agents.pool is None or agents.pool.started)
+    return Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes, config=config, workers=workers)
 
 
 def _answer(run: Run) -> IndexRun:
@@ -194,13 +212,18 @@ class HealthController(Controller):
         },
     )
     def readyz(self, agents: NamedDependency[Agents]) -> Response[Readiness]:
-        indexes = agents.check()
-        ready = agents.ready.is_set() and all(state == "ok" for state in indexes.values())
-        config = UNSET if agents.config_state is None else msgspec.convert(agents.config_state, ConfigState)
-        workers = UNSET if agents.pool is None else agents.pool.state
-        ready = ready and (agents.pool is None or agents.pool.started)
-        answer = Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes, config=config, workers=workers)
-        return Response(answer, status_code=200 if ready else 503)
+        answer = _readiness(agents)
+        return Response(answer, status_code=200 if answer.ready else 503)
+
+    # HEAD, as `wget --spider` (a container's health check where curl is missing) and `curl -I` send it: the
+    # status of GET without the body. Litestar answers 405 to a HEAD its route does not list.
+    @head("/healthz", sync_to_thread=False, include_in_schema=False)
+    def healthz_head(self) -> None:
+        return None
+
+    @head("/readyz", sync_to_thread=True, include_in_schema=False)
+    def readyz_head(self, agents: NamedDependency[Agents]) -> Response[None]:
+        return Response(None, status_code=200 if _readiness(agents).ready else 503)
 
     @get("/metrics", sync_to_thread=True, summary="Prometheus metrics", media_type=METRICS_MEDIA_TYPE)
     def metrics(self, metrics: NamedDependency[Metrics]) -> bytes:

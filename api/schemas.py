@@ -88,13 +88,21 @@ class SearchRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
         ]
         | None
     ) = None
-    evergreen: Annotated[
-        bool,
-        Meta(
-            description="keep undated files (MEMORY.md, undated memory/ notes) when filtering by date", examples=[True]
-        ),
-    ] = True
-    explain: Annotated[bool, Meta(description="add each hit's scores per stage", examples=[False])] = False
+    # null is absent, for these as for every optional field (a client that sends each field, None included)
+    evergreen: (
+        Annotated[
+            bool,
+            Meta(
+                description="keep undated files (MEMORY.md, undated memory/ notes) when filtering by date; default "
+                "true",
+                examples=[True],
+            ),
+        ]
+        | None
+    ) = None
+    explain: (
+        Annotated[bool, Meta(description="add each hit's scores per stage; default false", examples=[False])] | None
+    ) = None
 
 
 class Scores(msgspec.Struct):
@@ -144,8 +152,8 @@ class GetRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
              examples=["memory/2026-11-24.md"]),
     ]  # fmt: skip
     agent: AgentId | None = None
-    start: Annotated[int, Meta(ge=1, description="first line, 1-based", examples=[1])] = msgspec.field(
-        default=1, name="from"
+    start: Annotated[int, Meta(ge=1, description="first line, 1-based; default 1", examples=[1])] | None = (
+        msgspec.field(default=None, name="from")
     )
     lines: (
         Annotated[
@@ -268,7 +276,7 @@ class Status(msgspec.Struct):
 
 class IndexRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     agent: AgentId | None = None
-    force: Annotated[bool, Meta(description="rebuild everything", examples=[False])] = False
+    force: Annotated[bool, Meta(description="rebuild everything; default false", examples=[False])] | None = None
 
 
 RunState = Literal[

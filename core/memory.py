@@ -17,6 +17,7 @@ from . import calibration, learned, rerankers
 from .binding import check_workspace
 from .config import Config, EmbeddingConfig
 from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
+from .errors import LockTimeout
 from .estimate import Estimate, estimate, summary
 from .get import get_lines
 from .indexer import (
@@ -201,6 +202,38 @@ class MemoryIndex:
             self._tend_cache(report)
             return report
 
+    def catch_up(self) -> str | None:
+        """The incremental sync a one-off search (`memsift search`, an MCP call) runs first when memory files
+        changed since the last sync, so no hit points at lines a note no longer holds (a note edited, emptied or
+        deleted since `memsift index`); a server's watcher does it for `serve` and `up`. None when the index
+        now answers for the files as they are (or was never built: the search's first sync builds it); else
+        why it may not, for a note: the configuration or model changed (a rebuild is `memsift index`'s to run,
+        not a search's: it may take minutes) or another process is syncing this agent right now (rather than
+        wait for it: that sync catches the changes up)."""
+        store = self.store
+        embedder = self.embedder()
+        identity = store.identity()
+        if identity is None:
+            return None
+        new = index_identity(self.config, embedder)
+        if identity != new:
+            if store.get_meta(REBUILD_HELD):
+                return None  # the search's `degraded` says why, and what the rebuild would cost
+            changed = _changed_keys(identity, new)
+            return (
+                f"the configuration or model changed since the last sync ({changed}): the answers come from the "
+                "index as it was; `memsift index` rebuilds it"
+            )
+        plan = plan_sync(store, self.config, embedder, SyncReport())
+        if not plan.to_check and not plan.removed:
+            return None
+        try:
+            with self._writing(lock_timeout=0) as notes:
+                self._tend_cache(self._sync_locked(False, None, plain_stage))
+        except LockTimeout:
+            return "another sync of this agent is running: the answers come from the index as it is"
+        return "; ".join(notes) or None
+
     def _sync_locked(self, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
         record = self.fallback_record()
         if record is not None and not force:
@@ -251,7 +284,7 @@ class MemoryIndex:
         if policy == "local" and (embedder is None or embedder.provider == "local"):
             return None
         new = index_identity(self.config, embedder)
-        changed = ", ".join(k for k in sorted(set(identity) | set(new)) if identity.get(k) != new.get(k))
+        changed = _changed_keys(identity, new)
         plan = self._estimate(embedder, force=True)
         if policy == "local" and plan.chunksToEmbed == 0:
             return None
@@ -299,14 +332,15 @@ class MemoryIndex:
         return _on_fallback(report, record)
 
     @contextmanager
-    def _writing(self, *, replace_unreadable: bool = False) -> Iterator[list[str]]:
-        """The agent's writer lock; whoever holds it may delete temp files a crashed rebuild left, and hands
-        the shared cache the vectors of an index written before it existed (once). With `replace_unreadable`
-        (a forced run), an index file that is no database is set aside and a new one started; it yields the
-        warnings that says so."""
+    def _writing(self, *, replace_unreadable: bool = False, lock_timeout: float | None = None) -> Iterator[list[str]]:
+        """The agent's writer lock (waited for `lock_timeout` seconds, default `sync.lockTimeoutSeconds`);
+        whoever holds it may delete temp files a crashed rebuild left, and hands the shared cache the vectors of
+        an index written before it existed (once). With `replace_unreadable` (a forced run), an index file that
+        is no database is set aside and a new one started; it yields the warnings that says so."""
         self._adopt_legacy()
         notes: list[str] = []
-        with writer_lock(self.config.db_path, self.config.sync.lockTimeoutSeconds):
+        timeout = self.config.sync.lockTimeoutSeconds if lock_timeout is None else lock_timeout
+        with writer_lock(self.config.db_path, timeout):
             remove_orphans(self.config.db_path)
             try:
                 store = self.store
@@ -485,3 +519,8 @@ def _ranker_identity(path: str | None) -> str:
         return learned.model_for(path).fingerprint
     except learned.RankerModelError as exc:
         return f"unreadable: {exc}"
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The index identity's keys that differ, for a message: `chunking, extraPaths`."""
+    return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))

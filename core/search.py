@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import date
@@ -315,7 +316,9 @@ def check_request(
     after: str | None = None,
     before: str | None = None,
 ) -> None:
-    if not isinstance(query, str) or not query.strip():
+    # Blank: nothing a reader could see, so control and format characters alone ("\x00", a zero-width space)
+    # count as blank too; they searched before, for hits with no relation to anything.
+    if not isinstance(query, str) or all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in query):
         raise SearchError("query: must not be blank")
     if max_results is not None and not 1 <= max_results <= 100:
         raise SearchError(f"maxResults: {max_results} is out of range [1, 100]")

@@ -120,7 +120,7 @@ def test_search_options_and_explain(client) -> None:
     assert "rerank" not in doc["results"][0]["scores"]
 
 
-@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+@pytest.mark.parametrize("query", ["", "   ", "\n\t", "\x00", "\u200b\x07"])
 def test_blank_query_is_400(client, query: str) -> None:
     problem(client.post("/v1/search", json={"query": query}), 400, "query", "blank")
 
@@ -328,6 +328,7 @@ def test_readiness_503_when_the_index_cannot_be_opened(ws: Path, make_config, me
         assert r.status_code == 503
         doc = r.json()
         assert doc["ready"] is False and doc["embedder"] == "loaded" and config.db_path.name in doc["agents"]["main"]
+        assert client.head("/readyz").status_code == 503  # HEAD, as `wget --spider` checks it
         assert client.get("/healthz").status_code == 200
         problem(client.post("/v1/search", json={"query": "deploy"}), 503, config.db_path.name)
 

@@ -82,6 +82,17 @@ def test_serve_answers_over_http_and_stops_on_sigterm(server) -> None:
     assert b"Application shutdown complete" in proc.stderr.read()
 
 
+def test_health_routes_answer_head_as_health_checks_send_it(server) -> None:
+    """`wget --spider` (a container's health check where curl is missing) and `curl -I` send HEAD: the status
+    of GET, no body (it was 405)."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    for path in ("/healthz", "/readyz"):
+        r = httpx.head(f"{base}{path}", timeout=30)
+        assert (r.status_code, r.content) == (200, b""), path
+    assert httpx.head(f"{base}/v1/status", timeout=30).status_code == 405  # the API's routes keep their methods
+
+
 def test_index_with_no_body_starts_a_sync(server) -> None:
     """`curl -X POST .../v1/index`: SPEC's body `{agent?, force?}` has no required field, so no body is `{}`
     (it was a 400 "body: empty")."""

@@ -120,6 +120,37 @@ def test_search_on_a_never_indexed_agent_indexes_first(capsys, ws: Path, memsift
     assert status["files"] == {"memory": 3} and status["dirty"] is False and status["lastSync"]
 
 
+def test_search_sees_notes_as_they_are_since_the_last_index(capsys, ws: Path) -> None:
+    """A note edited, emptied or deleted after `memsift index`: the next search answers from the files as they
+    are (an incremental sync first), so no hit names lines a note no longer holds, nor a note that is gone."""
+    assert run(capsys, "--workspace", ws, "index", "--no-prefect")[0] == 0
+    note = ws / "memory" / "2026-05-15.md"
+    note.write_text("# 2026-05-15\n\n\n- The zebra count at the reserve was 41.\n")
+    (ws / "MEMORY.md").unlink()
+    code, out, err = run(capsys, "--workspace", ws, "--json", "search", "zebra count", "--mode", "keyword")
+    assert code == 0, err
+    hits = json.loads(out)["results"]
+    assert [(h["path"], h["startLine"], h["endLine"]) for h in hits] == [("memory/2026-05-15.md", 1, 4)]
+    code, out, _ = run(capsys, "--workspace", ws, "--json", "search", "flat white", "--mode", "keyword")
+    assert json.loads(out)["results"] == []
+    status = json.loads(run(capsys, "--workspace", ws, "status", "--json")[1])
+    assert status["dirty"] is False and status["files"] == {"memory": 2}
+
+
+def test_search_says_when_the_configuration_changed_since_the_last_index(capsys, ws: Path, monkeypatch) -> None:
+    """A new chunking (or extraPaths, model...) makes the index out of date until `memsift index` rebuilds it:
+    the search answers from the index as it was and says so on stderr, naming what changed (it said nothing)."""
+    assert run(capsys, "--workspace", ws, "index", "--no-prefect")[0] == 0
+    monkeypatch.setenv("MEMSIFT_CHUNKING_TOKENS", "64")
+    monkeypatch.setenv("MEMSIFT_CHUNKING_OVERLAP", "8")
+    code, out, err = run(capsys, "--workspace", ws, "--json", "search", "flat white", "--mode", "keyword")
+    assert code == 0 and json.loads(out)["results"][0]["path"] == "MEMORY.md", err
+    assert err == (
+        "note: the configuration or model changed since the last sync (chunking): the answers come from the "
+        "index as it was; `memsift index` rebuilds it\n"
+    )
+
+
 def test_search_human_output_format(capsys, ws: Path) -> None:
     argv = ("--workspace", ws, "search", "deploy ERR_SSL_PROTOCOL certificate", "--min-score", "0")
     code, out, _ = run(capsys, *argv, "--json")
@@ -440,6 +471,8 @@ def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: 
         ("get", "MEMORY.md", "--from", "x"),
         ("get", "MEMORY.md", "--from", "0"),  # exit 1 before, unlike --max-results 0
         ("get", "MEMORY.md", "--lines", "-2"),
+        ("get", ""),  # a blank path, as a blank query (it was exit 1)
+        ("get", " "),
         ("status", "--frobnicate"),
     ],
 )

@@ -111,6 +111,49 @@ def test_stdio_server_with_the_mcp_client(ws: Path, memsift_home: Path) -> None:
     anyio.run(main)
 
 
+def test_requests_written_before_stdin_closes_are_all_answered(ws: Path, memsift_home: Path) -> None:
+    """A client may write its requests and close stdin at once (`printf ... | memsift mcp`): every request
+    gets its answer before the server exits, a search (which loads the model) included, a line that is no
+    JSON-RPC message gets JSON-RPC's error (it got nothing), and stdout holds nothing but those answers."""
+    opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
+    calls = {
+        2: ("memory_search", {"query": "flat white", "minScore": 0}),
+        "three": ("memory_get", {"path": "MEMORY.md", "lines": 1}),
+        4: ("memory_search", {"query": ""}),
+    }
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *(
+            {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": args}}
+            for i, (name, args) in calls.items()
+        ),
+    ]
+    lines = [json.dumps(m) for m in messages]
+    lines[2:2] = ["not json", "", '{"method": "tools/list"}']  # no JSON; a blank line; no JSON-RPC message
+    proc = subprocess.run(
+        [str(MEMSIFT), "--workspace", str(ws), "mcp"],
+        input="".join(line + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        env=_env(memsift_home),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    unreadable: list[int] = []
+    answers: dict[Any, dict[str, Any]] = {}
+    for answer in map(json.loads, proc.stdout.splitlines()):
+        if answer["id"] is None:  # JSON-RPC's answer to a line it cannot read: the client is not left waiting
+            unreadable.append(answer["error"]["code"])
+        else:
+            answers[answer["id"]] = answer
+    assert unreadable == [-32700, -32600], proc.stdout
+    assert set(answers) == {1, *calls}, proc.stdout
+    assert answers[2]["result"]["structuredContent"]["results"], answers[2]
+    assert answers["three"]["result"]["structuredContent"]["text"] == "# Memory"
+    assert answers[4]["result"]["isError"] is True
+
+
 def test_stdio_server_syncs_what_the_agent_writes(ws: Path, memsift_home: Path) -> None:
     """A note written while no server ran is caught up at start; one the agent writes while it runs is found
     a debounce later, with nothing but the MCP server running (api/watching.py)."""
@@ -202,3 +245,17 @@ def test_an_index_that_cannot_be_opened_is_a_result(ws: Path, memsift_home: Path
     finally:
         tools.close()
     assert failed and answer["unavailable"] is True and answer["results"] == [] and answer["reason"]
+
+
+def test_a_note_written_just_before_a_search_is_found_by_it(ws: Path, memsift_home: Path) -> None:
+    """An agent writes a note and searches at once, within the watcher's debounce: the search syncs what
+    changed first, and no hit names lines the edited note no longer holds."""
+    (ws / "memory" / "2026-05-15.md").write_text("# 2026-05-15\n\n- The zebra count at the reserve was 41.\n")
+    tools = MemoryTools(load_config(workspace=ws))
+    try:
+        answer, failed = tools.call("memory_search", {"query": "zebra count", "minScore": 0})
+    finally:
+        tools.close()
+    assert not failed, answer
+    assert (answer["results"][0]["path"], answer["results"][0]["endLine"]) == ("memory/2026-05-15.md", 3)
+    assert "Priya" not in " ".join(hit["snippet"] for hit in answer["results"])

@@ -68,6 +68,32 @@ def test_wrong_types_are_refused_naming_the_field(served) -> None:
     assert r.status_code == 200 and len(r.json()["results"]) == 2  # right types still pass; an int is a number
 
 
+def test_an_unknown_status_query_parameter_is_refused(served) -> None:
+    """`?deeep=true` is a 400 naming it, as an unknown body field is; it answered as if no probe was asked."""
+    base, _ = served
+    r = httpx.get(f"{base}/v1/status", params={"deeep": "true"}, timeout=60)
+    assert r.status_code == 400 and r.json()["detail"].startswith("deeep: unknown query parameter"), r.text
+    r = httpx.get(f"{base}/v1/status", params={"agent": "main", "deep": "true"}, timeout=60)
+    assert r.status_code == 200 and r.json()["probe"]["ok"] is True, r.text
+
+
+def test_null_is_an_absent_optional_field(served) -> None:
+    """A client that sends every field, None as null, gets each default, for every optional field alike
+    (`from`, `evergreen`, `explain` and `force` were a 400 "Expected `int`, got `null`" while `lines` and
+    `maxResults` took null)."""
+    base, _ = served
+    nulls = {"agent", "maxResults", "minScore", "mode", "rerank", "pathPrefix", "after", "before", "evergreen"}
+    plain = httpx.post(f"{base}/v1/search", json={"query": "deploy"}, timeout=60).json()
+    r = httpx.post(f"{base}/v1/search", json={"query": "deploy", "explain": None} | dict.fromkeys(nulls), timeout=60)
+    assert r.status_code == 200, r.text
+    assert [h["path"] for h in r.json()["results"]] == [h["path"] for h in plain["results"]]
+    assert "scores" not in r.json()["results"][0]
+    r = httpx.post(f"{base}/v1/get", json={"path": "MEMORY.md", "agent": None, "from": None, "lines": None}, timeout=60)
+    assert r.status_code == 200 and r.json()["from"] == 1 and r.json()["text"].startswith("# MEMORY"), r.text
+    r = httpx.post(f"{base}/v1/index", json={"agent": None, "force": None}, timeout=60)
+    assert r.status_code == 202, r.text
+
+
 def test_the_docs_address_is_printed_and_served(served) -> None:
     base, first = served
     assert first == f"memsift serve: REST API on {base}, docs at {base}/docs; Ctrl-C stops it\n"
