@@ -184,9 +184,7 @@ def run_sync_recorded(
         # A flow run's heartbeat thread sleeps in 1 s steps and is joined at the end: every short in-process
         # run would wait ~0.85 s for it (bench/README.md). Zombie detection is for worker-run flows.
         with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            state = sync_flow(
-                agent=agent, workspace=workspace, config_path=config_path, force=force, return_state=True
-            )
+            state = sync_flow(agent=agent, workspace=workspace, config_path=config_path, force=force, return_state=True)
     finally:
         _progress.reset(token)
     return SyncReport(**state.result()), state.state_details.flow_run_id

@@ -185,11 +185,13 @@ def test_serve_takes_new_search_settings_and_rebuilds_a_new_chunking(served) -> 
     # changed and nobody asked. Waited for: the watcher may see the file half-written first.
     # `dirty` compares the index with the settings in force: once the new ones apply, only a rebuild clears it.
     status = wait_for(
-        lambda: (s := httpx.get(f"{base}/v1/status", timeout=30).json())["config"]["appliedAt"]
-        != before["config"]["appliedAt"]
-        and s["lastSync"] != before["lastSync"]
-        and not s["dirty"]
-        and s,
+        lambda: (
+            (s := httpx.get(f"{base}/v1/status", timeout=30).json())["config"]["appliedAt"]
+            != before["config"]["appliedAt"]
+            and s["lastSync"] != before["lastSync"]
+            and not s["dirty"]
+            and s
+        ),
         120,
         "the rebuild with the new chunking",
     )
