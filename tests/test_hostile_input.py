@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,34 @@ def test_a_file_deleted_between_scan_and_read_is_skipped_with_a_warning(workspac
     report = index.sync()  # the next sync sees the deletions
     assert report.removed == 1
     assert [path for path, _ in content(index.config.db_path)[1]] == ["MEMORY.md"]
+
+
+def test_a_file_swapped_for_a_fifo_between_scan_and_read_is_skipped_not_waited_on(
+    workspace, make_config, open_index
+) -> None:
+    """Opening a FIFO for reading blocks until a writer comes: a sync (or a watcher's, in `serve`) must not
+    hang there holding the writer lock, which would make every later sync time out."""
+    ws = workspace({"MEMORY.md": "- The stable note about herons.\n", "memory/pipe.md": "- First version.\n"})
+    index = open_index(make_config(ws, **{"embedding.provider": "none"}))
+    index.sync()
+    fifo = ws / "memory/pipe.md"
+    fifo.write_text("- Second version, longer than the first.\n")
+
+    def swap() -> None:
+        fifo.unlink()
+        os.mkfifo(fifo)
+
+    outcome: list[Any] = []
+    run = threading.Thread(target=lambda: outcome.append(index.sync(stage=between_scan_and_read(swap))))
+    run.start()
+    run.join(timeout=30)  # a bound on a hang, not a synchronisation: an unfixed sync never returns
+    if run.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the writer it waits for: the thread goes on
+        run.join()
+        pytest.fail("the sync blocked opening a FIFO")
+    [report] = outcome
+    assert "skipped memory/pipe.md: not a regular file" in report.warnings
+    assert index.search("stable herons", mode="keyword").results[0].path == "MEMORY.md"
 
 
 def test_a_file_rewritten_between_scan_and_read_is_indexed_as_read_and_settles(
