@@ -22,7 +22,7 @@ import numpy as np
 
 from .binding import check_workspace, record_workspace
 from .config import Config
-from .embedders import Embedder, EmbeddingError, InputsRejected
+from .embedders import Embedder, EmbeddingError, InputsRejected, answered_before
 from .limiter import request_tokens
 from .progress import Progress, ProgressTracker
 from .query import FTS_TEXT_VERSION
@@ -298,6 +298,7 @@ def embed_missing(
         inputs = [texts[h] for h in part]
         started = time.perf_counter()
         bits: dict[str, bytes] = {}
+        failure: BaseException | None = None
         if capture is not None and tokens is not None:
             embedded, blobs = capture.document_tokens(inputs)
             bits = dict(zip(part, blobs))
@@ -313,6 +314,9 @@ def embed_missing(
                 rejected.update(refused)
                 part = [h for h in part if h not in refused]
                 embedded = embedded[[i for i in range(len(inputs)) if i not in exc.rejected]]
+            except BaseException as exc:  # it stops the run, once what its requests got back is kept
+                failure, answered = exc, answered_before(exc)
+                part, embedded = [part[i] for i in answered], list(answered.values())
         report.embedSeconds += time.perf_counter() - started
         report.inputChars += sum(map(len, inputs))
         report.embeddingCalls += embedder.calls - calls
@@ -323,6 +327,8 @@ def embed_missing(
             _keep(report, cache.put, key, got)
             if bits and capture is not None:
                 _keep(report, cache.tokens_put, capture.fingerprint, bits)
+        if failure is not None:
+            raise failure
         if progress is not None:  # the local model costs nothing; a hosted provider is paid by the token
             paid = 0 if embedder.provider == "local" else sum(request_token_counts(embedder, inputs))
             progress.embedded(len(part), paid)
