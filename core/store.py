@@ -206,18 +206,25 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE (the writer takes its lock up front), or a savepoint inside one."""
+        """BEGIN IMMEDIATE (the writer takes its lock up front), or a savepoint inside one. After a full disk
+        or an I/O error SQLite may have rolled the transaction back itself: the ROLLBACK is skipped then (its
+        own error would hide the cause), and a COMMIT that fails rolls back too. A file that cannot be written
+        (full, read-only) is a StoreError naming it."""
         if self.conn.in_transaction:
             with self.conn:
                 yield
             return
-        self.conn.execute("BEGIN IMMEDIATE")
         try:
-            yield
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+        except (apsw.FullError, apsw.ReadOnlyError) as exc:
+            raise StoreError(f"cannot write the index {self.path}: {exc}") from exc
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -230,7 +237,8 @@ class Store:
         try:
             yield
         finally:
-            self.conn.execute("COMMIT")
+            if self.conn.in_transaction:  # an I/O error may have ended it: its error, not COMMIT's, is the news
+                self.conn.execute("COMMIT")
 
     def leave_wal(self) -> None:
         """Checkpoint and switch to rollback journal mode, so the file can be swapped in on its own."""
