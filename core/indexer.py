@@ -130,10 +130,12 @@ def plan_sync(
     known = {} if rebuild else store.file_rows()
     sources = active(config)
     files: list[FileEntry] = []
+    unlisted: list[str] = []
     for source in sources.values():
-        found, warnings = source.discover()
+        found, warnings, unlistable = source.discover()
         files.extend(found)
         report.warnings.extend(warnings)
+        unlisted.extend(unlistable)
     if not files:
         report.warnings.append(nothing_found(config.workspace))
     report.filesScanned = len(files)
@@ -147,7 +149,8 @@ def plan_sync(
         else:
             to_check.append(entry)
     seen = {f.path for f in files}
-    removed = [p for p in known if p not in seen]
+    # A file under a folder that could not be listed is not known to be gone: its rows stay as they are.
+    removed = [p for p in known if p not in seen and not any(not u or p.startswith(f"{u}/") for u in unlisted)]
     return SyncPlan(identity, rebuild, to_check, removed, known)
 
 

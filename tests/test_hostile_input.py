@@ -7,7 +7,12 @@ workspace (the index file's bytes are searched for the outside text); every quer
 from __future__ import annotations
 
 import codecs
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -260,3 +265,54 @@ def test_hostile_queries_are_plain_text(workspace, make_config, open_index, quer
     if "wombat" in query:
         assert answer["results"][0]["path"] == "MEMORY.md"
     assert index.status()["chunks"] == {"memory": 1}  # nothing was run as SQL
+
+
+# Root lists any folder: as root, the run drops to an unprivileged user for chmod 000 to mean what it means.
+AS_USER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+
+
+@pytest.mark.skipif(bool(AS_USER) and not shutil.which("setpriv"), reason="as root this needs setpriv")
+def test_a_memory_folder_that_cannot_be_listed_keeps_the_files_indexed_there() -> None:
+    """A folder the sync cannot list (permissions, an I/O error, too many open files) is not a folder whose
+    files were deleted: before, every file indexed under it was removed from the index, and searches lost them
+    until the folder was readable again (a cache cap could then drop their vectors, paid again on re-index)."""
+    root = Path(tempfile.mkdtemp(prefix="memsift-unlisted-"))
+    try:
+        ws = root / "ws"
+        for rel, text in {
+            "MEMORY.md": "- The stable note about herons.\n",
+            "memory/2026-01-01.md": "- A daily note about egrets.\n",
+            "memory/people/dana.md": "- Dana keeps the okapi ledger.\n",
+            "memory/people/omar.md": "- Omar feeds the ibis on Fridays.\n",
+        }.items():
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ws / rel).write_text(text)
+        (ws / "memsift.toml").write_text('[embedding]\nprovider = "none"\n')
+        root.chmod(0o755)
+        if AS_USER:
+            for path in [root, *root.rglob("*")]:
+                os.chown(path, 65534, 65534)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSIFT_", "PREFECT_"))}
+        env |= {"HOME": str(root), "MEMSIFT_HOME": str(root / "home"), "PREFECT_HOME": str(root / "prefect")}
+        run = [*AS_USER, sys.executable, "-c", "import sys; from api.cli import main; sys.exit(main())"]
+
+        def index() -> dict[str, Any]:
+            done = subprocess.run([*run, "--workspace", str(ws), "index", "--no-prefect", "--json"], env=env,
+                                  capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        assert index()["added"] == 4
+        (ws / "memory/people").chmod(0)
+        report = index()
+        assert report["removed"] == 0
+        assert "skipped folder memory/people: Permission denied; the files indexed there are kept" in report["warnings"]
+        found = subprocess.run([*run, "--workspace", str(ws), "search", "okapi ledger", "--json"], env=env,
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert [hit["path"] for hit in json.loads(found.stdout)["results"]] == ["memory/people/dana.md"], found.stderr
+        (ws / "memory/people").chmod(0o755)
+        report = index()
+        assert (report["removed"], report["added"], report["changed"]) == (0, 0, 0)
+    finally:
+        (root / "ws/memory/people").chmod(0o755)
+        shutil.rmtree(root)

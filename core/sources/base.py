@@ -32,8 +32,9 @@ class Source(Protocol):
     #: Its entry in `sources`, and the `source` of its files in the index.
     name: str
 
-    def discover(self) -> tuple[list[FileEntry], list[str]]:
-        """The source's files, found by `stat` only and sorted by path, and warnings about what was skipped."""
+    def discover(self) -> tuple[list[FileEntry], list[str], list[str]]:
+        """The source's files, found by `stat` only and sorted by path; warnings about what was skipped; and the
+        index paths of folders that exist but could not be listed (the sync keeps what it indexed under them)."""
         ...
 
     def due(self, entry: FileEntry, indexed_size: int) -> bool:
