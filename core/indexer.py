@@ -136,7 +136,7 @@ def plan_sync(
         files.extend(found)
         report.warnings.extend(warnings)
         unlisted.extend(unlistable)
-    if not files:
+    if not files and not unlisted:  # a folder that could not be listed says so itself
         report.warnings.append(nothing_found(config.workspace))
     report.filesScanned = len(files)
     to_check = []

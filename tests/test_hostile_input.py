@@ -287,7 +287,7 @@ def test_a_memory_folder_that_cannot_be_listed_keeps_the_files_indexed_there() -
         }.items():
             (ws / rel).parent.mkdir(parents=True, exist_ok=True)
             (ws / rel).write_text(text)
-        (ws / "memsift.toml").write_text('[embedding]\nprovider = "none"\n')
+        (root / "memsift.toml").write_text('[embedding]\nprovider = "none"\n')  # readable with ws at chmod 000
         root.chmod(0o755)
         if AS_USER:
             for path in [root, *root.rglob("*")]:
@@ -295,6 +295,7 @@ def test_a_memory_folder_that_cannot_be_listed_keeps_the_files_indexed_there() -
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSIFT_", "PREFECT_"))}
         env |= {"HOME": str(root), "MEMSIFT_HOME": str(root / "home"), "PREFECT_HOME": str(root / "prefect")}
         run = [*AS_USER, sys.executable, "-c", "import sys; from api.cli import main; sys.exit(main())"]
+        run += ["--config", str(root / "memsift.toml")]
 
         def index() -> dict[str, Any]:
             done = subprocess.run([*run, "--workspace", str(ws), "index", "--no-prefect", "--json"], env=env,
@@ -313,6 +314,12 @@ def test_a_memory_folder_that_cannot_be_listed_keeps_the_files_indexed_there() -
         (ws / "memory/people").chmod(0o755)
         report = index()
         assert (report["removed"], report["added"], report["changed"]) == (0, 0, 0)
+        ws.chmod(0)  # the workspace itself: nothing in it can be seen
+        report = index()
+        assert report["removed"] == 0 and any(w.startswith("skipped the workspace") for w in report["warnings"])
+        ws.chmod(0o755)
+        assert index()["removed"] == 0
     finally:
-        (root / "ws/memory/people").chmod(0o755)
+        for folder in (root / "ws", root / "ws/memory/people"):
+            folder.chmod(0o755)
         shutil.rmtree(root)

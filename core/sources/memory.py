@@ -97,13 +97,18 @@ def scan(config: Config) -> ScanResult:
         seen.add(key)
         files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
 
+    try:  # a workspace that cannot be searched (chmod 000) hides its files: they are not gone
+        tops = {name: _present(ws / name) for name in (*ROOT_FILES, MEMORY_DIR)}
+    except OSError as exc:
+        problem = f"skipped the workspace {ws}: {exc.strerror or exc}; the files indexed there are kept"
+        return ScanResult([], [problem], [""])
     for name in ROOT_FILES:
-        st = lstat(ws / name)
+        st = tops[name]
         if st is not None and statmod.S_ISREG(st.st_mode):
             add(name, st)
         elif st is not None:
             warnings.append(_not_regular(name, st.st_mode))
-    st = lstat(ws / MEMORY_DIR)
+    st = tops[MEMORY_DIR]
     if st is not None and statmod.S_ISDIR(st.st_mode):
         walk(ws, MEMORY_DIR, exclude, add, warnings, unlisted.append)
     elif st is not None and statmod.S_ISLNK(st.st_mode):
@@ -181,6 +186,14 @@ def _not_regular(rel: str, mode: int) -> str:
     if statmod.S_ISLNK(mode):
         return f"skipped {rel!r}: a symlink (symlinks are never followed)"
     return f"skipped {rel!r}: not a regular file"
+
+
+def _present(path: Path) -> os.stat_result | None:
+    """`lstat`, None when nothing is there; any other error (permissions, I/O) is raised."""
+    try:
+        return path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def lstat(path: Path) -> os.stat_result | None:
