@@ -22,7 +22,7 @@ import numpy as np
 
 from .binding import check_workspace, record_workspace
 from .config import Config
-from .embedders import Embedder, EmbeddingError, InputsRejected
+from .embedders import Embedder, EmbeddingError, InputsRejected, answered_before
 from .limiter import request_tokens
 from .progress import Progress, ProgressTracker
 from .query import FTS_TEXT_VERSION
@@ -130,11 +130,13 @@ def plan_sync(
     known = {} if rebuild else store.file_rows()
     sources = active(config)
     files: list[FileEntry] = []
+    unlisted: list[str] = []
     for source in sources.values():
-        found, warnings = source.discover()
+        found, warnings, unlistable = source.discover()
         files.extend(found)
         report.warnings.extend(warnings)
-    if not files:
+        unlisted.extend(unlistable)
+    if not files and not unlisted:  # a folder that could not be listed says so itself
         report.warnings.append(nothing_found(config.workspace))
     report.filesScanned = len(files)
     to_check = []
@@ -147,7 +149,8 @@ def plan_sync(
         else:
             to_check.append(entry)
     seen = {f.path for f in files}
-    removed = [p for p in known if p not in seen]
+    # A file under a folder that could not be listed is not known to be gone: its rows stay as they are.
+    removed = [p for p in known if p not in seen and not any(not u or p.startswith(f"{u}/") for u in unlisted)]
     return SyncPlan(identity, rebuild, to_check, removed, known)
 
 
@@ -298,6 +301,7 @@ def embed_missing(
         inputs = [texts[h] for h in part]
         started = time.perf_counter()
         bits: dict[str, bytes] = {}
+        failure: BaseException | None = None
         if capture is not None and tokens is not None:
             embedded, blobs = capture.document_tokens(inputs)
             bits = dict(zip(part, blobs))
@@ -313,6 +317,9 @@ def embed_missing(
                 rejected.update(refused)
                 part = [h for h in part if h not in refused]
                 embedded = embedded[[i for i in range(len(inputs)) if i not in exc.rejected]]
+            except BaseException as exc:  # it stops the run, once what its requests got back is kept
+                failure, answered = exc, answered_before(exc)
+                part, embedded = [part[i] for i in answered], list(answered.values())
         report.embedSeconds += time.perf_counter() - started
         report.inputChars += sum(map(len, inputs))
         report.embeddingCalls += embedder.calls - calls
@@ -323,6 +330,8 @@ def embed_missing(
             _keep(report, cache.put, key, got)
             if bits and capture is not None:
                 _keep(report, cache.tokens_put, capture.fingerprint, bits)
+        if failure is not None:
+            raise failure
         if progress is not None:  # the local model costs nothing; a hosted provider is paid by the token
             paid = 0 if embedder.provider == "local" else sum(request_token_counts(embedder, inputs))
             progress.embedded(len(part), paid)

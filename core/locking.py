@@ -43,12 +43,16 @@ def _flock(path: Path, mode: int, timeout: float | None) -> Iterator[int]:
 @contextmanager
 def writer_lock(db: Path, timeout: float = 10.0) -> Iterator[None]:
     lock = db.with_name(db.name + ".lock")
+    held = False
     try:
         with _flock(lock, fcntl.LOCK_EX, timeout) as fd:
+            held = True
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
             yield
     except BlockingIOError:
+        if held:  # raised by the work done under the lock (EAGAIN), not by a busy lock
+            raise
         holder = lock.read_text(errors="replace").strip() or "unknown"
         raise LockTimeout(
             f"another sync or rebuild of this index is running (pid {holder}); waited {timeout:g} s"

@@ -94,11 +94,37 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
+def drop_foreign_wal(path: Path) -> None:
+    """Delete a -wal and -shm that belong to another database. A rebuild renames its file (in rollback-journal
+    mode) over the live one, then deletes the old file's -wal and -shm; killed between the two while a reader
+    kept the old file open, it leaves the old WAL's frames beside the new file, and SQLite would replay them
+    into it ("database disk image is malformed"). A file in rollback-journal mode has no WAL of its own (it
+    leaves WAL mode only once its WAL is checkpointed), so they go, under the exclusive swap lock as in the
+    swap itself."""
+    if not Path(f"{path}-wal").exists() or not _rollback_journal(path):
+        return
+    with swap_lock(path, exclusive=True):
+        if _rollback_journal(path):  # not swapped and switched back to WAL meanwhile
+            for suffix in ("-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _rollback_journal(path: Path) -> bool:
+    """Whether the SQLite file at `path` is in rollback-journal mode (header byte 18 is 1; 2 in WAL mode)."""
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(19)
+    except OSError:
+        return False
+    return len(header) == 19 and header.startswith(b"SQLite format 3\x00") and header[18] == 1
+
+
 class Store:
     def __init__(self, path: str | Path, *, use_vec: bool = True, readonly: bool = False) -> None:
         self.path = Path(path)
         if not readonly:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        drop_foreign_wal(self.path)
         flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         try:
             # Opening (which reads the schema, and so opens -wal and -shm) never overlaps a swap.
@@ -206,18 +232,25 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE (the writer takes its lock up front), or a savepoint inside one."""
+        """BEGIN IMMEDIATE (the writer takes its lock up front), or a savepoint inside one. After a full disk
+        or an I/O error SQLite may have rolled the transaction back itself: the ROLLBACK is skipped then (its
+        own error would hide the cause), and a COMMIT that fails rolls back too. A file that cannot be written
+        (full, read-only) is a StoreError naming it."""
         if self.conn.in_transaction:
             with self.conn:
                 yield
             return
-        self.conn.execute("BEGIN IMMEDIATE")
         try:
-            yield
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+        except (apsw.FullError, apsw.ReadOnlyError) as exc:
+            raise StoreError(f"cannot write the index {self.path}: {exc}") from exc
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -230,7 +263,8 @@ class Store:
         try:
             yield
         finally:
-            self.conn.execute("COMMIT")
+            if self.conn.in_transaction:  # an I/O error may have ended it: its error, not COMMIT's, is the news
+                self.conn.execute("COMMIT")
 
     def leave_wal(self) -> None:
         """Checkpoint and switch to rollback journal mode, so the file can be swapped in on its own."""

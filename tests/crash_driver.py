@@ -3,13 +3,15 @@
 `python crash_driver.py <workspace> <sync|rebuild> <point>`. The run names each point it passes on stdout,
 one line each: `scanned`, `write <path>` (inside a batch's open write transaction, after that file's rows),
 `batch <n>` (a batch committed), `removed`, and for a rebuild `swap` (the temp file complete, before the
-rename) and `swapped` (after the rename, before the file goes back to WAL mode). At the named point it stops
+rename), `renamed` (just after the rename, before the old file's -wal and -shm are deleted) and `swapped`
+(after both, before the file goes back to WAL mode). At the named point it stops
 and waits on stdin, which the parent never answers: it kills the process there. `done` ends a run that did
 not pass the point. Batches are two files each, so a small workspace gives many points.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +56,14 @@ def main(workspace: str, mode: str, stop: str) -> None:
 
     Store.replace_file = replace_and_report
     core.rebuild.swap_in = reporting(core.rebuild.swap_in, before="swap")
+    rename = os.replace
+
+    def rename_and_report(src: Any, dst: Any) -> None:
+        rename(src, dst)
+        if ".tmp-" in str(src):  # the rebuilt file over the live one
+            point("renamed")
+
+    os.replace = rename_and_report  # core.rebuild calls os.replace
     core.rebuild._fsync_dir = reporting(core.rebuild._fsync_dir, after="swapped")
     batches = 0
 

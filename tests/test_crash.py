@@ -123,7 +123,7 @@ def test_a_sync_killed_at_any_point_leaves_a_sound_index_the_next_sync_completes
     assert_sound_and_completed_by_the_next_sync(config, expected)
 
 
-REBUILD_POINTS = ["write memory/2026-01-01.md", "batch 3", "batch 6", "swap", "swapped"]
+REBUILD_POINTS = ["write memory/2026-01-01.md", "batch 3", "batch 6", "swap", "renamed", "swapped"]
 
 
 @pytest.mark.parametrize("at", REBUILD_POINTS)
@@ -133,4 +133,33 @@ def test_a_rebuild_killed_at_any_point_leaves_a_sound_index_the_next_sync_comple
     run_and_kill(config, "rebuild", at)
     if at != "swapped":  # before the rename the temp file is the killed run's only trace
         assert list(config.db_path.parent.glob(f"{config.db_path.name}.tmp-*"))
+    assert_sound_and_completed_by_the_next_sync(config, expected)
+
+
+# A server's connection to the index, held open: while it is, the file's WAL keeps the frames of later syncs.
+READER = (
+    "import sys; from core.store import Store; store = Store(sys.argv[1]); "
+    "store.conn.execute('SELECT count(*) FROM chunks').fetchone(); print('open', flush=True); sys.stdin.readline()"
+)
+
+
+def test_a_rebuild_killed_between_its_rename_and_deleting_the_old_wal_never_pairs_the_new_file_with_it(
+    tmp_path, expected
+) -> None:
+    """The rebuilt file replaces the live one, then the old file's -wal and -shm are deleted. Killed between the
+    two while a server had the old index open (its WAL holding frames), the new file was left beside the old
+    WAL: the next writer's switch to WAL mode replayed those frames into it (`database disk image is
+    malformed` on every search and sync) until someone deleted the -wal by hand."""
+    config = synced(config_in(tmp_path / "ws", tmp_path / "home", BEFORE))
+    wal = Path(f"{config.db_path}-wal")
+    with subprocess.Popen(
+        [sys.executable, "-c", READER, str(config.db_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as reader:
+        assert reader.stdout.readline().strip() == "open"
+        write_state(config.workspace, AFTER)
+        synced(config)  # its frames stay in the WAL: the reader keeps the file open
+        assert wal.stat().st_size > 0
+        run_and_kill(config, "rebuild", "renamed")
+        reader.kill()
+    assert wal.stat().st_size > 0, "the old WAL should still be there"
     assert_sound_and_completed_by_the_next_sync(config, expected)

@@ -7,7 +7,13 @@ workspace (the index file's bytes are searched for the outside text); every quer
 from __future__ import annotations
 
 import codecs
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -166,6 +172,34 @@ def test_a_file_deleted_between_scan_and_read_is_skipped_with_a_warning(workspac
     assert [path for path, _ in content(index.config.db_path)[1]] == ["MEMORY.md"]
 
 
+def test_a_file_swapped_for_a_fifo_between_scan_and_read_is_skipped_not_waited_on(
+    workspace, make_config, open_index
+) -> None:
+    """Opening a FIFO for reading blocks until a writer comes: a sync (or a watcher's, in `serve`) must not
+    hang there holding the writer lock, which would make every later sync time out."""
+    ws = workspace({"MEMORY.md": "- The stable note about herons.\n", "memory/pipe.md": "- First version.\n"})
+    index = open_index(make_config(ws, **{"embedding.provider": "none"}))
+    index.sync()
+    fifo = ws / "memory/pipe.md"
+    fifo.write_text("- Second version, longer than the first.\n")
+
+    def swap() -> None:
+        fifo.unlink()
+        os.mkfifo(fifo)
+
+    outcome: list[Any] = []
+    run = threading.Thread(target=lambda: outcome.append(index.sync(stage=between_scan_and_read(swap))))
+    run.start()
+    run.join(timeout=30)  # a bound on a hang, not a synchronisation: an unfixed sync never returns
+    if run.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the writer it waits for: the thread goes on
+        run.join()
+        pytest.fail("the sync blocked opening a FIFO")
+    [report] = outcome
+    assert "skipped memory/pipe.md: not a regular file" in report.warnings
+    assert index.search("stable herons", mode="keyword").results[0].path == "MEMORY.md"
+
+
 def test_a_file_rewritten_between_scan_and_read_is_indexed_as_read_and_settles(
     workspace, make_config, open_index
 ) -> None:
@@ -231,3 +265,61 @@ def test_hostile_queries_are_plain_text(workspace, make_config, open_index, quer
     if "wombat" in query:
         assert answer["results"][0]["path"] == "MEMORY.md"
     assert index.status()["chunks"] == {"memory": 1}  # nothing was run as SQL
+
+
+# Root lists any folder: as root, the run drops to an unprivileged user for chmod 000 to mean what it means.
+AS_USER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+
+
+@pytest.mark.skipif(bool(AS_USER) and not shutil.which("setpriv"), reason="as root this needs setpriv")
+def test_a_memory_folder_that_cannot_be_listed_keeps_the_files_indexed_there() -> None:
+    """A folder the sync cannot list (permissions, an I/O error, too many open files) is not a folder whose
+    files were deleted: before, every file indexed under it was removed from the index, and searches lost them
+    until the folder was readable again (a cache cap could then drop their vectors, paid again on re-index)."""
+    root = Path(tempfile.mkdtemp(prefix="memsift-unlisted-"))
+    try:
+        ws = root / "ws"
+        for rel, text in {
+            "MEMORY.md": "- The stable note about herons.\n",
+            "memory/2026-01-01.md": "- A daily note about egrets.\n",
+            "memory/people/dana.md": "- Dana keeps the okapi ledger.\n",
+            "memory/people/omar.md": "- Omar feeds the ibis on Fridays.\n",
+        }.items():
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ws / rel).write_text(text)
+        (root / "memsift.toml").write_text('[embedding]\nprovider = "none"\n')  # readable with ws at chmod 000
+        root.chmod(0o755)
+        if AS_USER:
+            for path in [root, *root.rglob("*")]:
+                os.chown(path, 65534, 65534)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSIFT_", "PREFECT_"))}
+        env |= {"HOME": str(root), "MEMSIFT_HOME": str(root / "home"), "PREFECT_HOME": str(root / "prefect")}
+        run = [*AS_USER, sys.executable, "-c", "import sys; from api.cli import main; sys.exit(main())"]
+        run += ["--config", str(root / "memsift.toml")]
+
+        def index() -> dict[str, Any]:
+            done = subprocess.run([*run, "--workspace", str(ws), "index", "--no-prefect", "--json"], env=env,
+                                  capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)
+
+        assert index()["added"] == 4
+        (ws / "memory/people").chmod(0)
+        report = index()
+        assert report["removed"] == 0
+        assert "skipped folder memory/people: Permission denied; the files indexed there are kept" in report["warnings"]
+        found = subprocess.run([*run, "--workspace", str(ws), "search", "okapi ledger", "--json"], env=env,
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert [hit["path"] for hit in json.loads(found.stdout)["results"]] == ["memory/people/dana.md"], found.stderr
+        (ws / "memory/people").chmod(0o755)
+        report = index()
+        assert (report["removed"], report["added"], report["changed"]) == (0, 0, 0)
+        ws.chmod(0)  # the workspace itself: nothing in it can be seen
+        report = index()
+        assert report["removed"] == 0 and any(w.startswith("skipped the workspace") for w in report["warnings"])
+        ws.chmod(0o755)
+        assert index()["removed"] == 0
+    finally:
+        for folder in (root / "ws", root / "ws/memory/people"):
+            folder.chmod(0o755)
+        shutil.rmtree(root)

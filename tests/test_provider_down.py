@@ -10,7 +10,12 @@ which needs the provider for every chunk, stops with the reason and leaves the i
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from index_checks import chunks_without_vectors, content
@@ -18,6 +23,8 @@ from index_checks import chunks_without_vectors, content
 from api.cli import main
 from core import MemoryIndex, load_config
 from core.config import Config
+from core.embedders.hosted import PROBE_TEXT
+from core.errors import EmbeddingError
 from tests.fake_provider import FakeProvider
 
 NOTES = {
@@ -115,3 +122,76 @@ def test_a_provider_down_when_the_process_starts_gives_the_same_keyword_only_syn
     assert main([*cli, "status", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["vectorsPending"] is None and status["embedderError"] is None and not status["dirty"]
+
+
+def step_config(ws, provider: FakeProvider) -> Config:
+    """One request at a time, about four chunks a request: one step of embedding (batchMaxInputs x
+    concurrency inputs) is many requests, and a request's answer either came back or not."""
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+        "concurrency = 1\nbatchMaxBytes = 200\n"
+    )
+    return load_config(workspace=ws)
+
+
+HERONS = {
+    f"memory/2026-10-{n:02d}.md": f"# 2026-10-{n:02d}\n- Note {n}: the heron count was {n * 13}.\n"
+    for n in range(1, 29)
+}
+
+
+def test_a_provider_that_gives_up_mid_step_loses_none_of_the_answers_it_gave(workspace) -> None:
+    """The step's last request fails for good (retries spent): the rebuild stops with the error, but the
+    answers to the step's other requests were paid for and are kept, so the rerun embeds only the texts of
+    the request that failed."""
+    probe_and_requests = 1 + 7  # 28 chunks of ~47 bytes, four to a request of at most 200 bytes
+    provider = FakeProvider(fault=lambda n: "500" if n == probe_and_requests else None)
+    try:
+        config = step_config(workspace(HERONS), provider)
+        with MemoryIndex(config) as index, pytest.raises(EmbeddingError, match="HTTP 500"):
+            index.sync()
+        assert len(provider.requests) == probe_and_requests
+        answered = [t for t in provider.embedded if t != PROBE_TEXT]
+        assert len(answered) == 24
+
+        with MemoryIndex(config) as index:
+            report = index.sync()
+        rerun = [t for t in provider.embedded[len(answered) + 1 :] if t != PROBE_TEXT]
+        assert report.chunksEmbedded == len(rerun) == 4 and not set(rerun) & set(answered)
+        assert report.cacheHits == 24 and chunks_without_vectors(config.db_path) == 0
+    finally:
+        provider.close()
+
+
+def test_ctrl_c_mid_step_keeps_the_answers_the_step_already_received(workspace, memsift_home: Path) -> None:
+    """`memsift index` stopped by Ctrl-C while a step's fifth request is in flight: the four answered before
+    it reach the shared cache on the way out, so the rerun embeds only the texts never answered."""
+    provider = FakeProvider(hold_at=1 + 5)  # the probe, four requests answered, the fifth held
+    try:
+        ws = workspace(HERONS)
+        config = step_config(ws, provider)
+        run = subprocess.Popen(
+            [Path(sys.executable).parent / "memsift", "--workspace", str(ws), "index", "--no-prefect"],
+            env=os.environ | {"MEMSIFT_HOME": str(memsift_home)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert provider.held.wait(120), "the run never reached its fifth request"
+            answered = [t for t in provider.embedded if t != PROBE_TEXT]
+            run.send_signal(signal.SIGINT)
+            assert run.wait(timeout=60) == 130, run.stderr.read()
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        assert len(answered) == 16
+
+        served = len(provider.embedded)
+        with MemoryIndex(config) as index:
+            report = index.sync()
+        rerun = [t for t in provider.embedded[served:] if t != PROBE_TEXT]
+        assert report.chunksEmbedded == len(rerun) == 12 and not set(rerun) & set(answered)
+        assert report.cacheHits == 16 and chunks_without_vectors(config.db_path) == 0
+    finally:
+        provider.close()

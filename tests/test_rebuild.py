@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -195,6 +196,14 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(ws, make_config, open_ind
     finally:
         holder.kill()
     assert open_index(config, embedder=counting_embedder).sync().rebuilt  # no LockTimeout
+
+
+def test_an_eagain_inside_the_writer_lock_is_not_taken_for_a_busy_lock(tmp_path):
+    """BlockingIOError is also what a non-blocking read with nothing to give raises: one raised by the work
+    done under the lock is that error, not "another sync or rebuild of this index is running (pid <ours>)"."""
+    with pytest.raises(BlockingIOError, match="nothing to read yet"):
+        with writer_lock(tmp_path / "index.sqlite", timeout=0):
+            raise BlockingIOError(errno.EAGAIN, "nothing to read yet")
 
 
 # ---------------------------------------------------------------- readers during a rebuild

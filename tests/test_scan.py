@@ -105,7 +105,8 @@ def test_extra_paths_folder_file_missing_and_outside(workspace, make_config):
     assert "'docs/plain.txt'" in warnings
     assert len(result.warnings) == 2
     # the entries outside the workspace are core.extra's: indexed under extra/<h>/, the same file once per entry
-    external, problems = scan_external(config)
+    found = scan_external(config)
+    external, problems = found.files, found.warnings
     [file_root, folder_root] = external_roots(config)
     assert file_root.path == (ws.parent / "outside" / "elsewhere.md") and folder_root.path == ws.parent / "outside"
     assert [f.path for f in external] == [f"{file_root.prefix}/elsewhere.md", f"{folder_root.prefix}/elsewhere.md"]
@@ -185,6 +186,7 @@ def test_a_name_with_a_backslash_is_skipped_with_a_warning(workspace, make_confi
     assert [f.path for f in result.files] == ["memory/ok.md"]
     assert len(result.warnings) == 2 and all("backslash" in w for w in result.warnings), result.warnings
     entries = [str(outside / "notes"), str(outside / "notes" / "a\\b.md")]
-    external, warnings = scan_external(make_config(ws, extraPaths=entries))
+    found = scan_external(make_config(ws, extraPaths=entries))
+    external, warnings = found.files, found.warnings
     assert [f.path.rsplit("/", 1)[1] for f in external] == ["ok.md"]
     assert len(warnings) == 2 and all("backslash" in w for w in warnings), warnings

@@ -181,3 +181,27 @@ def test_vectors_for_looks_chunks_up_by_id_not_the_whole_cache(tmp_path):
         (sql, bindings) = next((s, b) for s, b in statements if "embedding_cache" in s)  # no matrix is loaded
         plan = [row[3] for row in store.conn.execute("EXPLAIN QUERY PLAN " + sql, bindings)]
         assert plan[0].startswith("SEARCH c USING INTEGER PRIMARY KEY"), plan
+
+
+def test_a_full_disk_mid_batch_is_said_naming_the_index_and_the_next_sync_completes(workspace, make_config, open_index):
+    """SQLite rolls a transaction back on its own when the disk fills (SQLITE_FULL; `max_page_count` makes the
+    same error without filling a disk): the ROLLBACK that followed failed too and its error ("cannot rollback -
+    no transaction is active") was the one the user saw. Now the error names the file and the cause, the
+    batch leaves nothing behind, and once there is room the next sync on the same connection completes."""
+    ws = workspace(NOTES)
+    index = open_index(make_config(ws, **{"embedding.provider": "none"}))
+    index.sync()
+    before = count(index.store, "SELECT count(*) FROM chunks")
+    pages = count(index.store, "PRAGMA page_count")
+    index.store.conn.execute(f"PRAGMA max_page_count = {pages + 2}")
+    for n in range(40):
+        text = "".join(f"- Line {j} of note {n} about the okapi census.\n" for j in range(200))
+        (ws / f"memory/okapi-{n:02d}.md").write_text(text)
+    with pytest.raises(StoreError, match="cannot write the index .*: database or disk is full"):
+        index.sync()
+    assert not index.store.conn.in_transaction
+    assert count(index.store, "SELECT count(*) FROM chunks") == before
+    index.store.conn.execute("PRAGMA max_page_count = 1073741823")
+    report = index.sync()
+    assert report.added == 40 and count(index.store, "PRAGMA integrity_check") == "ok"
+    assert index.search("okapi census", mode="keyword").results

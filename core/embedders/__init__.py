@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EmbedderUnavailable, EmbeddingError
 from ..registry import load
-from .base import DownEmbedder, Embedder, EmbedderWrapper, InputsRejected
+from .base import DownEmbedder, Embedder, EmbedderWrapper, InputsRejected, answered_before
 
 if TYPE_CHECKING:
     from ..config import EmbeddingConfig
@@ -29,6 +29,7 @@ __all__ = [
     "EmbedderWrapper",
     "EmbeddingError",
     "InputsRejected",
+    "answered_before",
     "auto_provider",
     "create_embedder",
 ]

@@ -22,6 +22,17 @@ class InputsRejected(EmbeddingError):
         self.vectors, self.rejected = vectors, rejected
 
 
+def keep_answered(error: BaseException, vectors: dict[int, np.ndarray]) -> None:
+    """Attach to the error (or Ctrl-C) that stopped an `embed_documents` call the vectors of the inputs the
+    provider had answered before it (input index -> vector): they were paid for, and the caller keeps them."""
+    error.answered = vectors  # type: ignore[attr-defined]
+
+
+def answered_before(error: BaseException) -> dict[int, np.ndarray]:
+    """The vectors `keep_answered` attached to an error, by input index (none when the call answered none)."""
+    return getattr(error, "answered", {})
+
+
 class Embedder(Protocol):
     provider: str
     model: str

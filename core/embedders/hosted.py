@@ -24,7 +24,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 from ..config import EmbeddingConfig
 from ..errors import EmbedderUnavailable, EmbeddingError
 from ..limiter import RateLimiter, request_tokens
-from .base import InputsRejected
+from .base import InputsRejected, keep_answered
 
 REMOTE_TIMEOUT = 120.0
 DEFAULT_CONCURRENCY = 4
@@ -346,18 +346,21 @@ class HostedEmbedder(JsonEndpoint):
 
     def _embed(self, texts: list[str], query: bool) -> np.ndarray:
         """Split oversized texts, pack pieces into requests, run `concurrency` at a time, average the pieces
-        of each text back into one unit vector, in input order."""
+        of each text back into one unit vector, in input order. When a request fails for good (or on Ctrl-C),
+        the requests not started are not sent and the error carries the answers already received
+        (`answered_before`): a step of embedding is many requests, each paid for."""
         groups, owners = self._requests(texts)
-        results = list(self._pool.map(lambda g: self._embed_or_split(g, query), groups))
-        sums = np.zeros((len(texts), self.dims), dtype=np.float32)
-        if results:
-            np.add.at(sums, owners, np.concatenate([rows for rows, _ in results]))
-        rejected: dict[int, str] = {}
-        offset = 0
-        for group, (_, refused) in zip(groups, results):
-            rejected.update((owners[offset + i], reason) for i, reason in refused.items())
-            offset += len(group)
-        vectors = _normalise(sums)
+        futures = [self._pool.submit(self._embed_or_split, g, query) for g in groups]
+        try:
+            results = [f.result() for f in futures]
+        except BaseException as exc:  # a request failed for good, or Ctrl-C: keep what came back, send no more
+            for future in futures:
+                future.cancel()
+            answered = [f.result() if f.done() and not f.cancelled() and not f.exception() else None for f in futures]
+            vectors, rejected, complete = _assemble(len(texts), self.dims, groups, owners, answered)
+            keep_answered(exc, {i: vectors[i] for i in complete if i not in rejected})
+            raise
+        vectors, rejected, _ = _assemble(len(texts), self.dims, groups, owners, results)
         if rejected and len(rejected) == len(texts) > 1:
             # Every input refused on its own: the request is wrong (a parameter, the model), not the inputs.
             raise EmbeddingError(next(iter(rejected.values())))
@@ -414,6 +417,32 @@ class HostedEmbedder(JsonEndpoint):
                 f"(model {self.model}; check embedding.dimensions)"
             )
         return _normalise(vectors)
+
+
+def _assemble(
+    n: int,
+    dims: int,
+    groups: list[list[str]],
+    owners: list[int],
+    results: list[tuple[np.ndarray, dict[int, str]] | None],
+) -> tuple[np.ndarray, dict[int, str], set[int]]:
+    """The texts' vectors from their requests' answers (None: a request not answered): each text's pieces
+    averaged into one unit vector; the texts the server rejected (index -> reason); and the texts all of whose
+    pieces were answered."""
+    sums = np.zeros((n, dims), dtype=np.float32)
+    rejected: dict[int, str] = {}
+    unanswered: set[int] = set()
+    offset = 0
+    for group, result in zip(groups, results):
+        mine = owners[offset : offset + len(group)]
+        offset += len(group)
+        if result is None:
+            unanswered.update(mine)
+            continue
+        rows, refused = result
+        np.add.at(sums, mine, rows)
+        rejected.update((mine[i], reason) for i, reason in refused.items())
+    return _normalise(sums), rejected, set(range(n)) - unanswered
 
 
 def _normalise(rows: np.ndarray) -> np.ndarray:

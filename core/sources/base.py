@@ -8,7 +8,9 @@ kinds; a file is always read by `read_memory_file`, which never follows a symlin
 from __future__ import annotations
 
 import codecs
+import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -30,8 +32,9 @@ class Source(Protocol):
     #: Its entry in `sources`, and the `source` of its files in the index.
     name: str
 
-    def discover(self) -> tuple[list[FileEntry], list[str]]:
-        """The source's files, found by `stat` only and sorted by path, and warnings about what was skipped."""
+    def discover(self) -> tuple[list[FileEntry], list[str], list[str]]:
+        """The source's files, found by `stat` only and sorted by path; warnings about what was skipped; and the
+        index paths of folders that exist but could not be listed (the sync keeps what it indexed under them)."""
         ...
 
     def due(self, entry: FileEntry, indexed_size: int) -> bool:
@@ -60,9 +63,13 @@ class Source(Protocol):
 
 
 def read_memory_file(path: Path) -> tuple[bytes, str | None, str | None]:
-    """(raw bytes, text or None when unusable, warning or None). Never follows a symlink."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    """(raw bytes, text or None when unusable, warning or None). Never follows a symlink, and never waits on a
+    FIFO or a device swapped in after the caller's `stat` (opening a FIFO blocks until a writer comes: a sync
+    would hang holding the writer lock): O_NONBLOCK, then anything but a regular file is an OSError."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
         raw = fh.read(MAX_FILE_BYTES + 1)
     if len(raw) > MAX_FILE_BYTES:
         return raw, None, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"

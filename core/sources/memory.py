@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat as statmod
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..chunking import Chunk, chunk_text
@@ -39,10 +40,11 @@ class MemorySource:
     def __init__(self, config: Config) -> None:
         self.config = config
 
-    def discover(self) -> tuple[list[FileEntry], list[str]]:
+    def discover(self) -> tuple[list[FileEntry], list[str], list[str]]:
         result = scan(self.config)
-        external, warnings = scan_external(self.config)
-        return sorted(result.files + external, key=lambda f: f.path), result.warnings + warnings
+        external = scan_external(self.config)
+        files = sorted(result.files + external.files, key=lambda f: f.path)
+        return files, result.warnings + external.warnings, result.unlisted + external.unlisted
 
     def due(self, entry: FileEntry, indexed_size: int) -> bool:
         return True
@@ -72,6 +74,8 @@ class MemorySource:
 class ScanResult:
     files: list[FileEntry]
     warnings: list[str]
+    #: index paths of the folders that exist but could not be listed: what they held is not known to be gone
+    unlisted: list[str] = field(default_factory=list)
 
 
 def scan(config: Config) -> ScanResult:
@@ -79,6 +83,7 @@ def scan(config: Config) -> ScanResult:
     seen: set[tuple[int, int]] = set()
     files: list[FileEntry] = []
     warnings: list[str] = []
+    unlisted: list[str] = []
     exclude = set(config.exclude)
 
     def add(rel: str, st: os.stat_result) -> None:
@@ -92,15 +97,20 @@ def scan(config: Config) -> ScanResult:
         seen.add(key)
         files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
 
+    try:  # a workspace that cannot be searched (chmod 000) hides its files: they are not gone
+        tops = {name: _present(ws / name) for name in (*ROOT_FILES, MEMORY_DIR)}
+    except OSError as exc:
+        problem = f"skipped the workspace {ws}: {exc.strerror or exc}; the files indexed there are kept"
+        return ScanResult([], [problem], [""])
     for name in ROOT_FILES:
-        st = lstat(ws / name)
+        st = tops[name]
         if st is not None and statmod.S_ISREG(st.st_mode):
             add(name, st)
         elif st is not None:
             warnings.append(_not_regular(name, st.st_mode))
-    st = lstat(ws / MEMORY_DIR)
+    st = tops[MEMORY_DIR]
     if st is not None and statmod.S_ISDIR(st.st_mode):
-        walk(ws, MEMORY_DIR, exclude, add, warnings)
+        walk(ws, MEMORY_DIR, exclude, add, warnings, unlisted.append)
     elif st is not None and statmod.S_ISLNK(st.st_mode):
         warnings.append(_not_regular(MEMORY_DIR, st.st_mode))
 
@@ -115,13 +125,13 @@ def scan(config: Config) -> ScanResult:
         if st is None:
             warnings.append(f"skipped extraPaths entry {extra!r}: it does not exist")
         elif statmod.S_ISDIR(st.st_mode):
-            walk(ws, rel, exclude, add, warnings)
+            walk(ws, rel, exclude, add, warnings, unlisted.append)
         elif statmod.S_ISREG(st.st_mode) and rel.lower().endswith(".md"):
             add(rel, st)
         else:
             warnings.append(f"skipped extraPaths entry {extra!r}: not a folder or a .md file")
     files.sort(key=lambda f: f.path)
-    return ScanResult(files, warnings)
+    return ScanResult(files, warnings, unlisted)
 
 
 def nothing_found(workspace: Path) -> str:
@@ -130,14 +140,21 @@ def nothing_found(workspace: Path) -> str:
     return f"no memory files in {workspace}: memsift looks for {LOOKED_FOR}"
 
 
-def walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str]) -> None:
+def walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str], unlisted: Callable[[str], None]) -> None:
+    """Add the Markdown files below `rel_dir`. A folder that exists but cannot be listed (permissions, an I/O
+    error, too many open files) goes to `unlisted`: the sync keeps the files it indexed there as they were,
+    rather than deleting them as if they had gone."""
     stack = [rel_dir]
     while stack:
         rel = stack.pop()
         try:
             entries = list(os.scandir(ws / rel))
-        except OSError as exc:
+        except (FileNotFoundError, NotADirectoryError) as exc:  # gone since its parent was listed: it is gone
             warnings.append(f"skipped folder {rel}: {exc.strerror or exc}")
+            continue
+        except OSError as exc:
+            unlisted(rel)
+            warnings.append(f"skipped folder {rel or '.'}: {exc.strerror or exc}; the files indexed there are kept")
             continue
         for entry in entries:
             child = f"{rel}/{entry.name}" if rel else entry.name
@@ -169,6 +186,14 @@ def _not_regular(rel: str, mode: int) -> str:
     if statmod.S_ISLNK(mode):
         return f"skipped {rel!r}: a symlink (symlinks are never followed)"
     return f"skipped {rel!r}: not a regular file"
+
+
+def _present(path: Path) -> os.stat_result | None:
+    """`lstat`, None when nothing is there; any other error (permissions, I/O) is raised."""
+    try:
+        return path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def lstat(path: Path) -> os.stat_result | None:
@@ -240,10 +265,11 @@ def external_roots(config: Config) -> list[ExternalRoot]:
     return roots
 
 
-def scan_external(config: Config) -> tuple[list[FileEntry], list[str]]:
-    """The Markdown files of the external entries, named `extra/<h>/...`, and warnings."""
+def scan_external(config: Config) -> ScanResult:
+    """The Markdown files of the external entries, named `extra/<h>/...`, warnings, folders not listed."""
     files: list[FileEntry] = []
     warnings: list[str] = []
+    unlisted: list[str] = []
     exclude = set(config.exclude)
     for root in external_roots(config):
         st = lstat(root.path)
@@ -261,7 +287,8 @@ def scan_external(config: Config) -> tuple[list[FileEntry], list[str]]:
                 else:
                     files.append(FileEntry(f"{root.prefix}/{rel}", found.st_size, found.st_mtime_ns))
 
-            walk(root.path, "", exclude, add, inside)
+            prefix = root.prefix
+            walk(root.path, "", exclude, add, inside, lambda rel, p=prefix: unlisted.append(f"{p}/{rel}".rstrip("/")))
         elif statmod.S_ISREG(st.st_mode) and root.path.name.lower().endswith(".md"):
             if problem := _name_problem(root.path.name):
                 warnings.append(f"skipped extraPaths entry {root.entry!r}: {problem}")
@@ -270,7 +297,7 @@ def scan_external(config: Config) -> tuple[list[FileEntry], list[str]]:
         else:
             warnings.append(f"skipped extraPaths entry {root.entry!r}: not a folder or a .md file")
         warnings.extend(f"{w} (in extraPaths entry {root.entry!r})" for w in inside)
-    return files, warnings
+    return ScanResult(files, warnings, unlisted)
 
 
 def external_file(config: Config, rel: str) -> Path | None:

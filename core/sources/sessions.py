@@ -57,7 +57,7 @@ class SessionsSource:
     def __init__(self, config: Config) -> None:
         self.config = config
 
-    def discover(self) -> tuple[list[FileEntry], list[str]]:
+    def discover(self) -> tuple[list[FileEntry], list[str], list[str]]:
         return scan_sessions(self.config)
 
     def due(self, entry: FileEntry, indexed_size: int) -> bool:
@@ -79,17 +79,19 @@ class SessionsSource:
         return transcript_text(text)[0]
 
 
-def scan_sessions(config: Config) -> tuple[list[FileEntry], list[str]]:
-    """The transcripts (`*.jsonl` regular files at the top of `sessions.dir`, no symlinks), and warnings."""
+def scan_sessions(config: Config) -> tuple[list[FileEntry], list[str], list[str]]:
+    """The transcripts (`*.jsonl` regular files at the top of `sessions.dir`, no symlinks), warnings, and the
+    folder when it exists but cannot be listed (its transcripts stay indexed as they were)."""
     if config.sessions is None:
-        return [], []
+        return [], [], []
     folder = config.sessions.dir
     try:
         entries = list(os.scandir(folder))
     except FileNotFoundError:
-        return [], [f"sessions.dir {folder} does not exist: no transcripts indexed"]
+        return [], [f"sessions.dir {folder} does not exist: no transcripts indexed"], []
     except OSError as exc:
-        return [], [f"sessions.dir {folder}: cannot be listed: {exc.strerror or exc}"]
+        problem = f"sessions.dir {folder}: cannot be listed: {exc.strerror or exc}; the transcripts indexed are kept"
+        return [], [problem], [PREFIX.rstrip("/")]
     files: list[FileEntry] = []
     warnings: list[str] = []
     for entry in entries:
@@ -107,7 +109,7 @@ def scan_sessions(config: Config) -> tuple[list[FileEntry], list[str]]:
         if statmod.S_ISREG(st.st_mode):
             files.append(FileEntry(PREFIX + entry.name, st.st_size, st.st_mtime_ns, "sessions"))
     files.sort(key=lambda f: f.path)
-    return files, warnings
+    return files, warnings, []
 
 
 def grew_enough(config: Config, entry: FileEntry, indexed_size: int) -> bool:
