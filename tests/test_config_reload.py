@@ -138,7 +138,12 @@ def test_agents_replace_swaps_settings_between_leases(make_config, workspace) ->
 def served(workspace, memsift_home: Path) -> Iterator[tuple[Path, str, subprocess.Popen[bytes]]]:
     port = free_port()
     # the fused scores' arithmetic: neither reranked nor calibrated
-    ws = workspace(NOTES | {"memsift.toml": "[rerank]\nenabled = false\n[search]\ncalibrate = false\n"})
+    # a longer note, so that a chunking of 48 tokens gives more chunks than the default: the rebuild shows
+    long_note = "# 2026-11-25\n" + "".join(
+        f"- Standup {i}: the team reviewed sprint item {i} of the roadmap.\n" for i in range(30)
+    )
+    toml = "[rerank]\nenabled = false\n[search]\ncalibrate = false\n"
+    ws = workspace(NOTES | {"memory/2026-11-25.md": long_note, "memsift.toml": toml})
     env = dict(os.environ, MEMSIFT_HOME=str(memsift_home))
     index = subprocess.run(
         [MEMSIFT, "--workspace", ws, "index", "--no-prefect"], env=env, capture_output=True, text=True, timeout=300
@@ -183,18 +188,13 @@ def test_serve_takes_new_search_settings_and_rebuilds_a_new_chunking(served) -> 
     (ws / "memsift.toml").write_text(toml + "[chunking]\ntokens = 48\noverlap = 0\n")
     # With sync.watch on (the default), the new chunking is rebuilt at once, as under `memsift up`: no note
     # changed and nobody asked. Waited for: the watcher may see the file half-written first.
-    # `dirty` compares the index with the settings in force: once the new ones apply, only a rebuild clears it.
+    # The long note's chunks are counted: the timestamps in `status` have a resolution of a second.
     status = wait_for(
-        lambda: (
-            (s := httpx.get(f"{base}/v1/status", timeout=30).json())["config"]["appliedAt"]
-            != before["config"]["appliedAt"]
-            and s["lastSync"] != before["lastSync"]
-            and not s["dirty"]
-            and s
-        ),
+        lambda: (s := httpx.get(f"{base}/v1/status", timeout=30).json())["chunks"] != before["chunks"] and s,
         120,
         "the rebuild with the new chunking",
     )
+    assert status["chunks"]["memory"] > before["chunks"]["memory"] and not status["dirty"]
     assert status["config"]["error"] is None
     assert top_score(base) == 0.5  # searches answer from the rebuilt index
 
@@ -205,7 +205,7 @@ def test_serve_takes_new_search_settings_and_rebuilds_a_new_chunking(served) -> 
     log = proc.stderr.read().decode()
     assert "memsift serve: configuration (file changed): applying main: search.vectorWeight, search.textWeight" in log
     assert log.count("chunking.tokens: 5 is out of range") == 1, log
-    assert "memsift serve: rebuild of main done: 2 added, 0 changed, 0 removed" in log, log  # into a new file
+    assert "memsift serve: rebuild of main done: 3 added, 0 changed, 0 removed" in log, log  # into a new file
 
 
 def test_a_hosted_providers_rebuild_is_announced_not_started(workspace, memsift_home: Path) -> None:
