@@ -122,6 +122,11 @@ def index_identity(config: Config, embedder: Embedder | None) -> dict[str, Any]:
     }
 
 
+def identity_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The index identity's keys that differ, for a message: `chunking, extraPaths`."""
+    return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+
+
 def plan_sync(
     store: Store, config: Config, embedder: Embedder | None, report: SyncReport, force: bool = False
 ) -> SyncPlan:

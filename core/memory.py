@@ -27,6 +27,7 @@ from .indexer import (
     Progress,
     Stage,
     SyncReport,
+    identity_changes,
     index_identity,
     plain_stage,
     plan_sync,
@@ -219,7 +220,7 @@ class MemoryIndex:
         if identity != new:
             if store.get_meta(REBUILD_HELD):
                 return None  # the search's `degraded` says why, and what the rebuild would cost
-            changed = _changed_keys(identity, new)
+            changed = identity_changes(identity, new)
             return (
                 f"the configuration or model changed since the last sync ({changed}): the answers come from the "
                 "index as it was; `memsift index` rebuilds it"
@@ -284,7 +285,7 @@ class MemoryIndex:
         if policy == "local" and (embedder is None or embedder.provider == "local"):
             return None
         new = index_identity(self.config, embedder)
-        changed = _changed_keys(identity, new)
+        changed = identity_changes(identity, new)
         plan = self._estimate(embedder, force=True)
         if policy == "local" and plan.chunksToEmbed == 0:
             return None
@@ -519,8 +520,3 @@ def _ranker_identity(path: str | None) -> str:
         return learned.model_for(path).fingerprint
     except learned.RankerModelError as exc:
         return f"unreadable: {exc}"
-
-
-def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """The index identity's keys that differ, for a message: `chunking, extraPaths`."""
-    return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))

@@ -28,7 +28,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runner import Runner
 
 from core import Config, MemoryIndex
-from core.indexer import index_identity
+from core.indexer import identity_changes, index_identity
 from flows.deployments import agent_deployments, rebuild_deployment_name, sync_deployment_name
 from flows.watch import SyncRuns
 
@@ -84,7 +84,7 @@ def rebuild_if_stale(config: Config, rebuilds: SyncRuns, say: Callable[[str], No
         if stored == wanted:
             return False
         chunks = sum(index.store.stats()["chunks"].values())
-    what = ", ".join(k for k in wanted if stored.get(k) != wanted[k])
+    what = identity_changes(stored, wanted)
     provider = embedder.provider if embedder is not None else "none"
     if provider not in FREE_PROVIDERS:
         say(
