@@ -46,7 +46,8 @@ class WatchedSyncs(CoalescedRuns[Run]):
         if run.state != "COMPLETED" or s is None:
             self._say(f"sync of {run.agent} {run.state.lower()}: {run.error}")
         elif s["rebuildHeld"]:
-            self._say(f"sync of {run.agent}: {s['warnings'][0] if s['warnings'] else s['rebuildHeld']}")
+            held = next((w for w in s["warnings"] if w.startswith(s["rebuildHeld"])), s["rebuildHeld"])  # + its cost
+            self._say(f"sync of {run.agent}: {held}")
         elif s["added"] or s["changed"] or s["removed"] or s["rebuilt"]:
             chunks = s["chunksEmbedded"]
             self._say(
