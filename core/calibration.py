@@ -9,7 +9,9 @@ the question model estimates whether the workspace holds an answer at all (how m
 the workspace holds anywhere, whether words written as names are missing, the head's best raw cosine, BM25 and
 MaxSim), the hit model how strong each hit is when it does (its own cosine, BM25, share of the question,
 rank). A hit scores the first estimate times its evidence relative to the first hit's (3/4 to 1), made
-non-increasing down the list, so a floor cuts a prefix of the order and top-k stays monotonic.
+non-increasing down the list, so a floor cuts a prefix of the order and top-k stays monotonic. A hit without
+the identifier the question names, past the hits that hold it, scores as an absent identifier does
+(`past_identifier`).
 
 What the workspace's statistics say depends on its size: in four notes, a word the notes do not use is a
 paraphrase as often as an absence, and the best match of four chunks is on another scale than of a thousand.
@@ -341,7 +343,27 @@ def scores(model: Calibrator, inp: Inputs) -> list[float]:
     if not inp.texts:
         return []
     answerable, relative = estimates(model, inp)
-    return [float(v) for v in np.minimum.accumulate(answerable * (3.0 + relative) / 4.0)]
+    raw = answerable * (3.0 + relative) / 4.0 * np.where(past_identifier(inp), ABSENT_IDENTIFIER, 1.0)
+    return [float(v) for v in np.minimum.accumulate(raw)]
+
+
+def past_identifier(inp: Inputs) -> np.ndarray:
+    """Per hit: whether it comes after the last hit of the head that holds an identifier the question names
+    and the workspace holds, and holds none itself. "ERR_SSL_PROTOCOL" over four notes: the note that has it
+    is the answer; the three that do not are no answer however confident the question, so they score as an
+    absent identifier does (the lift of 3/4 to 1 is for a question whose answer may sit lower; here the
+    answer is known by its word). Only past the last holder, so a holder below a note without it is never
+    cut by the floor; only within the head, so the first hits do not depend on maxResults."""
+    named = identifiers(inp.query) & {t for t, df in zip(inp.terms, inp.df) if df > 0}
+    lacking = np.zeros(len(inp.texts), dtype=bool)
+    if not named:
+        return lacking
+    holds = [bool(named & set(_WORD.findall(text.lower()))) for text in inp.texts]
+    last = max((i for i, h in enumerate(holds[:HEAD]) if h), default=None)
+    if last is None:
+        return lacking
+    lacking[last + 1 :] = [not h for h in holds[last + 1 :]]
+    return lacking
 
 
 def estimates(model: Calibrator, inp: Inputs) -> tuple[float, np.ndarray]:

@@ -124,6 +124,32 @@ def test_an_identifier_found_nowhere_abstains_however_close_the_match(index, que
     assert index.search(query, min_score=0).results  # the floor, not the ranker, removed the hits
 
 
+@pytest.mark.parametrize("query", [PRESENT, "ERR_SSL_PROTOCOL_ERROR"])
+def test_notes_without_a_named_identifier_fall_under_the_floor(index, query: str) -> None:
+    """The workspace holds the identifier the question names: the note holding it is the answer, the notes
+    without it are no answer however confident the question (they scored 3/4 of it, 0.75-0.78, before)."""
+    response = index.search(query)
+    assert [h.path for h in response.results] == ["memory/2026-05-14.md"]
+    everything = index.search(query, min_score=0).results  # the floor removed them, the ranker did not
+    assert len(everything) == 3 and all(h.score < 0.35 for h in everything[1:])
+
+
+def test_a_holder_below_a_note_without_the_identifier_keeps_its_lift() -> None:
+    """Only the hits past the last one (of the head) holding the identifier are lowered: a floor keeps a
+    prefix of the order, so lowering a hit above a holder would cut the holder too."""
+    inp = calibration.Inputs(
+        query="what broke ERR_SSL_PROTOCOL",
+        terms=("broke", "err_ssl_protocol"),
+        df=(1, 2),
+        chunks=4,
+        vector=(0.5, 0.4, 0.3, 0.2),
+        bm25=(2.0, None, 1.5, None),
+        texts=("ERR_SSL_PROTOCOL again", "the deploy broke", "saw err_ssl_protocol", "lunch"),
+    )
+    assert calibration.past_identifier(inp).tolist() == [False, False, False, True]
+    assert not calibration.past_identifier(inp.__class__(**{**inp.__dict__, "df": (1, 0)})).any()  # held nowhere
+
+
 def test_identifier_shapes() -> None:
     assert calibration.identifiers("Why did PR #42 get reverted?") == {"42"}
     assert calibration.identifiers("orders(customer_id) and ERR_CERT_EXPIRED") == {"customer_id", "err_cert_expired"}
