@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import sys
 import threading
 from http import HTTPStatus
 from importlib.metadata import version
@@ -39,6 +40,26 @@ from core import Config, MemsiftError
 MAX_BODY_BYTES = 64 * 1024
 
 log = logging.getLogger("memsift.api")
+
+
+class _Stderr(logging.StreamHandler):
+    """The server's own errors on stderr, whatever the root logger does. A 500 tells the client that the
+    server log has the details, but once Prefect is imported (an index run, the watcher's sync) the root
+    logger's one handler is Prefect's console handler, at the level the CLI quiets Prefect's chatter to
+    (CRITICAL): the traceback went nowhere. `sys.stderr` is looked up at each record, not kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+if not log.handlers:
+    log.addHandler(_Stderr())
+    log.propagate = False
 
 
 def create_app(config: Config) -> Litestar:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .config import Config
+from .config import Config, load_config
 from .errors import QueryFileError
 from .learned import model_for
 from .memory import MemoryIndex
@@ -71,9 +71,19 @@ def query_index(indexes: dict[Path, MemoryIndex], config: Config, base: Path, qu
     ws = (base / query["workspace"]).resolve() if query.get("workspace") else config.workspace
     if ws not in indexes:
         agent = "eval-" + hashlib.sha256(str(ws).encode()).hexdigest()[:12]
-        indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent))
+        extra = config.extra_paths if ws == config.workspace else _own_extra_paths(ws)
+        indexes[ws] = MemoryIndex(replace(config, workspace=ws, agent=agent, extra_paths=extra))
         indexes[ws].sync()
     return indexes[ws]
+
+
+def _own_extra_paths(ws: Path) -> tuple[str, ...]:
+    """The extraPaths of another workspace named by a query: those of its own memsift.toml (none without
+    one). The command's configuration is read for how to search, but its extraPaths name its own
+    workspace's notes: they were indexed into every query workspace (an absolute one as is, a relative one
+    resolved in the wrong folder), and the workspace's own were left out."""
+    own = ws / "memsift.toml"
+    return load_config(own, workspace=ws).extra_paths if own.is_file() else ()
 
 
 def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict[str, float]:

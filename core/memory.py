@@ -441,8 +441,10 @@ class MemoryIndex:
             "provider": (identity or {}).get("provider") or (embedder.provider if embedder else "none"),
             "model": (identity or {}).get("model") or (embedder.model if embedder else None),
             "dims": (identity or {}).get("dims"),
-            "files": stats["files"],
-            "chunks": stats["chunks"],
+            # Every configured source is counted, 0 included: a note with no text (or no sync yet) is {"memory": 0}
+            # chunks, as a client reading `chunks.memory` expects, not a missing key.
+            "files": {**dict.fromkeys(self.config.sources, 0), **stats["files"]},
+            "chunks": {**dict.fromkeys(self.config.sources, 0), **stats["chunks"]},
             "dirty": dirty_reason is not None,
             "dirtyReason": dirty_reason,
             "vector": {

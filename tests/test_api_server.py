@@ -146,6 +146,37 @@ def test_serve_syncs_memory_files_as_they_change(workspace, memsift_home: Path) 
     assert "files changed: sync of main started here" in err and "sync of main done: 1 added" in err, err
 
 
+def test_a_server_error_leaves_its_traceback_in_the_server_log(workspace, memsift_home: Path) -> None:
+    """A 500 tells the client "the server log has the details": they were never there, since the root logger
+    ends with Prefect's console handler quieted to CRITICAL. Here a damaged index page (a disk error) fails a
+    search inside the running server."""
+    import apsw
+
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana Whitfield starts every morning with a flat white.\n"})
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 0
+    (db,) = (memsift_home / "memory").glob("*.sqlite")
+    conn = apsw.Connection(str(db))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'chunks_fts_data'").fetchone()
+    (size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    with open(db, "r+b") as fh:  # the keyword index's first page, overwritten
+        fh.seek((root - 1) * size)
+        fh.write(b"\xff" * size)
+    port = free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for(proc, f"http://127.0.0.1:{port}/readyz")
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/search", json={"query": "flat white"}, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=30)[1].decode()
+    assert r.status_code == 500 and "the server log has the details" in r.json()["detail"], r.text
+    assert "memsift.api: POST /v1/search failed" in err and "apsw.CorruptError" in err, err[-3000:]
+
+
 def test_serve_refuses_a_public_address_without_a_key(capsys, workspace) -> None:
     ws = workspace({"MEMORY.md": "# Memory\n"})
     assert main(["--workspace", str(ws), "serve", "--host", "0.0.0.0"]) == 1

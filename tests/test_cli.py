@@ -312,7 +312,7 @@ def test_status_json(capsys, ws: Path) -> None:
     code, out, _ = run(capsys, "--workspace", ws, "status", "--json")
     before = json.loads(out)
     assert code == 0 and STATUS_KEYS <= set(before)
-    assert before["dirty"] is True and before["lastSync"] is None and before["files"] == {}
+    assert before["dirty"] is True and before["lastSync"] is None and before["files"] == {"memory": 0}
     assert "probe" not in before
 
     run(capsys, "--workspace", ws, "index", "--no-prefect")
@@ -333,6 +333,11 @@ def test_status_json(capsys, ws: Path) -> None:
 
     (ws / "memory" / "2026-05-16.md").write_text("a new note\n")
     assert json.loads(run(capsys, "--workspace", ws, "status", "--json")[1])["dirty"] is True
+    for note in ws.rglob("*.md"):  # notes with no text: files counted, and chunks 0, not a missing key
+        note.write_text("")
+    run(capsys, "--workspace", ws, "index", "--no-prefect")
+    emptied = json.loads(run(capsys, "--workspace", ws, "--json", "status")[1])
+    assert (emptied["files"], emptied["chunks"]) == ({"memory": 4}, {"memory": 0}), emptied
 
 
 def test_status_human(capsys, ws: Path) -> None:

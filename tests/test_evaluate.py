@@ -131,3 +131,36 @@ def test_eval_refuses_a_bad_query_file_in_one_line(capsys, tmp_path: Path, conte
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("memsift: error: ") and needle in err, err
     assert "q.jsonl" in err and "Error:" not in err, err
+
+
+def test_a_query_workspace_is_indexed_with_its_own_extra_paths(capsys, tmp_path: Path, workspace):
+    """`memsift eval` run from a workspace whose memsift.toml adds notes kept elsewhere, on a query file whose
+    queries name another workspace: that workspace's own extraPaths were left out (its answer unfound,
+    R@10 0), and the command's were indexed into it (another workspace's notes among the hits)."""
+    from core import load_config
+    from core.evaluate import query_index
+
+    outside = workspace({"boat.md": "# Elsewhere\n\nThe rowing club keeps the kayak at the quarry lake.\n"}, "outside")
+    home = workspace({"MEMORY.md": "# Memory\n- Home notes.\n", "memsift.toml": f'extraPaths = ["{outside}"]\n'})
+    asked = workspace(
+        {
+            "MEMORY.md": "# Memory\n- The team mascot is a capybara.\n",
+            "docs/boat.md": "# Boat\n\nThe sailing boat is moored at pier 14 in Cascais marina.\n",
+            "memsift.toml": 'extraPaths = ["docs"]\n',
+        },
+        "asked",
+    )
+    row = {"query": "Cascais marina pier", "workspace": "asked", "relevant": [{"path": "docs/boat.md", "line": 3}]}
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps(row) + "\n")
+    assert main(["--workspace", str(home), "eval", str(queries), "--json", "--no-rerank"]) == 0
+    assert json.loads(capsys.readouterr().out)["overall"]["R@10"] == 1.0
+    indexes: dict = {}
+    try:
+        index = query_index(indexes, load_config(workspace=home), tmp_path, row)
+        hits = index.search("rowing club kayak quarry", mode="keyword", min_score=0).results
+        assert [h.path for h in hits] == [], [h.path for h in hits]
+        assert asked == index.config.workspace
+    finally:
+        for each in indexes.values():
+            each.close()
