@@ -474,7 +474,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             explain=args.explain,
             rerank=args.rerank,
         )
-        empty = not response.results and not sum(index.store.stats()["files"].values())
+        empty = not response.results and not response.partial and not sum(index.store.stats()["files"].values())
     if unsynced:  # said once the search answered: a search that fails too says why in its own line
         print(f"note: {unsynced}", file=sys.stderr)
     if empty:  # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr)
