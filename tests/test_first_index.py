@@ -151,3 +151,42 @@ def _ready(http: httpx.Client, server: subprocess.Popen[bytes]) -> bool:
 def _finished(http: httpx.Client, run_id: str) -> dict | None:
     doc = http.get(f"/v1/index/{run_id}").json()
     return doc if doc["state"] not in ("PENDING", "RUNNING", "SCHEDULED") else None
+
+
+def test_serve_stopped_during_an_index_run_exits_at_once_and_the_next_sync_completes_it(
+    ws: Path, env, provider: FakeProvider
+) -> None:
+    """SIGTERM while the server's index run waits on an embedding request (held here; the provider's timeout
+    is 600 s): the server exits at once with 0, not when the request ends; the first batch stays, and the next
+    `memsift index` adds only the rest."""
+    toml = ws / "memsift.toml"
+    toml.write_text(toml.read_text().replace("retries = 0\n", "retries = 0\ntimeoutSeconds = 600\n"))
+    port = free_port()
+    server = subprocess.Popen(
+        [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
+            provider.hold_at = len(provider.requests) + HOLD
+            http.post("/v1/index", json={})
+            assert provider.held.wait(180), "the first index never reached its second batch"
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(60)  # a deadline, not a measure: before, the server waited for the held request
+        stderr = server.stderr.read().decode(errors="replace")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert code == 0, stderr
+    assert "stopped during an index run: the index is as its last completed batch left it" in stderr
+    assert "Traceback" not in stderr
+    assert json.loads(memsift(env, ws, "status", "--json").stdout)["files"] == {"memory": 64}
+    again = memsift(env, ws, "index", "--no-prefect", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["added"] == NOTES - 64
+    status = json.loads(memsift(env, ws, "status", "--json").stdout)
+    assert not status["dirty"] and status["files"] == {"memory": NOTES}
