@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -68,6 +68,8 @@ class MemoryIndex:
         self._fallback_loaded = False
         self._reranker: rerankers.Reranker | None = None
         self._legacy_checked = False
+        #: Called when a search is about to index the agent first (minutes for thousands of notes): the CLI says so.
+        self.before_first_index: Callable[[], None] | None = None
 
     @property
     def store(self) -> Store:
@@ -412,6 +414,8 @@ class MemoryIndex:
             try:
                 with self._writing(lock_timeout=0):
                     if self._unfinished():  # nobody finished it meanwhile
+                        if self.before_first_index is not None:
+                            self.before_first_index()
                         report = sync(self.store, self.config, self.embedder(), estimator=estimate)
                         self._tend_cache(report)
                 return None
