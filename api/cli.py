@@ -462,6 +462,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             unsynced = index.catch_up()
         except (MemsiftError, OSError) as exc:  # the search still answers, from the index as it is
             unsynced = f"changed memory files not synced: {exc}"
+        index.before_first_index = lambda: print(
+            f"note: agent {config.agent} is not indexed yet: indexing it before searching", file=sys.stderr, flush=True
+        )  # minutes for thousands of notes: not a silent wait
         response = index.search(
             args.query,
             max_results=args.max_results,
@@ -474,7 +477,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             explain=args.explain,
             rerank=args.rerank,
         )
-        empty = not response.results and not sum(index.store.stats()["files"].values())
+        empty = not response.results and not response.partial and not sum(index.store.stats()["files"].values())
     if unsynced:  # said once the search answered: a search that fails too says why in its own line
         print(f"note: {unsynced}", file=sys.stderr)
     if empty:  # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr)

@@ -29,7 +29,11 @@ class ServerError(MemsiftError, RuntimeError):
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server could listen on `port` now. With SO_REUSEADDR, as uvicorn binds: connections the last
+    server closed linger in TIME_WAIT for a minute, and without it a restarted `up` found its port "in use"
+    (`--prefect-port P` failed; the default 4200 silently moved to a random port, and the UI's address)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:

@@ -109,6 +109,17 @@ class IndexRuns:
         self._stopping.set()
         self._worker.shutdown(wait=False, cancel_futures=True)
 
+    def stopped(self, timeout: float) -> bool:
+        """After `close`: whether the run of this process's worker, if any, has ended within `timeout` s."""
+        with self._lock:
+            running = [r for r in self._runs.values() if r.deployment is None and r.state == "RUNNING"]
+        try:
+            for run in running:
+                run.done.result(timeout)
+        except TimeoutError:
+            return False
+        return True
+
     @staticmethod
     def _run_here(run: Run, parameters: dict[str, Any], stopping: threading.Event) -> None:
         """The configuration is loaded again, as the flow's runs load it: a workspace gone since fails the run."""

@@ -183,6 +183,7 @@ def _serve(
     from api.up_reload import UpApply, describe, follow_up
     from core.watching import MemoryWatching
     from flows.deployments import sync_deployment_name
+    from flows.orphans import crash_orphans
     from flows.ratelimit import ensure_limit
     from flows.reload import ServedDeployments, config_rebuilds
     from flows.watch import SyncRuns
@@ -200,6 +201,10 @@ def _serve(
         deployments.add(config)
         _say(describe(config))
 
+    try:  # before any run of ours starts: what a killed process left Running (flows.orphans)
+        crash_orphans(_say)
+    except Exception as exc:  # cosmetic in the UI: never a reason not to start
+        _say(f"could not look for orphaned runs: {type(exc).__name__}: {exc}")
     runs = SyncRuns()
     _report_runs("initial sync", runs.request, ui)(configs)
 

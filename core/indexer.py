@@ -4,7 +4,8 @@
 `fn`; the Prefect flow passes a function that wraps stages in tasks, so the flow and a plain call run the
 same code. Every file is written in the same transaction as its chunks, so a crash leaves each file either
 fully old or fully new. A changed index identity is not handled here but by `core.rebuild`, which runs this
-sync into a fresh file and swaps it in.
+sync into a fresh file and swaps it in; an agent's first index runs it in the live file, whose committed
+batches searches can already answer from (`UNFINISHED` marks it until the end).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ VECTORS_PENDING = "vectors_pending"  # meta key: JSON {reason, at} while some ch
 SHARED_CACHE = "shared_cache"  # meta key: "1" once the index's vectors are in the shared cache
 #: meta key: JSON {reason, at, plan, summary} while a rebuild the identity calls for waits for `--force`
 REBUILD_HELD = "rebuild_held"
+#: meta key: JSON {files, at} from the start of an index built from scratch (a first index, in the live file, batch
+#: by batch) until its last step, so searches and `status` can tell a partial index from a finished one
+UNFINISHED = "unfinished"
 
 Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
 #: core.estimate.estimate, handed in by the caller (it builds on this module): the plan that opens a report
@@ -435,8 +439,10 @@ def sync(
     plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force)
     report.rebuilt = plan.rebuild
     pending_before = embedder is not None and bool(store.get_meta(VECTORS_PENDING))
-    if plan.rebuild:  # a fresh file from core.rebuild (or a test): start from empty tables
-        store.reset(plan.identity, config.store.fts_tokenize)
+    if plan.rebuild:  # a first index, or a fresh file from core.rebuild: start from empty tables
+        with store.transaction():  # one commit: no reader sees the identity without the mark
+            store.reset(plan.identity, config.store.fts_tokenize)
+            store.set_meta(UNFINISHED, json.dumps({"files": len(plan.to_check), "at": time.time()}))
     with SharedCache.open(config.home) if embedder is not None else nullcontext() as cache:
         if estimator is not None:  # a task only when there is something to read: a no-op sync stays cheap
             estimating = stage("estimate", estimator) if plan.to_check else estimator
@@ -462,6 +468,7 @@ def sync(
         store.set_meta("last_sync", str(time.time()))
         store.set_meta(SHARED_CACHE, "1")  # every vector this run wrote went to the shared cache too
         store.set_meta(REBUILD_HELD, "")  # the index matches the configuration: no rebuild is waiting
+        store.set_meta(UNFINISHED, "")
         record_workspace(store, config)
     if tracker is not None:
         tracker.emit()

@@ -53,10 +53,17 @@ def writer_lock(db: Path, timeout: float = 10.0) -> Iterator[None]:
     except BlockingIOError:
         if held:  # raised by the work done under the lock (EAGAIN), not by a busy lock
             raise
-        holder = lock.read_text(errors="replace").strip() or "unknown"
         raise LockTimeout(
-            f"another sync or rebuild of this index is running (pid {holder}); waited {timeout:g} s"
+            f"another sync or rebuild of this index is running (pid {writer_pid(db)}); waited {timeout:g} s"
         ) from None
+
+
+def writer_pid(db: Path) -> str:
+    """The pid written by the last holder of `db`'s writer lock, for a message ("unknown" when none)."""
+    try:
+        return db.with_name(db.name + ".lock").read_text(errors="replace").strip() or "unknown"
+    except OSError:
+        return "unknown"
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -23,6 +23,7 @@ from .get import get_lines
 from .indexer import (
     REBUILD_HELD,
     SHARED_CACHE,
+    UNFINISHED,
     VECTORS_PENDING,
     Progress,
     Stage,
@@ -34,7 +35,7 @@ from .indexer import (
     sync,
 )
 from .legacy import adopt_legacy
-from .locking import writer_lock
+from .locking import POLL_SECONDS, writer_lock, writer_pid
 from .rebuild import rebuild, remove_orphans
 from .rerankers.local import LOCAL_DEFAULT, token_capture
 from .rerankers.shortlist import wanted
@@ -67,6 +68,8 @@ class MemoryIndex:
         self._fallback_loaded = False
         self._reranker: rerankers.Reranker | None = None
         self._legacy_checked = False
+        #: Called when a search is about to index the agent first (minutes for thousands of notes): the CLI says so.
+        self.before_first_index: Callable[[], None] | None = None
 
     @property
     def store(self) -> Store:
@@ -187,8 +190,9 @@ class MemoryIndex:
         """True when a sync would rebuild: the index is new, or its identity (model, chunking, tokenizer...)
         no longer matches and `sync.autoRebuild` lets the rebuild run without `--force`."""
         embedder = self.embedder()
-        if self.store.identity() == index_identity(self.config, embedder):
-            return False
+        identity = self.store.identity()
+        if identity is None or identity == index_identity(self.config, embedder):
+            return False  # a first index is a sync into the live file (its batches answer searches at once)
         return self._rebuild_held(embedder) is None
 
     def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = plain_stage) -> SyncReport:
@@ -214,8 +218,8 @@ class MemoryIndex:
         store = self.store
         embedder = self.embedder()
         identity = store.identity()
-        if identity is None:
-            return None
+        if identity is None or store.get_meta(UNFINISHED):
+            return None  # the search completes the first index, or says another process is running it
         new = index_identity(self.config, embedder)
         if identity != new:
             if store.get_meta(REBUILD_HELD):
@@ -268,11 +272,16 @@ class MemoryIndex:
         return self.sync(force=True, progress=progress, stage=stage)
 
     def _sync_with(self, embedder: Embedder | None, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
-        if force or self.store.identity() != index_identity(self.config, embedder):
+        """A rebuild into a temp file when forced or when the identity changed; an index that has none yet
+        (a first index) is built in the live file, so that searches answer from its batches as they commit
+        instead of waiting minutes for a swap (a crash leaves those batches, and the next sync adds the rest)."""
+        identity = self.store.identity()
+        if identity is not None and (force or identity != index_identity(self.config, embedder)):
             if not force and (held := self._rebuild_held(embedder)) is not None:
                 return self._hold(held)
             return self._rebuild(embedder, progress, stage)
-        return sync(self.store, self.config, embedder, progress=progress, stage=stage, estimator=estimate)
+        store = self.store
+        return sync(store, self.config, embedder, force=force, progress=progress, stage=stage, estimator=estimate)
 
     def _rebuild_held(self, embedder: Embedder | None) -> dict[str, Any] | None:
         """The record of why the rebuild a changed identity calls for waits for `--force`, or None when it
@@ -373,14 +382,11 @@ class MemoryIndex:
         """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
         embedder works: a provider that cannot start gives a keyword index and a degraded answer."""
         check_request(query, *(options.get(k) for k in ("max_results", "min_score", "after", "before")))
-        if self.store.identity() is None:
-            with self._writing():
-                if self.store.identity() is None:  # nobody indexed it while we waited
-                    self._tend_cache(self._rebuild(self.embedder(), None, plain_stage))
+        partial = self._first_index()
         embedder, error = self.embedder(), self.embedder_error
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
-            return search(
+            response = search(
                 store,
                 self.config,
                 embedder,
@@ -389,6 +395,49 @@ class MemoryIndex:
                 make_reranker=lambda: self.reranker(embedder),  # not self.embedder(): it may reopen `store`
                 **options,
             )
+        if partial:
+            response.degraded = f"{partial}; {response.degraded}" if response.degraded else partial
+            response.partial = True
+        return response
+
+    def _first_index(self) -> str | None:
+        """SPEC section 5: a search of an agent never indexed syncs it first, and so does one whose first index
+        was interrupted (its committed batches stay: the sync adds the rest). While another process or thread
+        runs that first index (minutes for thousands of notes), the search does not wait for it: it answers
+        from the batches committed so far, and this returns why the answer may miss files. Only until that run
+        has committed its start (it scans the workspace first) is it waited for, `sync.lockTimeoutSeconds` at
+        most. None when the index is complete, or completed here."""
+        deadline = time.monotonic() + self.config.sync.lockTimeoutSeconds
+        while True:
+            if not self._unfinished():
+                return None
+            try:
+                with self._writing(lock_timeout=0):
+                    if self._unfinished():  # nobody finished it meanwhile
+                        if self.before_first_index is not None:
+                            self.before_first_index()
+                        report = sync(self.store, self.config, self.embedder(), estimator=estimate)
+                        self._tend_cache(report)
+                return None
+            except LockTimeout:
+                store = self.store
+                if store.identity() is not None or time.monotonic() >= deadline:
+                    return self._partial(store)
+            time.sleep(POLL_SECONDS)  # the running first index commits its start within moments
+
+    def _unfinished(self) -> bool:
+        store = self.store
+        return store.identity() is None or bool(store.get_meta(UNFINISHED))
+
+    def _partial(self, store: Store) -> str:
+        """Why a search answers from part of the memory: the first index running elsewhere, and how far it is."""
+        running = f"the first index of this agent is running (pid {writer_pid(self.config.db_path)})"
+        unfinished = json.loads(store.get_meta(UNFINISHED) or "null")
+        done = sum(store.stats()["files"].values())
+        if not done:
+            of = f" of its {unfinished['files']} files" if unfinished else ""
+            return f"{running} and has indexed none{of} yet: no answer before its first batch is in; try again shortly"
+        return f"{running}: {done} of {unfinished['files']} files indexed so far, the answers come from those"
 
     def reranker(self, embedder: Embedder | None = _CONFIGURED) -> rerankers.Reranker:
         """The configured reranker, built on first use and kept: a hosted one holds an HTTP client (one per
@@ -414,8 +463,15 @@ class MemoryIndex:
         identity = store.identity()
         stats = store.stats()
         dirty_reason = None
+        unfinished = json.loads(store.get_meta(UNFINISHED) or "null")
         if identity is None:
             dirty_reason = "never indexed"
+        elif unfinished is not None:
+            done = sum(stats["files"].values())
+            dirty_reason = (
+                f"the first index is not finished: {done} of {unfinished['files']} files indexed (the sync running "
+                "now, or the next one, completes it)"
+            )
         elif identity != index_identity(self.config, embedder):
             held = self._rebuild_held(embedder)
             dirty_reason = (

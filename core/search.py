@@ -75,6 +75,9 @@ class SearchResponse:
     empty: str | None = None
     #: Why a calibrated search answered no hit: every candidate's estimate of relevance was under the floor.
     abstained: str | None = None
+    #: Not on the wire (`degraded` says it): the agent's first index is still running, the answer covers part
+    #: of the memory only, so an empty one does not mean the workspace holds no memory file.
+    partial: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {

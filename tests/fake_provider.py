@@ -63,6 +63,7 @@ class FakeProvider:
         #: set when request `hold_at` arrives: everything before it was answered
         self.held = threading.Event()
         self._release = threading.Event()
+        self._answer_held = False
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -81,6 +82,11 @@ class FakeProvider:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
+
+    def release(self) -> None:
+        """Answer the held request after all, and every later one: the client goes on as if it had been slow."""
+        self._answer_held = True
+        self._release.set()
 
     def close(self) -> None:
         self._release.set()
@@ -101,8 +107,9 @@ class FakeProvider:
         if number == self.hold_at:
             self.held.set()
             self._release.wait()
-            h.close_connection = True
-            return
+            if not self._answer_held:
+                h.close_connection = True
+                return
         if self.delay:
             time.sleep(self.delay)  # the provider's own latency, not test synchronisation
         if fault == "drop":

@@ -113,6 +113,7 @@ def test_search_on_a_never_indexed_agent_indexes_first(capsys, ws: Path, memsift
     assert not (memsift_home / "memory").exists()
     code, out, err = run(capsys, "--workspace", ws, "--json", "search", "flat white", "--mode", "keyword")
     assert code == 0, err
+    assert err == "note: agent main is not indexed yet: indexing it before searching\n"  # not a silent wait
     doc = json.loads(out)
     assert doc["results"][0]["path"] == "MEMORY.md"
     assert doc["results"][0]["startLine"] == 1

@@ -66,7 +66,7 @@ class Runs:
         return runs[0]
 
     def worker(self) -> FlowRun:
-        """The run that indexed: the rebuild subflow (a new index, a changed identity, --force), else the sync."""
+        """The run that indexed: the rebuild subflow (a changed identity, --force), else the sync."""
         rebuilds = self.new("memsift-rebuild")
         return self.one("memsift-rebuild") if rebuilds else self.one()
 
@@ -162,8 +162,8 @@ def test_flow_run_is_named_completed_coarse_and_reported(workspace) -> None:
     assert abs(run.start_time - stamp) < timedelta(minutes=2)
     assert run.parameters == {"agent": "main", "workspace": str(ws), "config_path": None, "force": False}
 
-    worker = runs.worker()  # a new index is built by the rebuild flow, as a subflow of the sync
-    assert worker.name.startswith("rebuild-main-")
+    worker = runs.worker()  # a first index is the sync flow's own work, in the live file: no rebuild subflow
+    assert worker.id == run.id and not runs.new("memsift-rebuild")
     tasks = task_runs(worker)
     assert all(t.state is not None and t.state.is_completed() for t in tasks)
     assert task_counts(worker) == {"scan-and-diff": 1, "estimate": 1, "index-batch": 2}  # 64 + 36 files
@@ -192,7 +192,7 @@ def test_warnings_make_a_markdown_artifact(workspace) -> None:
     run = runs.worker()
     assert run.state.is_completed()  # a skipped file is a warning, not a failure
     found = artifacts(run)
-    assert set(found) == {"sync-report-main", "sync-warnings-main", "rebuild-progress-main"}
+    assert set(found) == {"sync-report-main", "sync-warnings-main", "sync-progress-main"}
     md = found["sync-warnings-main"]
     assert md.type == "markdown"
     assert "- skipped memory/blob.md: binary content (NUL bytes)" in md.data
@@ -277,7 +277,7 @@ def test_cli_index_process_json_is_one_document(workspace, memsift_home: Path) -
     assert "Traceback" not in proc.stderr
     run = runs.worker()
     assert run.state.is_completed()
-    assert set(artifacts(run)) == {"sync-report-main", "sync-warnings-main", "rebuild-progress-main"}
+    assert set(artifacts(run)) == {"sync-report-main", "sync-warnings-main", "sync-progress-main"}
 
 
 def test_the_progress_artifact_counts_chunks_with_rate_and_eta(workspace, monkeypatch) -> None:
@@ -294,9 +294,9 @@ def test_the_progress_artifact_counts_chunks_with_rate_and_eta(workspace, monkey
     assert middle.rate is not None and middle.eta is not None
     assert re.fullmatch(r"20/40 chunks embedded, [\d.]+ chunks/s, ETA \d+ (s|min \d\d s)", middle.describe())
 
-    artifact = artifacts(runs.worker())["rebuild-progress-main"]
+    artifact = artifacts(runs.worker())["sync-progress-main"]  # a first index: the sync flow's own
     assert artifact.type == "progress" and float(artifact.data) == 100.0
-    assert re.fullmatch(r"rebuild of main: 40/40 chunks embedded, [\d.]+ chunks/s", artifact.description)
+    assert re.fullmatch(r"sync of main: 40/40 chunks embedded, [\d.]+ chunks/s", artifact.description)
 
 
 def test_runs_started_in_the_same_minute_have_distinct_names(workspace) -> None:

@@ -22,6 +22,7 @@ from index_checks import chunks_without_vectors, integrity
 
 from api.cli import main
 from core.config import db_path
+from core.indexer import UNFINISHED
 from core.shared_cache import SharedCache, cache_path
 from core.store import Store
 from tests.fake_provider import FakeProvider
@@ -99,7 +100,8 @@ def test_a_first_index_killed_at_80_percent_reruns_only_what_it_never_embedded(
     assert len(before_kill) == 48
     db = db_path(memsift_home, "main", ws.resolve())
     with Store(db, readonly=True) as store:
-        assert store.identity() is None  # a first index is a rebuild: nothing was swapped in
+        # a first index writes the live file batch by batch: its one batch (60 files) was never committed
+        assert store.get_meta(UNFINISHED) and store.stats()["files"] == {}
     provider.embedded.clear()
 
     report = index(capsys, ws)
@@ -192,7 +194,7 @@ def test_max_entries_prunes_only_entries_no_index_uses_across_agents(
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_a_rebuild_flow_that_fails_at_a_provider_outage_keeps_what_it_embedded(
+def test_a_first_index_flow_that_fails_at_a_provider_outage_keeps_what_it_embedded(
     workspace, provider: FakeProvider
 ) -> None:
     from core.embedders import EmbeddingError
@@ -206,6 +208,6 @@ def test_a_rebuild_flow_that_fails_at_a_provider_outage_keeps_what_it_embedded(
     assert 0 < before < 40 and before % SLICE == 0
     provider.fault = lambda n: None
     provider.embedded.clear()
-    report = run_sync("main", workspace=str(ws))
-    assert report.rebuilt and report.cacheHits == before
+    report = run_sync("main", workspace=str(ws))  # completes the first index in place
+    assert report.added == 40 and report.cacheHits == before
     assert report.chunksEmbedded == len(embedded(provider)) == 40 - before

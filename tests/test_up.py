@@ -40,10 +40,11 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from api.prefect_server import PrefectServer, free_port, wait_healthy
+from api.prefect_server import PrefectServer, free_port, port_is_free, wait_healthy
 from core import MemoryIndex, MemsiftError, load_config
 from flows.deployments import agent_deployments, flow_parameters
 from flows.ratelimit import LIMIT_NAME
+from tests.fake_provider import FakeProvider
 
 PREFECT = MEMSIFT.parent / "prefect"
 NOTES = {
@@ -116,7 +117,7 @@ def finished(client: SyncPrefectClient, run_id: UUID) -> FlowRun | None:
 
 
 def report_of(client: SyncPrefectClient, run: FlowRun) -> dict[str, Any]:
-    """The `sync-report-main` table of a sync run: on its rebuild subflow when it indexed from scratch."""
+    """The `sync-report-main` table of a sync run: on its rebuild subflow when it rebuilt."""
     subflows = client.read_flow_runs(
         flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]))
     )
@@ -126,6 +127,22 @@ def report_of(client: SyncPrefectClient, run: FlowRun) -> dict[str, Any]:
     assert table.type == "table"
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     return {"flow": worker.name.split("-")[0], **{r["metric"]: r["value"] for r in rows}}
+
+
+def test_a_port_whose_last_server_closed_its_connections_is_free() -> None:
+    """The connections a stopped server closed wait in TIME_WAIT; the port is free for the next server all the
+    same (a restarted `up` got "--prefect-port: port P is in use", or moved off 4200)."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert not port_is_free(port)  # listening: in use
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            accepted.close()  # the server closes first: its side goes to TIME_WAIT
+            assert client.recv(1) == b""
+    assert port_is_free(port)
 
 
 # ---------------------------------------------------------------- the process tests
@@ -166,7 +183,8 @@ def test_served_deployments_run_from_the_prefect_cli(tmp_path: Path, workspace, 
             initial = wait_for(initial_run, 120, "the initial sync run")
             assert initial.state.is_completed(), initial.state
             first = report_of(c, initial)
-            assert (first["flow"], first["added"], first["rebuilt"]) == ("rebuild", 3, True)
+            # a first index: the sync run's own work, in the live file (no rebuild subflow), from scratch
+            assert (first["flow"], first["added"], first["rebuilt"]) == ("sync", 3, True)
 
             cli = subprocess.run(
                 [PREFECT, "deployment", "run", "memsift-sync/main"], capture_output=True, text=True, env=env, timeout=60
@@ -404,3 +422,47 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
     assert up.output.count("not valid TOML") == 1
     assert "agent main: the index identity changed (chunking); rebuild started" in up.output
     assert "agent second removed: deployments deleted" in up.output
+
+
+def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
+    tmp_path: Path, workspace, memsift_home: Path
+) -> None:
+    """A forced sync's `memsift-rebuild` subflow runs in the sync run's process: once that process is SIGKILLed
+    the Runner marks the sync run Crashed and nothing reported on the subflow, Running for good. The next `up`
+    marks it Crashed before it starts a run (flows/orphans.py)."""
+    provider = FakeProvider()
+    try:
+        toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+        ws = workspace(NOTES | {"memsift.toml": toml + "[sync]\nwatch = false\n"})
+        port, api_port = free_port(), free_port()
+        env = _env(memsift_home, prefect_home=None)
+        args = ["--workspace", str(ws), "up", "--port", str(api_port), "--prefect-port", str(port)]
+        api = f"http://127.0.0.1:{port}/api"
+        with Up(args, env, tmp_path / "up.log") as up:
+            wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start")
+            with prefect_client(api) as c:
+                initial = lambda: (r := deployment_runs(c, "memsift-sync/main")) and all(finished(c, x.id) for x in r)  # noqa: E731
+                wait_for(initial, 120, "the initial sync")
+                (ws / "memory" / "2026-11-26.md").write_text("# 2026-11-26\n- The heron pipeline shipped.\n")
+                provider.hold_at = len(provider.requests) + 2  # the run's start-up probe, then an embedding
+                deployment = c.read_deployment_by_name("memsift-sync/main")
+                run = c.create_flow_run_from_deployment(deployment.id, parameters={"force": True})
+                assert provider.held.wait(120), up.output
+                (pid,) = flow_run_processes(up.process.pid)
+                os.kill(pid, signal.SIGKILL)
+                crashed = wait_for(lambda: finished(c, run.id), 60, "the Runner to see its run killed")
+                assert crashed.state.is_crashed()
+                subflows = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]))
+                (orphan,) = c.read_flow_runs(flow_run_filter=subflows)
+                assert orphan.name.startswith("rebuild-main-") and orphan.state.is_running()
+            assert up.stop() == 0, up.output
+        with Up(args, env, tmp_path / "up2.log") as up:
+            wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start again")
+            assert up.process.poll() is None, up.output
+            with prefect_client(api) as c:
+                marked = c.read_flow_run(orphan.id)
+            assert marked.state.is_crashed() and f"its parent run {crashed.name} ended Crashed" in marked.state.message
+            assert f"marked the orphaned run {orphan.name} Crashed" in up.output
+            assert up.stop() == 0, up.output
+    finally:
+        provider.close()

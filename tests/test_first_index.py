@@ -1,0 +1,192 @@
+"""A search while an agent's first index runs elsewhere answers from the batches written so far, and says so.
+
+The first index is written into the live file batch by batch (core.memory `_sync_with`), so a search from
+another process (`memsift search`) or thread (`memsift serve` after `POST /v1/index`) answers at once from
+the files indexed so far, with `degraded` naming the run and how far it is, instead of waiting
+`sync.lockTimeoutSeconds` and failing (exit 1, 503). The fake provider (tests/fake_provider.py) holds the
+first request of the second batch, so the first one (64 files) is committed and the rest is not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import stop_process
+from conftest import wait_for as poll
+
+from api.prefect_server import free_port
+from core.config import db_path
+from tests.fake_provider import FakeProvider
+
+MEMSIFT = Path(sys.executable).with_name("memsift")
+NOTES = 70  # two batches (core.indexer.BATCH_FILES = 64): 64 files, then 6
+SLICE = 4  # embedding.batchMaxInputs: one request per four one-chunk notes
+HOLD = 1 + 64 // SLICE + 1  # the start-up probe, the first batch's 16 requests, the second batch's first
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    server = FakeProvider(hold_at=HOLD)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def ws(workspace, provider: FakeProvider) -> Path:
+    notes = {f"memory/relay-{n:03d}.md": f"# relay {n}\n- The relay{n} pump is in bay {n}.\n" for n in range(NOTES)}
+    root = workspace(notes)
+    (root / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\n'
+        f"batchMaxInputs = {SLICE}\nconcurrency = 1\nretries = 0\n"
+        "[sync]\nlockTimeoutSeconds = 2\n"  # without the fix a search failed after this wait
+    )
+    return root
+
+
+@pytest.fixture
+def env(memsift_home: Path) -> dict[str, str]:
+    return os.environ | {"MEMSIFT_HOME": str(memsift_home), "PREFECT_API_URL": ""}
+
+
+def memsift(env: dict[str, str], ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MEMSIFT, "--workspace", str(ws), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def running(done: int, pid: int) -> str:
+    return f"the first index of this agent is running (pid {pid}): {done} of {NOTES} files indexed so far"
+
+
+def test_search_and_status_during_another_process_first_index(ws: Path, env, provider: FakeProvider) -> None:
+    child = subprocess.Popen([MEMSIFT, "--workspace", str(ws), "index", "--no-prefect"], env=env)
+    try:
+        assert provider.held.wait(120), "the first index never reached its second batch"
+        found = memsift(env, ws, "search", "relay pump bay", "--max-results", "3", "--json")
+        assert found.returncode == 0, found.stderr
+        answer = json.loads(found.stdout)
+        assert answer["degraded"].startswith(running(64, child.pid)), answer
+        assert len(answer["results"]) == 3 and all(r["path"].startswith("memory/relay-") for r in answer["results"])
+        human = memsift(env, ws, "search", "relay pump bay", "--max-results", "1")
+        assert human.returncode == 0 and human.stdout.startswith(tuple("0123456789"))
+        assert f"note: {running(64, child.pid)}" in human.stderr and "warning" not in human.stderr
+
+        status = json.loads(memsift(env, ws, "status", "--json").stdout)
+        assert status["dirty"] and status["files"] == {"memory": 64}
+        assert status["dirtyReason"].startswith(f"the first index is not finished: 64 of {NOTES} files indexed")
+        provider.release()
+        assert child.wait(120) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    done = json.loads(memsift(env, ws, "search", "relay pump bay", "--json").stdout)
+    assert "degraded" not in done
+    status = json.loads(memsift(env, ws, "status", "--json").stdout)
+    assert not status["dirty"] and status["files"] == {"memory": NOTES}
+
+
+def test_a_search_after_a_killed_first_index_completes_it(ws: Path, env, provider: FakeProvider) -> None:
+    """The killed run's first batch stays in the live file; the next search syncs the other six files."""
+    with subprocess.Popen([MEMSIFT, "--workspace", str(ws), "index", "--no-prefect"], env=env) as child:
+        assert provider.held.wait(120), "the first index never reached its second batch"
+        child.send_signal(signal.SIGKILL)
+    before = len(provider.embedded)  # the held request is never answered
+    found = memsift(env, ws, "search", "relay69 pump", "--json")
+    assert found.returncode == 0, found.stderr
+    answer = json.loads(found.stdout)
+    assert "degraded" not in answer and answer["results"][0]["path"] == "memory/relay-069.md"
+    notes = [t for t in provider.embedded[before:] if t.startswith("# relay")]
+    assert len(notes) == NOTES - 64  # the second batch's files: the first batch's 64 stayed in the index
+    status = json.loads(memsift(env, ws, "status", "--json").stdout)
+    assert not status["dirty"] and status["files"] == {"memory": NOTES}
+
+
+def test_rest_search_right_after_post_index_of_a_never_indexed_agent(
+    ws: Path, env, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """`memsift serve`: the first index runs on the server's index thread, the search on a request thread."""
+    port = free_port()
+    server = subprocess.Popen(
+        [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
+            provider.hold_at = len(provider.requests) + HOLD  # after the server's own probe and warm-up
+            run = http.post("/v1/index", json={}).json()
+            assert provider.held.wait(180), "the first index never reached its second batch"
+            r = http.post("/v1/search", json={"query": "relay pump bay", "maxResults": 3})
+            assert r.status_code == 200, r.text
+            assert r.json()["degraded"].startswith(running(64, server.pid)) and len(r.json()["results"]) == 3
+            assert http.get(f"/v1/index/{run['runId']}").json()["state"] == "RUNNING"
+            provider.release()
+            done = poll(lambda: _finished(http, run["runId"]), 120, "the index run to end")
+            assert done["state"] == "COMPLETED" and done["summary"]["added"] == NOTES, done
+            assert "degraded" not in http.post("/v1/search", json={"query": "relay pump bay"}).json()
+    finally:
+        stop_process(server)
+    assert db_path(memsift_home, "main", ws.resolve()).exists()
+
+
+def _ready(http: httpx.Client, server: subprocess.Popen[bytes]) -> bool:
+    assert server.poll() is None, server.stderr.read().decode(errors="replace") if server.stderr else ""
+    try:
+        return http.get("/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _finished(http: httpx.Client, run_id: str) -> dict | None:
+    doc = http.get(f"/v1/index/{run_id}").json()
+    return doc if doc["state"] not in ("PENDING", "RUNNING", "SCHEDULED") else None
+
+
+def test_serve_stopped_during_an_index_run_exits_at_once_and_the_next_sync_completes_it(
+    ws: Path, env, provider: FakeProvider
+) -> None:
+    """SIGTERM while the server's index run waits on an embedding request (held here; the provider's timeout
+    is 600 s): the server exits at once with 0, not when the request ends; the first batch stays, and the next
+    `memsift index` adds only the rest."""
+    toml = ws / "memsift.toml"
+    toml.write_text(toml.read_text().replace("retries = 0\n", "retries = 0\ntimeoutSeconds = 600\n"))
+    port = free_port()
+    server = subprocess.Popen(
+        [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
+            provider.hold_at = len(provider.requests) + HOLD
+            http.post("/v1/index", json={})
+            assert provider.held.wait(180), "the first index never reached its second batch"
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(60)  # a deadline, not a measure: before, the server waited for the held request
+        stderr = server.stderr.read().decode(errors="replace")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert code == 0, stderr
+    assert "stopped during an index run: the index is as its last completed batch left it" in stderr
+    assert "Traceback" not in stderr
+    assert json.loads(memsift(env, ws, "status", "--json").stdout)["files"] == {"memory": 64}
+    again = memsift(env, ws, "index", "--no-prefect", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["added"] == NOTES - 64
+    status = json.loads(memsift(env, ws, "status", "--json").stdout)
+    assert not status["dirty"] and status["files"] == {"memory": NOTES}
