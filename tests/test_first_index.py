@@ -114,13 +114,7 @@ def test_rest_search_right_after_post_index_of_a_never_indexed_agent(
     ws: Path, env, provider: FakeProvider, memsift_home: Path
 ) -> None:
     """`memsift serve`: the first index runs on the server's index thread, the search on a request thread."""
-    port = free_port()
-    server = subprocess.Popen(
-        [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    server, port = _serve(ws, env)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
@@ -138,6 +132,13 @@ def test_rest_search_right_after_post_index_of_a_never_indexed_agent(
     finally:
         stop_process(server)
     assert db_path(memsift_home, "main", ws.resolve()).exists()
+
+
+def _serve(ws: Path, env) -> tuple[subprocess.Popen[bytes], int]:
+    """`memsift serve` of the workspace on a free port, its stderr kept for the assertions."""
+    port = free_port()
+    cmd = [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), port
 
 
 def _ready(http: httpx.Client, server: subprocess.Popen[bytes]) -> bool:
@@ -161,13 +162,7 @@ def test_serve_stopped_during_an_index_run_exits_at_once_and_the_next_sync_compl
     `memsift index` adds only the rest."""
     toml = ws / "memsift.toml"
     toml.write_text(toml.read_text().replace("retries = 0\n", "retries = 0\ntimeoutSeconds = 600\n"))
-    port = free_port()
-    server = subprocess.Popen(
-        [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    server, port = _serve(ws, env)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
