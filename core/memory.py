@@ -280,8 +280,7 @@ class MemoryIndex:
             if not force and (held := self._rebuild_held(embedder)) is not None:
                 return self._hold(held)
             return self._rebuild(embedder, progress, stage)
-        store = self.store
-        return sync(store, self.config, embedder, force=force, progress=progress, stage=stage, estimator=estimate)
+        return sync(self.store, self.config, embedder, force=force, progress=progress, stage=stage, estimator=estimate)
 
     def _rebuild_held(self, embedder: Embedder | None) -> dict[str, Any] | None:
         """The record of why the rebuild a changed identity calls for waits for `--force`, or None when it
@@ -431,10 +430,13 @@ class MemoryIndex:
         store = self.store
         return store.identity() is None or bool(store.get_meta(UNFINISHED))
 
-    def _partial(self, store: Store) -> str:
-        """Why a search answers from part of the memory: the first index running elsewhere, and how far it is."""
-        running = f"the first index of this agent is running (pid {writer_pid(self.config.db_path)})"
+    def _partial(self, store: Store) -> str | None:
+        """Why a search answers from part of the memory: the first index running elsewhere, and how far it is;
+        None when that index finished since the caller looked (the answer then covers everything)."""
         unfinished = json.loads(store.get_meta(UNFINISHED) or "null")
+        if unfinished is None and store.identity() is not None:
+            return None
+        running = f"the first index of this agent is running (pid {writer_pid(self.config.db_path)})"
         done = sum(store.stats()["files"].values())
         if not done:
             of = f" of its {unfinished['files']} files" if unfinished else ""

@@ -23,7 +23,9 @@ from conftest import stop_process
 from conftest import wait_for as poll
 
 from api.prefect_server import free_port
+from core import load_config
 from core.config import db_path
+from core.memory import MemoryIndex
 from tests.fake_provider import FakeProvider
 
 MEMSIFT = Path(sys.executable).with_name("memsift")
@@ -185,3 +187,11 @@ def test_serve_stopped_during_an_index_run_exits_at_once_and_the_next_sync_compl
     assert json.loads(again.stdout)["added"] == NOTES - 64
     status = json.loads(memsift(env, ws, "status", "--json").stdout)
     assert not status["dirty"] and status["files"] == {"memory": NOTES}
+
+
+def test_a_first_index_that_finished_meanwhile_is_no_partial_answer(workspace) -> None:
+    """The search saw the first index running, then it finished before the search read how far it was: the
+    answer covers everything (it raised a TypeError reading the count of a finished index's mark)."""
+    with MemoryIndex(load_config(workspace=workspace({"MEMORY.md": "- The heron pipeline shipped.\n"}))) as index:
+        index.sync()
+        assert index._partial(index.store) is None
