@@ -209,6 +209,12 @@ def test_served_deployments_run_from_the_prefect_cli(tmp_path: Path, workspace, 
     assert server.process.returncode is not None and alive({server.pid}) == set()
 
 
+def _indexed(ws: Path) -> bool:
+    """The first index is finished: its file exists from its first batch on (`status` says dirty until the end)."""
+    with MemoryIndex(load_config(workspace=ws)) as memory:
+        return not memory.status()["dirty"]
+
+
 def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, workspace, memsift_home: Path) -> None:
     """`memsift up` on its own: its server under $MEMSIFT_HOME/prefect, a searchable index, a new note found
     through the watcher, and after SIGINT no process of its tree is left, though it was started ignoring SIGINT
@@ -219,7 +225,7 @@ def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, works
     args = ["--workspace", str(ws), "up", "--port", str(api_port), "--prefect-port", str(port)]  # REST, Prefect
     with Up(args, env, tmp_path / "up.log", sigint_ignored=True) as up:
         index = load_config(workspace=ws).db_path
-        wait_for(lambda: index.exists() or up.process.poll() is not None, 120, "the first index")
+        wait_for(lambda: (index.exists() and _indexed(ws)) or up.process.poll() is not None, 120, "the first index")
         assert up.process.poll() is None, up.output
         search = subprocess.run(
             [MEMSIFT, "--workspace", str(ws), "search", "ERR_SSL_PROTOCOL", "--json"],
