@@ -110,12 +110,22 @@ def drop_foreign_wal(path: Path) -> None:
 
 
 def _rollback_journal(path: Path) -> bool:
-    """Whether the SQLite file at `path` is in rollback-journal mode (header byte 18 is 1; 2 in WAL mode)."""
+    """Whether the SQLite file at `path` is in rollback-journal mode (header byte 18 is 1; 2 in WAL mode).
+
+    Read through SQLite's own file layer, not `open()`: closing any descriptor of a file drops every POSIX
+    lock the process holds on it, so a plain open and close released the SHARED lock of this process's other
+    connections, the lock that tells another process closing its last connection not to checkpoint and
+    delete the WAL under them. SQLite's unix layer keeps such a descriptor open until those locks go."""
     try:
-        with open(path, "rb") as fh:
-            header = fh.read(19)
-    except OSError:
+        file = apsw.VFSFile("", str(path), [apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_READONLY, 0])
+    except apsw.Error:
         return False
+    try:
+        header = file.xRead(19, 0)
+    except apsw.Error:
+        return False
+    finally:
+        file.xClose()
     return len(header) == 19 and header.startswith(b"SQLite format 3\x00") and header[18] == 1
 
 

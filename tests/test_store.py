@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -205,3 +208,22 @@ def test_a_full_disk_mid_batch_is_said_naming_the_index_and_the_next_sync_comple
     report = index.sync()
     assert report.added == 40 and count(index.store, "PRAGMA integrity_check") == "ok"
     assert index.search("okapi census", mode="keyword").results
+
+
+def _locks_held(path) -> set[int]:
+    """The pids holding a POSIX lock on the file (Linux's /proc/locks: `... pid major:minor:inode ...`)."""
+    inode = f":{os.stat(path).st_ino} "
+    return {int(line.split()[4]) for line in Path("/proc/locks").read_text().splitlines() if inode in line}
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads Linux's /proc/locks")
+def test_opening_a_second_store_keeps_the_first_ones_lock_on_the_file(tmp_path):
+    """A WAL-mode connection holds a SHARED lock on the database file for its whole life: another process that
+    closes its last connection checkpoints and deletes the WAL only if it can lock the file exclusively. The
+    check for a foreign WAL read the file's header with `open()`, whose close dropped this process's lock."""
+    path = tmp_path / "index.db"
+    with Store(path, use_vec=False) as first:
+        first.conn.execute("SELECT count(*) FROM chunks").fetchone()
+        assert Path(f"{path}-wal").exists() and os.getpid() in _locks_held(path)
+        Store(path, use_vec=False).close()  # a second reader, as a server opens per request
+        assert os.getpid() in _locks_held(path)
