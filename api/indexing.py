@@ -13,7 +13,9 @@ The CLI's `memsift index` and the REST API's `POST /v1/index` (without a served 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from uuid import UUID
 
 from api.prefect_server import advertised_api_url, answers
 from core import Config, MemoryIndex
@@ -41,8 +43,15 @@ def prefect_api(config: Config) -> tuple[str | None, str]:
     return None, "no Prefect server is running (`memsift up` starts one, or set PREFECT_API_URL)"
 
 
-def sync_agent(config: Config, *, force: bool = False, progress: Progress | None = None) -> tuple[SyncReport, Where]:
-    """Sync (or rebuild) one agent: a recorded flow run when a server answers, else in-process."""
+def sync_agent(
+    config: Config,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+    on_start: Callable[[UUID], None] | None = None,
+) -> tuple[SyncReport, Where]:
+    """Sync (or rebuild) one agent: a recorded flow run when a server answers (its id to `on_start` as it
+    starts), else in-process."""
     api_url, why_not = prefect_api(config)
     with MemoryIndex(config) as index:
         index.require_embedder()  # a provider that cannot start is an error before any flow run
@@ -58,6 +67,7 @@ def sync_agent(config: Config, *, force: bool = False, progress: Progress | None
         config_path=str(config.source) if config.source else None,
         force=force,
         progress=progress,
+        on_start=on_start,
     )
     url = f"{api_url.rstrip('/').removesuffix('/api')}/runs/flow-run/{run_id}"
     return report, Where(url, f"flow run: {url}")

@@ -16,6 +16,7 @@ Runs are kept in memory, the newest `MAX_KEPT`: after a restart their ids are un
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import uuid
@@ -48,6 +49,7 @@ class Run:
     agent: str
     state: str
     deployment: str | None = None  # set when the run went through a served deployment
+    flow_run: UUID | None = None  # a run of this process's worker recorded in Prefect, once it started
     summary: dict[str, Any] | None = None
     error: str | None = None
     done: Future[None] = field(default_factory=Future, repr=False)
@@ -111,14 +113,20 @@ class IndexRuns:
 
     def stopped(self, timeout: float) -> bool:
         """After `close`: whether the run of this process's worker, if any, has ended within `timeout` s."""
-        with self._lock:
-            running = [r for r in self._runs.values() if r.deployment is None and r.state == "RUNNING"]
         try:
-            for run in running:
+            for run in self._running_here():
                 run.done.result(timeout)
         except TimeoutError:
             return False
         return True
+
+    def recorded_in_progress(self) -> list[UUID]:
+        """The Prefect flow runs of this process's worker that have not ended (a stopping server marks them)."""
+        return [r.flow_run for r in self._running_here() if r.flow_run is not None]
+
+    def _running_here(self) -> list[Run]:
+        with self._lock:
+            return [r for r in self._runs.values() if r.deployment is None and r.state == "RUNNING"]
 
     @staticmethod
     def _run_here(run: Run, parameters: dict[str, Any], stopping: threading.Event) -> None:
@@ -133,7 +141,9 @@ class IndexRuns:
         try:
             agent, workspace, config_path = parameters["agent"], parameters["workspace"], parameters["config_path"]
             config = load_config(config_path, workspace=workspace, agent=agent)
-            run.summary = sync_agent(config, force=parameters["force"], progress=progress)[0].to_dict()
+            started = functools.partial(setattr, run, "flow_run")
+            report, _ = sync_agent(config, force=parameters["force"], progress=progress, on_start=started)
+            run.summary = report.to_dict()
             run.state = "COMPLETED"
         except Stopping as exc:
             run.error = str(exc)

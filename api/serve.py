@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
+from uuid import UUID
 
 import uvicorn
 
@@ -83,20 +84,38 @@ def run_serve(
         stop.set()
         signal.signal(signal.SIGTERM, previous)
     if not app.state.runs.stopped(STOP_SECONDS):
-        _exit_mid_step()
+        _exit_mid_step(app.state.runs.recorded_in_progress())
     return 0
 
 
 #: How long a stopping server waits for its index run to reach its next step (an embedding request, a batch)
 STOP_SECONDS = 2.0
+MARK_SECONDS = 5.0
 
 
-def _exit_mid_step() -> None:
+def _exit_mid_step(flow_runs: list[UUID]) -> None:
     """Exit now, not once the index run's current step ends: one local embedding request is 96 chunks
     times the cores (measured: SIGTERM during a first index waited 27 s), one hosted request up to its
     timeout (120 s). Nothing is lost: the batch being written rolls back as after a kill, what was embedded
-    is in the shared cache, and the next sync deletes a rebuild's temp file and goes on from the last batch."""
-    _say("stopped during an index run: the index is as its last completed batch left it; the next sync completes it")
+    is in the shared cache, and the next sync deletes a rebuild's temp file and goes on from the last batch.
+    The run's flow runs in Prefect, which this exit leaves unfinished, are marked Crashed first (within
+    `MARK_SECONDS`: a Prefect server that does not answer leaves them as they are)."""
+    after = "the index is as its last completed batch left it; the next sync completes it"
+    _say(f"stopped during an index run: {after}")
+    if flow_runs:
+        from flows.orphans import crash_interrupted
+
+        def mark() -> None:
+            try:
+                crash_interrupted(flow_runs, f"memsift serve (pid {os.getpid()}) stopped during this run: {after}")
+            except Exception as exc:  # the server went away, or refused: the runs stay as they are
+                _say(f"could not mark the index run Crashed in Prefect ({type(exc).__name__}: {exc})")
+            else:
+                _say("its flow run is marked Crashed in Prefect")
+
+        marking = threading.Thread(target=mark, daemon=True)
+        marking.start()
+        marking.join(MARK_SECONDS)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -1,4 +1,4 @@
-"""Subflow runs left Running by a killed process, marked Crashed when `memsift up` starts.
+"""Flow runs left Running by a process that ended mid-run, marked Crashed.
 
 A `memsift-sync` run that rebuilds runs the `memsift-rebuild` flow as a subflow, in the same process. When that
 process is killed (`kill -9`, the out-of-memory killer), the Runner sees it exit and marks the sync run
@@ -7,17 +7,22 @@ frozen mid-way. A subflow cannot outlive its parent (the parent's call waits for
 that is not final under a parent that is final is an orphan for sure, whoever runs the server and whatever
 else runs on it; `up` marks those Crashed at start, before its Runner starts a run (one query of the server,
 no result on a clean start).
+
+A process that exits on purpose mid-run without unwinding the flow (`memsift serve` stopped during an index
+run: it does not wait for an embedding request in flight) marks its own runs Crashed on the way out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from uuid import UUID
 
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     FlowFilter,
     FlowFilterName,
     FlowRunFilter,
+    FlowRunFilterParentFlowRunId,
     FlowRunFilterParentTaskRunId,
     FlowRunFilterState,
     FlowRunFilterStateType,
@@ -50,3 +55,17 @@ def crash_orphans(say: Callable[[str], None]) -> int:
             say(f"marked the orphaned run {run.name} Crashed: {why}")
             marked += 1
     return marked
+
+
+def crash_interrupted(run_ids: list[UUID], why: str) -> None:
+    """Mark Crashed the runs of this process that it leaves mid-way, and their live subflows: a process that
+    exits without unwinding them (`memsift serve` stopping during an index run) would leave them Running."""
+    with get_client(sync_client=True) as client:
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=run_ids),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=LIVE)),
+            )
+        )
+        for run_id in [*(c.id for c in children), *run_ids]:
+            client.set_flow_run_state(run_id, Crashed(message=why), force=True)

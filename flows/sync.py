@@ -36,6 +36,7 @@ from flows.fanout import fan_out, task_runner
 from flows.ratelimit import limited_embedder
 
 _progress: ContextVar[Progress | None] = ContextVar("memsift_progress", default=None)
+_on_start: ContextVar[Callable[[UUID], None] | None] = ContextVar("memsift_on_start", default=None)
 _tasks: dict[str, Any] = {}
 
 
@@ -86,6 +87,10 @@ def sync_flow(
 ) -> dict[str, Any]:
     """Index one agent's workspace incrementally; hands over to the rebuild flow when forced or when the
     index identity (model, chunking, tokenizer, sources) changed."""
+    if (started := _on_start.get()) is not None:
+        from prefect.runtime import flow_run
+
+        started(UUID(flow_run.id))
     with _open(agent, workspace, config_path) as index:
         rebuild_needed = force or index.needs_rebuild()
         if not rebuild_needed:
@@ -177,9 +182,11 @@ def run_sync_recorded(
     config_path: str | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    on_start: Callable[[UUID], None] | None = None,
 ) -> tuple[SyncReport, UUID]:
-    """`run_sync`, and the id of the flow run (for its address in the UI). The flow's error is raised."""
-    token = _progress.set(progress)
+    """`run_sync`, and the id of the flow run (for its address in the UI). The flow's error is raised.
+    `on_start` is given that id as the run starts: a process that may exit mid-run can then mark it."""
+    token, started = _progress.set(progress), _on_start.set(on_start)
     try:
         # A flow run's heartbeat thread sleeps in 1 s steps and is joined at the end: every short in-process
         # run would wait ~0.85 s for it (bench/README.md). Zombie detection is for worker-run flows.
@@ -187,4 +194,5 @@ def run_sync_recorded(
             state = sync_flow(agent=agent, workspace=workspace, config_path=config_path, force=force, return_state=True)
     finally:
         _progress.reset(token)
+        _on_start.reset(started)
     return SyncReport(**state.result()), state.state_details.flow_run_id

@@ -195,3 +195,33 @@ def test_a_first_index_that_finished_meanwhile_is_no_partial_answer(workspace) -
     with MemoryIndex(load_config(workspace=workspace({"MEMORY.md": "- The heron pipeline shipped.\n"}))) as index:
         index.sync()
         assert index._partial(index.store) is None
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_serve_stopped_during_a_recorded_index_run_marks_its_flow_run_crashed(
+    ws: Path, env, provider: FakeProvider
+) -> None:
+    """With a Prefect server at PREFECT_API_URL, the server's index run is a flow run there. Exiting at once
+    without unwinding it left it Running in the UI for good; the stopping server now marks it Crashed."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    server, port = _serve(ws, env | {"PREFECT_API_URL": PREFECT_API_URL.value()})
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
+            provider.hold_at = len(provider.requests) + HOLD
+            http.post("/v1/index", json={})
+            assert provider.held.wait(180), "the first index never reached its second batch"
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(60)
+        stderr = server.stderr.read().decode(errors="replace")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert code == 0 and "its flow run is marked Crashed in Prefect" in stderr, stderr
+    with get_client(sync_client=True) as client:
+        (run,) = [r for r in client.read_flow_runs() if r.parameters.get("workspace") == str(ws.resolve())]
+    assert run.name.startswith("sync-main-") and run.state.is_crashed(), run.state
+    assert f"memsift serve (pid {server.pid}) stopped during this run" in run.state.message
