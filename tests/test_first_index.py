@@ -159,25 +159,9 @@ def _finished(http: httpx.Client, run_id: str) -> dict | None:
 def test_serve_stopped_during_an_index_run_exits_at_once_and_the_next_sync_completes_it(
     ws: Path, env, provider: FakeProvider
 ) -> None:
-    """SIGTERM while the server's index run waits on an embedding request (held here; the provider's timeout
-    is 600 s): the server exits at once with 0, not when the request ends; the first batch stays, and the next
-    `memsift index` adds only the rest."""
-    toml = ws / "memsift.toml"
-    toml.write_text(toml.read_text().replace("retries = 0\n", "retries = 0\ntimeoutSeconds = 600\n"))
-    server, port = _serve(ws, env)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-            poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
-            provider.hold_at = len(provider.requests) + HOLD
-            http.post("/v1/index", json={})
-            assert provider.held.wait(180), "the first index never reached its second batch"
-        server.send_signal(signal.SIGTERM)
-        code = server.wait(60)  # a deadline, not a measure: before, the server waited for the held request
-        stderr = server.stderr.read().decode(errors="replace")
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+    """SIGTERM while the server's index run waits on an embedding request: the server exits at once with 0,
+    not when the request ends; the first batch stays, and the next `memsift index` adds only the rest."""
+    code, stderr, _ = _stop_serve_mid_index(ws, env, provider)
     assert code == 0, stderr
     assert "stopped during an index run: the index is as its last completed batch left it" in stderr
     assert "Traceback" not in stderr
@@ -206,7 +190,20 @@ def test_serve_stopped_during_a_recorded_index_run_marks_its_flow_run_crashed(
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
-    server, port = _serve(ws, env | {"PREFECT_API_URL": PREFECT_API_URL.value()})
+    code, stderr, pid = _stop_serve_mid_index(ws, env | {"PREFECT_API_URL": PREFECT_API_URL.value()}, provider)
+    assert code == 0 and "its flow run is marked Crashed in Prefect" in stderr, stderr
+    with get_client(sync_client=True) as client:
+        (run,) = [r for r in client.read_flow_runs() if r.parameters.get("workspace") == str(ws.resolve())]
+    assert run.name.startswith("sync-main-") and run.state.is_crashed(), run.state
+    assert f"memsift serve (pid {pid}) stopped during this run" in run.state.message
+
+
+def _stop_serve_mid_index(ws: Path, env, provider: FakeProvider) -> tuple[int, str, int]:
+    """SIGTERM to `memsift serve` while its index run waits on an embedding request (held here; the
+    provider's timeout is 600 s): (its exit code, its stderr, its pid)."""
+    toml = ws / "memsift.toml"
+    toml.write_text(toml.read_text().replace("retries = 0\n", "retries = 0\ntimeoutSeconds = 600\n"))
+    server, port = _serve(ws, env)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
@@ -214,14 +211,9 @@ def test_serve_stopped_during_a_recorded_index_run_marks_its_flow_run_crashed(
             http.post("/v1/index", json={})
             assert provider.held.wait(180), "the first index never reached its second batch"
         server.send_signal(signal.SIGTERM)
-        code = server.wait(60)
-        stderr = server.stderr.read().decode(errors="replace")
+        code = server.wait(60)  # a deadline, not a measure: before, the server waited for the held request
+        return code, server.stderr.read().decode(errors="replace"), server.pid
     finally:
         if server.poll() is None:
             server.kill()
             server.wait()
-    assert code == 0 and "its flow run is marked Crashed in Prefect" in stderr, stderr
-    with get_client(sync_client=True) as client:
-        (run,) = [r for r in client.read_flow_runs() if r.parameters.get("workspace") == str(ws.resolve())]
-    assert run.name.startswith("sync-main-") and run.state.is_crashed(), run.state
-    assert f"memsift serve (pid {server.pid}) stopped during this run" in run.state.message
