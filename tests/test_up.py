@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -435,15 +435,16 @@ def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
 ) -> None:
     """A forced sync's `memsift-rebuild` subflow runs in the sync run's process: once that process is SIGKILLed
     the Runner marks the sync run Crashed and nothing reported on the subflow, Running for good. The next `up`
-    marks it Crashed before it starts a run (flows/orphans.py)."""
+    marks it Crashed before it starts a run (flows/orphans.py). Both `up`s use one server (PREFECT_API_URL): an
+    `up` with a server of its own finds the same runs in its database again, and the test saves a start-up."""
     provider = FakeProvider()
-    try:
-        toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
-        ws = workspace(NOTES | {"memsift.toml": toml + "[sync]\nwatch = false\n"})
-        port, api_port = free_port(), free_port()
-        env = _env(memsift_home, prefect_home=None)
-        args = ["--workspace", str(ws), "up", "--port", str(api_port), "--prefect-port", str(port)]
-        api = f"http://127.0.0.1:{port}/api"
+    toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+    ws = workspace(NOTES | {"memsift.toml": toml + "[sync]\nwatch = false\n"})
+    env = _env(memsift_home, tmp_path / "client-prefect")
+    args = ["--workspace", str(ws), "up", "--port", str(free_port())]
+    with closing(provider), PrefectServer(tmp_path / "server-prefect", free_port(), env=env) as server:
+        server.wait_healthy(120)
+        api = env["PREFECT_API_URL"] = server.api_url
         with Up(args, env, tmp_path / "up.log") as up:
             wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start")
             with prefect_client(api) as c:
@@ -470,5 +471,3 @@ def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
             assert marked.state.is_crashed() and f"its parent run {crashed.name} ended Crashed" in marked.state.message
             assert f"marked the orphaned run {orphan.name} Crashed" in up.output
             assert up.stop() == 0, up.output
-    finally:
-        provider.close()
