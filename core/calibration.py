@@ -234,10 +234,11 @@ def size_weight(chunks: int) -> float:
 
 
 def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, ChunkRow], maxsim: bool) -> Inputs:
-    """Read what the features need from the index: one FTS5 count per content term and the chunk count.
+    """Read what the features need from the index: each content term's document frequency (core.store's
+    `phrase_counts`) and the chunk count.
     `maxsim`: the hits' rerank scores are MaxSim (another reranker's scores are on another scale)."""
     terms = tuple(query_terms(query))
-    df = tuple(_doc_freq(store, t) for t in terms)
+    df = tuple(store.phrase_counts([term_match(t) for t in terms]))
     (chunks,) = store.conn.execute("SELECT count(*) FROM chunks").fetchone()
     return Inputs(
         query,
@@ -249,13 +250,6 @@ def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, Chun
         tuple(rows[c.id].text for c in head),
         tuple(c.rerank if maxsim else None for c in head),
     )
-
-
-def _doc_freq(store: Store, term: str) -> int:
-    (n,) = store.conn.execute(
-        "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (term_match(term),)
-    ).fetchone()
-    return int(n)
 
 
 def features(inp: Inputs) -> np.ndarray:
