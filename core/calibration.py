@@ -34,6 +34,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -324,9 +325,23 @@ def _hit_cover(terms: tuple[str, ...], idf: np.ndarray, total: float, text: str)
     if not terms:
         return 0.0
     lowered = text.lower()
-    words = set(_WORD.findall(lowered))
+    words = _words_in(terms, lowered)
     held = [t in words if t.isascii() else t in lowered for t in terms]
     return float(idf[np.array(held, dtype=bool)].sum() / total)
+
+
+def _words_in(terms: Iterable[str], lowered: str) -> set[str]:
+    """Which of `terms` the lower-case text holds as words (its `\\w+` tokens): one scan for these terms rather
+    than a list and a set of all its words (twice over 10 hits a search: 0.3 ms of CPU at 10,000 chunks)."""
+    return set(_word_pattern(tuple(sorted(terms))).findall(lowered))
+
+
+@lru_cache(maxsize=256)
+def _word_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
+    """The terms as whole words. A term holding a character that is not a word character (a combining mark
+    left by lower(): "İ" gives "i̇") is no `\\w+` token of any text, so it is left out: it never matches."""
+    words = [re.escape(t) for t in terms if _WORD.fullmatch(t)]
+    return re.compile(rf"(?<!\w)(?:{'|'.join(words)})(?!\w)" if words else "(?!)")
 
 
 def scores(model: Calibrator, inp: Inputs) -> list[float]:
@@ -352,7 +367,7 @@ def past_identifier(inp: Inputs) -> np.ndarray:
     lacking = np.zeros(len(inp.texts), dtype=bool)
     if not named:
         return lacking
-    holds = [bool(named & set(_WORD.findall(text.lower()))) for text in inp.texts]
+    holds = [bool(_words_in(named, text.lower())) for text in inp.texts]
     last = max((i for i, h in enumerate(holds[:HEAD]) if h), default=None)
     if last is None:
         return lacking
