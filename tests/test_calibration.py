@@ -7,6 +7,7 @@ asked in other words than its notes'."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -338,3 +339,9 @@ def test_words_held_are_the_texts_word_tokens() -> None:
         assert calibration._words_in(terms, low) == set(terms) & set(re.findall(r"\w+", low))
     assert calibration._words_in(terms, texts[1].lower()) == {"run", "ssl"}
     assert calibration._words_in((), "run") == set()
+    rng = random.Random(3)  # and short random texts of word and other characters, a combining mark among them
+    alphabet = list("ab_1 .-éİ東") + ["\u0307"]
+    for _ in range(3000):
+        low = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16))).lower()
+        some = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3))).lower() for _ in range(4)}
+        assert calibration._words_in(some, low) == some & set(re.findall(r"\w+", low)), (low, some)
