@@ -34,6 +34,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -234,10 +235,11 @@ def size_weight(chunks: int) -> float:
 
 
 def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, ChunkRow], maxsim: bool) -> Inputs:
-    """Read what the features need from the index: one FTS5 count per content term and the chunk count.
+    """Read what the features need from the index: each content term's document frequency (core.store's
+    `phrase_counts`) and the chunk count.
     `maxsim`: the hits' rerank scores are MaxSim (another reranker's scores are on another scale)."""
     terms = tuple(query_terms(query))
-    df = tuple(_doc_freq(store, t) for t in terms)
+    df = tuple(store.phrase_counts([term_match(t) for t in terms]))
     (chunks,) = store.conn.execute("SELECT count(*) FROM chunks").fetchone()
     return Inputs(
         query,
@@ -249,13 +251,6 @@ def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, Chun
         tuple(rows[c.id].text for c in head),
         tuple(c.rerank if maxsim else None for c in head),
     )
-
-
-def _doc_freq(store: Store, term: str) -> int:
-    (n,) = store.conn.execute(
-        "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (term_match(term),)
-    ).fetchone()
-    return int(n)
 
 
 def features(inp: Inputs) -> np.ndarray:
@@ -330,9 +325,35 @@ def _hit_cover(terms: tuple[str, ...], idf: np.ndarray, total: float, text: str)
     if not terms:
         return 0.0
     lowered = text.lower()
-    words = set(_WORD.findall(lowered))
+    words = _words_in(terms, lowered)
     held = [t in words if t.isascii() else t in lowered for t in terms]
     return float(idf[np.array(held, dtype=bool)].sum() / total)
+
+
+def _words_in(terms: Iterable[str], lowered: str) -> set[str]:
+    """Which of `terms` the lower-case text holds as words (its `\\w+` tokens), found by `str.find` and a look at
+    the characters around each occurrence, twice over 10 hits a search: splitting each text into all its words
+    (as before), or one regular expression of the terms between word boundaries, made `scores` 1.3-1.6 ms of
+    CPU at 10,000 chunks, against 0.6 ms this way."""
+    return {t for t in terms if _WORD.fullmatch(t) and _holds_word(lowered, t)}
+
+
+def _holds_word(text: str, word: str) -> bool:
+    """Whether `word` (word characters only) occurs in `text` with no word character either side. A term
+    holding another character (a combining mark left by lower(): "İ" gives "i̇") is no `\\w+` token of any text:
+    `_words_in` leaves it out."""
+    at = text.find(word)
+    while at >= 0:
+        end = at + len(word)
+        if (at == 0 or not _is_word_char(text[at - 1])) and (end == len(text) or not _is_word_char(text[end])):
+            return True
+        at = text.find(word, at + 1)
+    return False
+
+
+def _is_word_char(ch: str) -> bool:
+    """What `\\w` matches in a str pattern: alphanumeric (`str.isalnum`) or the underscore."""
+    return ch.isalnum() or ch == "_"
 
 
 def scores(model: Calibrator, inp: Inputs) -> list[float]:
@@ -358,7 +379,7 @@ def past_identifier(inp: Inputs) -> np.ndarray:
     lacking = np.zeros(len(inp.texts), dtype=bool)
     if not named:
         return lacking
-    holds = [bool(named & set(_WORD.findall(text.lower()))) for text in inp.texts]
+    holds = [bool(_words_in(named, text.lower())) for text in inp.texts]
     last = max((i for i, h in enumerate(holds[:HEAD]) if h), default=None)
     if last is None:
         return lacking

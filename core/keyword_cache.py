@@ -105,6 +105,15 @@ class KeywordCaches:
             found = found[np.isin(ids[found], np.fromiter(allowed(), dtype=np.int64))]
         return _best(ids, found, -scores[found], limit)
 
+    def counts(self, path: str, tag: Hashable, phrases: Sequence[str]) -> list[int | None]:
+        """How many rows each phrase matches, from its cached scores in the index at `path` as `tag` describes it
+        (None: not cached): what FTS5's `count(*) ... MATCH phrase` answers, with no FTS5 query."""
+        with self._lock:
+            index = self._indexes.get(path)
+            if index is None or index.tag != tag:
+                return [None] * len(phrases)
+            return [len(found.rows) if (found := index.phrases.get(p)) is not None else None for p in phrases]
+
     def _index(self, path: str, tag: Hashable, chunk_ids: Callable[[], np.ndarray]) -> _Index:
         """The cache of `path` as `tag` describes it; a changed tag reads the chunk ids (outside the lock) and
         replaces it, unless another thread did so meanwhile."""

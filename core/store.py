@@ -551,6 +551,14 @@ class Store:
         )
         return self.fts_search(match, limit, paths) if found is None else found
 
+    def phrase_counts(self, phrases: list[str]) -> list[int]:
+        """How many chunks each FTS5 phrase matches (core.calibration's document frequency of a query term): the
+        rows of the keyword leg's cached scores of that phrase when a large index has them (the same search
+        just read them), else an FTS5 count (0.5 ms for a common term at 10,000 chunks)."""
+        cached = KEYWORD_CACHES.counts(str(self.path), (self._inode, self.get_meta("vectors_version")), phrases)
+        sql = "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?"
+        return [int(self.conn.execute(sql, (p,)).fetchone()[0]) if n is None else n for p, n in zip(phrases, cached)]
+
     def _vectors_changed(self) -> None:
         """Bump the counter that tells in-memory copies of this index (core.vector_matrix, core.keyword_cache,
         core.chunk_cache) to reload. A new file's counter starts at a random number: a rebuild's file can get

@@ -7,6 +7,8 @@ asked in other words than its notes'."""
 from __future__ import annotations
 
 import json
+import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -321,3 +323,25 @@ def test_row_weights_set_the_prior() -> None:
     weight = np.where(y > 0, 0.85 / 0.2, 0.15 / 0.8)
     weighted = calibration.fit(x, y, ("q_cover",), weight=weight).predict(x[:1])[0]
     assert plain == pytest.approx(0.2, abs=1e-3) and weighted == pytest.approx(0.85, abs=1e-3)
+
+
+def test_words_held_are_the_texts_word_tokens() -> None:
+    """`_words_in` scans for the terms alone; it must answer what splitting the text into `\\w+` words answers,
+    at word edges (`_`, digits, punctuation, a prefix of a longer word) and outside ASCII."""
+    terms = ("i̇stanbul", "run", "foo", "foo_bar", "café", "東京", "r2d2", "x", "_x_", "a", "b", "runn", "ssl")
+    texts = [
+        "İstanbul trip: foo_bar, running and xrun; café caféx 東京で会議 r2d2 _x_ a-b",
+        "RUN. Run! (run) i̇stanbul ERR_SSL_PROTOCOL err ssl",
+        "",
+    ]
+    for text in texts:
+        low = text.lower()
+        assert calibration._words_in(terms, low) == set(terms) & set(re.findall(r"\w+", low))
+    assert calibration._words_in(terms, texts[1].lower()) == {"run", "ssl"}
+    assert calibration._words_in((), "run") == set()
+    rng = random.Random(3)  # and short random texts of word and other characters, a combining mark among them
+    alphabet = list("ab_1 .-éİ東") + ["\u0307"]
+    for _ in range(3000):
+        low = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16))).lower()
+        some = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3))).lower() for _ in range(4)}
+        assert calibration._words_in(some, low) == some & set(re.findall(r"\w+", low)), (low, some)

@@ -111,6 +111,25 @@ def test_cached_phrases_rank_as_fts5_bm25(store: Store, large, limit: int) -> No
     assert matched >= len(QUERIES) - 3  # the queries do reach the rows (a few match nothing under trigram)
 
 
+def test_phrase_counts_are_fts5_counts_cached_or_not(store: Store, large) -> None:
+    """Calibration's document frequencies: from the phrases a keyword search cached (no FTS5 query), and from
+    FTS5 for the others and for a cache of another state of the index, always FTS5's count."""
+
+    def fts_count(phrase: str) -> int:
+        return store.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (phrase,)).fetchone()[0]
+
+    tag = (store._inode, store.get_meta("vectors_version"))
+    for query in QUERIES:
+        phrases = fts_phrases(query)
+        expected = [fts_count(p) for p in phrases]
+        assert store.phrase_counts(phrases) == expected
+        store.keyword_search(phrases, 10)
+        assert KEYWORD_CACHES.counts(str(store.path), tag, phrases) == expected  # read from the cached rows
+        assert store.phrase_counts(phrases) == expected
+    assert KEYWORD_CACHES.counts(str(store.path), (*tag, "stale"), ['"deploy"']) == [None]
+    assert sum(fts_count(p) for q in QUERIES for p in fts_phrases(q)) > 100  # the phrases do match rows
+
+
 def test_a_filtered_search_still_gets_limit_candidates(store: Store, large) -> None:
     phrases = fts_phrases("deploy running tea")
     paths = [f"memory/{i:04d}.md" for i in range(0, 600, 3)]

@@ -180,8 +180,14 @@ def line_maxsim_many(query_tokens: np.ndarray, signs: np.ndarray, lines: list[np
     if not len(signs):
         return out
     # Every document's lines on one axis, WINDOW_LINES - 1 empty columns after each so no window crosses.
-    offsets = np.cumsum([0] + [int(ln.max()) + WINDOW_LINES if len(ln) else 0 for ln in lines])
-    keys = np.concatenate([ln + off for ln, off in zip(lines, offsets[:-1])])
+    # Array-wide, as `segment` below: numpy calls per document cost 0.5 ms a search of ~80 candidates.
+    counts = np.array([len(ln) for ln in lines])
+    flat = np.concatenate(lines).astype(np.int64, copy=False)
+    spans = np.zeros(len(lines), dtype=np.int64)
+    filled = counts > 0
+    spans[filled] = np.maximum.reduceat(flat, (np.cumsum(counts) - counts)[filled]) + WINDOW_LINES
+    offsets = np.r_[0, np.cumsum(spans)]
+    keys = flat + np.repeat(offsets[:-1], counts)
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
     sim = products(query_tokens, signs[order])  # token rows in (document, line) order
@@ -197,7 +203,7 @@ def line_maxsim_many(query_tokens: np.ndarray, signs: np.ndarray, lines: list[np
     bounds = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
     docs = owner[bounds]
     best = np.maximum.reduceat(line_mean, bounds)
-    segment = np.cumsum(np.isin(np.arange(len(present)), bounds)) - 1  # each line's position in `docs`
+    segment = np.cumsum(np.bincount(bounds, minlength=len(present))) - 1  # each line's position in `docs`
     top = np.flatnonzero(line_mean == best[segment])
     first = top[np.r_[True, segment[top][1:] != segment[top][:-1]]]  # one best line per document
     rest = line_mean.copy()

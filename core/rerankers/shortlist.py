@@ -123,22 +123,21 @@ def line_signals(
     The same pass gives each candidate's MaxSim, put in `scores`: a rerank_shortlist after it unpacks nothing."""
     from .maxsim import LINE_SIGNALS, MaxSimReranker
 
-    out = np.zeros((len(pool), len(LINE_SIGNALS)))
     if not isinstance(reranker, MaxSimReranker):
-        return out
+        return np.zeros((len(pool), len(LINE_SIGNALS)))
     hashes = [rows[c.id].hash for c in pool]
     known = cache.get(reranker.fingerprint, query, hashes)
     todo = [c for c, h in zip(pool, hashes) if h not in known]
     if todo:
         stored = store.tokens_for((c.id for c in todo), reranker.fingerprint)
         fresh = reranker.line_scores(query, [stored.get(c.id) for c in todo], [rows[c.id].text for c in todo])
-        scores.put(reranker.fingerprint, query, {rows[c.id].hash: float(v[0]) for c, v in zip(todo, fresh)})
-        new = {rows[c.id].hash: tuple(map(float, v[1:])) for c, v in zip(todo, fresh)}
+        # As Python floats in one call: a numpy scalar per value cost 0.2 ms a search of ~80 candidates.
+        found = [(rows[c.id].hash, v) for c, v in zip(todo, fresh.tolist())]
+        scores.put(reranker.fingerprint, query, {h: v[0] for h, v in found})
+        new = {h: tuple(v[1:]) for h, v in found}
         cache.put(reranker.fingerprint, query, new)  # type: ignore[arg-type]
         known.update(new)  # type: ignore[arg-type]
-    for i, h in enumerate(hashes):
-        out[i] = known[h]
-    return out
+    return np.array([known[h] for h in hashes], dtype=np.float64).reshape(len(pool), len(LINE_SIGNALS))
 
 
 def _reason(exc: Exception) -> str:
