@@ -391,13 +391,14 @@ def features(
     put("date_affinity", [dates.affinity(ranking.note_date(rows[c.id].path), period) for c in cands])
 
     chunks = [_parse(rows[c.id].text) for c in cands]
-    qterms = _terms(query)
-    idf = _idf(qterms, chunks)
+    # Sorted: the idf sums then add up in one order in every process (a set's order follows the hash seed,
+    # and moved a score's sixth decimal between the CLI and a server now and then).
+    terms = sorted(_terms(query))
+    idf = _idf(terms, chunks)
     total = sum(idf.values()) or 1.0
     named = _named(query)
     # A line's query terms as a bit mask over `terms`; a mask's weight (its terms' idf over the total) is
     # computed once per question, whatever the chunks and lines it comes back in.
-    terms = list(qterms)
     weight = _Weights([idf[t] for t in terms], total)
     speaks: dict[str, bool] = {}  # speaker -> whether the question names them
     signals = []  # per chunk, the LINE_FEATURES
@@ -553,7 +554,7 @@ def _line_words(low: str) -> list[list[str]]:
 _ASCII_WORDS = bytes(c if chr(c).isalnum() and c < 128 or chr(c) in "_\n" else 32 for c in range(256))
 
 
-def _idf(qterms: set[str], chunks: list[_Chunk]) -> dict[str, float]:
+def _idf(qterms: list[str], chunks: list[_Chunk]) -> dict[str, float]:
     """Inverse document frequency of the query's terms over the candidate chunks: rare terms weigh more."""
     n = len(chunks)
     return {t: math.log((n + 1) / (sum(t in chunk.where for chunk in chunks) + 0.5)) for t in qterms}

@@ -1,7 +1,10 @@
 """The learned ranker's features on hand-built chunks, and its numpy logistic regression."""
 
+import os
 import random
 import string
+import subprocess
+import sys
 from datetime import date
 
 import numpy as np
@@ -230,3 +233,36 @@ def test_words_of_ascii_lines_are_the_regex_words():
     for text in texts:
         low = text.lower()
         assert learned._line_words(low) == [learned._WORD.findall(line) for line in low.split("\n")]
+
+
+_FEATURES_OF_A_WIDE_POOL = """
+import hashlib, sys
+from datetime import date
+from core import learned
+from core.ranking import Candidate
+from core.store import ChunkRow
+words = "heron quorum relay pump bay sunrise puppy oscar beach proposal friday staging proxy".split()
+rows, cands = {}, []
+for i in range(1, 14):  # each word in a different number of chunks: every idf differs
+    text = " ".join(w for k, w in enumerate(words) if i % (k + 2) == 0) + f" line{i}\\nmore {words[i % 13]}"
+    rows[i] = ChunkRow(i, f"memory/2023-08-{i:02d}.md", "memory", 1, 2, text, f"h{i}")
+    cands.append(Candidate(i, bm25=float(i), vector=0.5, score=1 / i, rerank=0.3, fused=1 / i))
+x = learned.features(" ".join(words), cands, rows, date(2026, 12, 1))
+print(hashlib.sha256(x.tobytes()).hexdigest())
+"""
+
+
+def test_feature_rows_are_the_same_in_every_process() -> None:
+    """The idf sums used to follow a set's order, which Python's hash seed changes from process to process: a
+    CLI search and a server's could differ in a score's last decimal."""
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", _FEATURES_OF_A_WIDE_POOL],
+            env=os.environ | {"PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(8)
+    }
+    assert len(digests) == 1, digests
