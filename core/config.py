@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -428,6 +429,11 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
         key = _ENV_KEYS.get(_env_key(rest))
         if key is not None:
             found[key] = (value, name)
+        elif rest.lower().startswith("agents_"):  # agents.<id>.workspace, as MEMSIFT_AGENTS_<ID>_WORKSPACE
+            agent = re.fullmatch(r"agents_(\w+)_workspace", rest, re.IGNORECASE)
+            if agent is None or not _valid_agent(agent[1]):
+                raise ConfigError(f"{name}: no such configuration key (MEMSIFT_AGENTS_<ID>_WORKSPACE)")
+            found[f"agents.{agent[1].lower()}.workspace"] = (value, name)
         elif rest.split("_")[0].lower() in _SECTIONS:
             raise ConfigError(f"{name}: no such configuration key")
     return found
@@ -473,6 +479,9 @@ def load_config(
         except OSError as exc:
             raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}") from None
     from_env = _env_overrides(env)
+    # An agent the file names is overridden whatever the case of its id (MEMSIFT_AGENTS_WORK_WORKSPACE, [agents.Work]).
+    spelled = {key.lower(): key for key in raw if key.startswith("agents.")}
+    from_env = {spelled.get(key.lower(), key): given for key, given in from_env.items()}
     raw.update({key: _Text(value) for key, (value, _) in from_env.items()})
     raw.update({key: _Text(v) if isinstance(v, str) else v for key, v in (overrides or {}).items()})
     # A value from the environment is validated under its variable's name: "MEMSIFT_SEARCH_MAXRESULTS
@@ -506,7 +515,7 @@ def load_config(
     elif agent != "main":
         if agent not in agents:
             raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
-        ws, named_by = agents[agent], f"agents.{agent}.workspace"
+        ws, named_by = agents[agent], labels.get(f"agents.{agent}.workspace", f"agents.{agent}.workspace")
     elif values["workspace"]:
         ws, named_by = _resolve(source, values["workspace"]), labels.get("workspace", "workspace")
     elif "main" in agents:

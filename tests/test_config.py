@@ -361,6 +361,24 @@ def test_agents_main_workspace_is_the_main_workspace(tmp_path: Path, workspace) 
         load_config(cfg, env={})
 
 
+def test_an_agent_from_the_environment(ws: Path, workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`agents.<id>.workspace` as MEMSIFT_AGENTS_<ID>_WORKSPACE, as every other key has its variable: the
+    variable was ignored in silence (`--agent work`: "unknown agent"), and a mistyped one is named."""
+    work = workspace({"MEMORY.md": "work\n"}, name="work-ws")
+    monkeypatch.chdir(ws)  # the main agent's folder; --workspace would name the chosen agent's
+    c = load_config(agent="work", env={"MEMSIFT_AGENTS_WORK_WORKSPACE": str(work)})
+    assert c.workspace == work.resolve() and set(c.agents) == {"work"}
+    write(ws / "memsift.toml", '[agents.Research]\nworkspace = "elsewhere"\n')  # the file's agent, overridden
+    env = {"MEMSIFT_AGENTS_RESEARCH_WORKSPACE": str(work), "MEMSIFT_AGENTS_MY_NOTES_WORKSPACE": str(work)}
+    c = load_config(agent="Research", env=env)
+    assert c.workspace == work.resolve() and set(c.agents) == {"Research", "my_notes"}
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_AGENTS_WORK_WORKSPACE \(agents\.work\.workspace\): .*gone"):
+        load_config(agent="work", env={"MEMSIFT_AGENTS_WORK_WORKSPACE": str(ws / "gone")})
+    for name in ("MEMSIFT_AGENTS_WORK", "MEMSIFT_AGENTS_WORK_FOLDER", "MEMSIFT_AGENTS__WORKSPACE"):
+        with pytest.raises(ConfigError, match=f"^{name}: no such configuration key"):
+            load_config(workspace=ws, env={name: str(work)})
+
+
 def test_agent_workspace_found_through_the_current_folder(workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
     other = workspace({"memory/a.md": "x\n"}, name="other")
