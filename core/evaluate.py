@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, load_config
-from .errors import QueryFileError
+from .errors import QueryFileError, SearchError
 from .learned import model_for
 from .memory import MemoryIndex
-from .search import Hit
+from .search import Hit, check_request
 
 METRICS = ("R@5", "R@10", "MRR@10", "nDCG@10")
 
@@ -32,9 +32,13 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
     file and line, not a traceback halfway, nor metrics of 0 over a workspace that is not there."""
     path = Path(path)
     if not path.is_file():
-        raise QueryFileError(f"{path}: no such query file")
+        raise QueryFileError(f"{path}: {'a folder, not a query file' if path.is_dir() else 'no such query file'}")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise QueryFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     queries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -53,6 +57,10 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
 def _query_problem(q: Any, base: Path) -> str | None:
     if not isinstance(q, dict) or not isinstance(q.get("query"), str) or not isinstance(q.get("relevant"), list):
         return "needs an object with 'query' (string) and 'relevant' (list)"
+    try:  # a blank query, found before any search rather than after every query above it
+        check_request(q["query"], None, None)
+    except SearchError as exc:
+        return str(exc)
     for r in q["relevant"]:
         path, line = (r.get("path"), r.get("line")) if isinstance(r, dict) else (None, None)
         if not isinstance(path, str) or type(line) is not int or line < 1:  # bool is an int; line 0 covers nothing
