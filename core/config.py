@@ -495,16 +495,17 @@ def load_config(
             parts = key.split(".")
             if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
                 raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
-            agents[parts[1]] = _resolve(source, _str(key, value))
+            agents[parts[1]] = _resolve(None if key in labels else source, _str(key, value))
             continue
         if key not in _SCHEMA:
             raise ConfigError(f"{key}: {_not_a_key(key)}")
         parsed = _SCHEMA[key][1](labels.get(key, key), value)
         values[key] = str(parsed) if isinstance(parsed, _Text) else parsed  # plain str on: msgspec encodes no subclass
 
+    top_source = None if "workspace" in labels else source  # MEMSIFT_WORKSPACE: relative to the current folder
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:
-        top = _resolve(source, values["workspace"])
+        top = _resolve(top_source, values["workspace"])
         if top.resolve() != agents["main"].resolve():
             raise ConfigError(f"agents.main.workspace: {agents['main']} differs from workspace: {top}; set one")
     if not _valid_agent(agent):
@@ -517,7 +518,7 @@ def load_config(
             raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
         ws, named_by = agents[agent], labels.get(f"agents.{agent}.workspace", f"agents.{agent}.workspace")
     elif values["workspace"]:
-        ws, named_by = _resolve(source, values["workspace"]), labels.get("workspace", "workspace")
+        ws, named_by = _resolve(top_source, values["workspace"]), labels.get("workspace", "workspace")
     elif "main" in agents:
         ws, named_by = agents["main"], "agents.main.workspace"
     else:
@@ -593,6 +594,8 @@ def _sessions(values: dict[str, Any], ws: Path, agent: str, env: Mapping[str, st
 
 
 def _resolve(source: Path | None, value: str) -> Path:
+    """A folder the file names is relative to the file; one an environment variable names (source None), as
+    a shell user means it, to the current folder."""
     path = Path(value).expanduser()
     if not path.is_absolute() and source is not None:
         path = source.parent / path

@@ -379,6 +379,21 @@ def test_an_agent_from_the_environment(ws: Path, workspace, monkeypatch: pytest.
             load_config(workspace=ws, env={name: str(work)})
 
 
+def test_a_relative_folder_in_the_environment_is_the_current_folders(
+    tmp_path: Path, workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cd ~/agent && MEMSIFT_WORKSPACE=. memsift --config ~/conf/memsift.toml ...` indexed ~/conf, the config
+    file's folder, as the file's own `workspace = "."` means; a variable is read where the shell is."""
+    here = workspace({"MEMORY.md": "here\n"}, name="here")
+    cfg = write(tmp_path / "conf" / "memsift.toml", '[agents.work]\nworkspace = "."\n')
+    monkeypatch.chdir(here)
+    assert load_config(cfg, env={"MEMSIFT_WORKSPACE": "."}).workspace == here.resolve()
+    assert load_config(cfg, agent="work", env={"MEMSIFT_AGENTS_WORK_WORKSPACE": "."}).workspace == here.resolve()
+    assert load_config(cfg, agent="work", env={}).workspace == cfg.parent.resolve()  # the file's: its folder
+    write(cfg, 'workspace = "."\n')
+    assert load_config(cfg, env={}).workspace == cfg.parent.resolve()
+
+
 def test_agent_workspace_found_through_the_current_folder(workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
     other = workspace({"memory/a.md": "x\n"}, name="other")
