@@ -226,7 +226,7 @@ def search(
         if pool and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
             best_cosine = max((c.vector for c in pool if c.vector is not None), default=0.0)
             abstained = (
-                f"the best hit's cosine was {best_cosine:.3f}, under the floor minScore {floor:g} "
+                f"the best hit's cosine was {_under(best_cosine, floor)}, under the floor minScore {floor:g} "
                 "(a hit found by meaning alone needs cosine >= minScore)"
             )
         kept = cands[:limit]
@@ -265,7 +265,15 @@ def _calibrate(
     kept = [c for c in ordered if c.score >= floor]
     if kept:
         return kept, None
-    return kept, f"the best hit scored {ordered[0].score:.3f}, under the floor minScore {floor:g}"
+    return kept, f"the best hit scored {_under(ordered[0].score, floor)}, under the floor minScore {floor:g}"
+
+
+def _under(value: float, floor: float) -> str:
+    """`value` with the digits that show it under `floor`: 0.99957 under minScore 1 read "scored 1.000"."""
+    for digits in (3, 6):
+        if float(text := f"{value:.{digits}f}") < floor:
+            return text
+    return repr(value)
 
 
 def learned_wanted(config: Config, requested: bool | None, embedder: Embedder | None) -> bool:
