@@ -73,8 +73,9 @@ def _query(text: str) -> str:
     return text
 
 
-def _path(text: str) -> str:
-    """An argparse type for get's PATH: a blank one is a usage error (exit 2), as a blank query is."""
+def _nonblank(text: str) -> str:
+    """An argparse type for get's PATH, --config and --workspace: a blank one is a usage error (exit 2), as a
+    blank query is. `--workspace "$AGENT_DIR"` with the variable unset indexed the current folder in silence."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be blank")
     return text
@@ -110,6 +111,7 @@ def _parser() -> _Parser:
     # level parsed.
     common.add_argument(
         "--config",
+        type=_nonblank,
         metavar="PATH",
         default=argparse.SUPPRESS,
         help="TOML config (default: $MEMSIFT_CONFIG, <workspace>/memsift.toml)",
@@ -117,6 +119,7 @@ def _parser() -> _Parser:
     common.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS, help="agent id (default: main)")
     common.add_argument(
         "--workspace",
+        type=_nonblank,
         metavar="DIR",
         default=argparse.SUPPRESS,
         help="the agent's workspace (default: config, else current folder)",
@@ -190,7 +193,7 @@ def _parser() -> _Parser:
     )
 
     get = sub.add_parser("get", parents=[common], help="print a line range of a memory file")
-    get.add_argument("path", type=_path, help="workspace-relative path of a memory file, as search prints it")
+    get.add_argument("path", type=_nonblank, help="workspace-relative path of a memory file, as search prints it")
     get.add_argument(
         "--from", dest="start", type=_bounded(int, 1), default=1, metavar="N", help="first line, 1-based (default: 1)"
     )
