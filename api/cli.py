@@ -81,6 +81,15 @@ def _nonblank(text: str) -> str:
     return text
 
 
+def _prefix(text: str) -> str:
+    """An argparse type for --path-prefix: one no hit can have (`/memory`, `../x`) is a usage error (exit 2)."""
+    try:
+        check_request("-", None, None, path_prefix=text)
+    except MemsiftError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("pathPrefix: ")) from None
+    return text
+
+
 def _when(text: str) -> str:
     """An argparse type for --after / --before: a bound that names no time is a usage error (exit 2), as a bad
     --max-results is; the window itself is built, with the same words, by the search."""
@@ -166,7 +175,10 @@ def _parser() -> _Parser:
         f"(default: search.mode, {default('search.mode')})",
     )
     search.add_argument(
-        "--path-prefix", metavar="P", help="only files under this workspace-relative prefix (default: all files)"
+        "--path-prefix",
+        type=_prefix,
+        metavar="P",
+        help="only files under this workspace-relative prefix (default: all files)",
     )
     when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m: months)"
     search.add_argument(

@@ -380,7 +380,7 @@ class MemoryIndex:
     def search(self, query: str, **options: Any) -> SearchResponse:
         """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
         embedder works: a provider that cannot start gives a keyword index and a degraded answer."""
-        check_request(query, *(options.get(k) for k in ("max_results", "min_score", "after", "before")))
+        check_request(query, *(options.get(k) for k in ("max_results", "min_score", "after", "before", "path_prefix")))
         if self.config.rerank.method == "learned":  # an unreadable model: one error before any indexing
             learned.model_for(self.config.rerank.rankerModel)
         partial = self._first_index()

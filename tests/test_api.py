@@ -115,6 +115,8 @@ def test_search_options_and_explain(client) -> None:
     doc = client.post("/v1/search", json={"query": "Dana deploy", "pathPrefix": "memory/", "minScore": 0}).json()
     assert doc["results"] and all(h["path"].startswith("memory/") for h in doc["results"])
 
+    problem(client.post("/v1/search", json={"query": "deploy", "pathPrefix": "/memory/"}), 400, "pathPrefix")
+
     doc = client.post("/v1/search", json={"query": "deploy", "rerank": True, "explain": True}).json()
     assert "degraded" not in doc and "rerank" in doc["results"][0]["scores"]
     doc = client.post("/v1/search", json={"query": "deploy", "rerank": False, "explain": True}).json()
