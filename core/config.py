@@ -112,6 +112,8 @@ def _str_list(key: str, v: Any) -> tuple[str, ...]:
         v = [s.strip() for s in v.split(",") if s.strip()]
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
+    if any(not s.strip() for s in v):  # extraPaths [""] indexed every .md of the workspace, README.md and all
+        raise ConfigError(f"{key}: an entry is blank, got {v!r}")
     return tuple(v)
 
 
@@ -495,7 +497,9 @@ def load_config(
             parts = key.split(".")
             if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
                 raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
-            agents[parts[1]] = _resolve(None if key in labels else source, _str(key, value))
+            if not _str(key, value).strip():  # it named the config file's folder
+                raise ConfigError(f"{key}: must not be blank")
+            agents[parts[1]] = _resolve(None if key in labels else source, value)
             continue
         if key not in _SCHEMA:
             raise ConfigError(f"{key}: {_not_a_key(key)}")

@@ -257,6 +257,9 @@ def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
         ("extraPaths = [1, 2]\n", "extraPaths"),
         ("workspace = 5\n", "workspace"),
         ("[agents.work]\nworkspace = 5\n", "agents.work.workspace"),
+        ('extraPaths = ["docs", ""]\n', "extraPaths"),  # "" added every .md of the workspace (README.md...)
+        ('exclude = [" "]\n', "exclude"),
+        ('[agents.work]\nworkspace = ""\n', "agents.work.workspace"),  # it named the config file's folder
     ],
 )
 def test_bad_toml_value_is_named(ws: Path, toml: str, key: str) -> None:
