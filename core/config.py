@@ -468,7 +468,10 @@ def load_config(
     folder. `overrides` are dotted keys set by code (tests, the eval command) after everything else.
     """
     env = os.environ if env is None else env
-    start = Path(workspace).expanduser() if workspace else Path.cwd()
+    # The folder whose memsift.toml is read: MEMSIFT_WORKSPACE's as --workspace's (it read the current folder's,
+    # so `MEMSIFT_WORKSPACE=~/agent memsift index` from elsewhere dropped the workspace's extraPaths).
+    given = workspace or env.get("MEMSIFT_WORKSPACE")
+    start = Path(given).expanduser() if given else Path.cwd()
     source = find_config_file(config_path, start, env)
     raw: dict[str, Any] = {}
     if source is not None:

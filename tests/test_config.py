@@ -397,6 +397,20 @@ def test_a_relative_folder_in_the_environment_is_the_current_folders(
     assert load_config(cfg, env={}).workspace == cfg.parent.resolve()
 
 
+def test_the_workspace_of_memsift_workspace_gives_the_config_file(
+    tmp_path: Path, workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC's `<workspace>/memsift.toml` for a workspace the environment names, as for --workspace: the current
+    folder's file was read, so `MEMSIFT_WORKSPACE=~/agent memsift index` run elsewhere rebuilt the index
+    without the workspace's extraPaths."""
+    agent = workspace({"MEMORY.md": "m\n", "docs/a.md": "a\n"}, name="agent")
+    write(agent / "memsift.toml", 'extraPaths = ["docs"]\n')
+    monkeypatch.chdir(tmp_path)
+    c = load_config(env={"MEMSIFT_WORKSPACE": str(agent)})
+    assert c.workspace == agent.resolve() and c.extra_paths == ("docs",)
+    assert c.source == agent / "memsift.toml"
+
+
 def test_agent_workspace_found_through_the_current_folder(workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
     other = workspace({"memory/a.md": "x\n"}, name="other")
