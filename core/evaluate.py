@@ -23,6 +23,7 @@ from .errors import QueryFileError, SearchError
 from .learned import model_for
 from .memory import MemoryIndex
 from .search import Hit, check_request
+from .sources import as_typed
 
 METRICS = ("R@5", "R@10", "MRR@10", "nDCG@10")
 
@@ -65,6 +66,8 @@ def _query_problem(q: Any, base: Path) -> str | None:
         path, line = (r.get("path"), r.get("line")) if isinstance(r, dict) else (None, None)
         if not isinstance(path, str) or type(line) is not int or line < 1:  # bool is an int; line 0 covers nothing
             return f"each 'relevant' entry needs 'path' (string) and 'line' (integer, 1-based), got {json.dumps(r)}"
+        if path.startswith(("/", "~")) or "\\" in path:  # no hit is named so: every metric was 0, in silence
+            return f"a 'relevant' path is workspace-relative with '/', as hits name it, got {path!r}"
     if q.get("workspace") is not None:
         ws = base / str(q["workspace"])
         if not ws.is_dir():
@@ -95,7 +98,7 @@ def _own_extra_paths(ws: Path) -> tuple[str, ...]:
 
 
 def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict[str, float]:
-    wanted = {(r["path"], int(r["line"])) for r in relevant}
+    wanted = {(as_typed(r["path"]), int(r["line"])) for r in relevant}  # `./memory/x.md` names memory/x.md
     covered: set[tuple[str, int]] = set()
     first = 0
     dcg = 0.0
