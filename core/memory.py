@@ -396,7 +396,7 @@ class MemoryIndex:
                 make_reranker=lambda: self.reranker(embedder),  # not self.embedder(): it may reopen `store`
                 **options,
             )
-            held = self._held_rebuild(embedder, response.degraded or "")
+            held = self._held_rebuild(store, embedder, response.degraded or "")
         if held:
             response.degraded = f"{response.degraded}; {held}" if response.degraded else held
         if partial:
@@ -404,13 +404,14 @@ class MemoryIndex:
             response.partial = True
         return response
 
-    def _held_rebuild(self, embedder: Embedder | None, said: str) -> str | None:
+    def _held_rebuild(self, store: Store, embedder: Embedder | None, said: str) -> str | None:
         """Why the answer comes from an index the configuration no longer describes (SPEC section 1: on a hosted
         provider the rebuild waits for a forced run, "search degrades meanwhile and says so"). A new model's
         search is keyword-only and `said` names the rebuild already; a new chunking or extraPaths keeps the
-        old vectors usable, so the search ran as before and said nothing."""
-        held = self.store.get_meta(REBUILD_HELD)
-        if not held or self.store.identity() == index_identity(self.config, embedder):
+        old vectors usable, so the search ran as before and said nothing. `store` is the search's snapshot:
+        `self.store` would reopen a file a rebuild swapped in, closing the connection the snapshot holds."""
+        held = store.get_meta(REBUILD_HELD)
+        if not held or store.identity() == index_identity(self.config, embedder):
             return None  # none recorded, or the configuration went back to the index's
         record = json.loads(held)
         if record["reason"] in said:
