@@ -73,10 +73,20 @@ def _query(text: str) -> str:
     return text
 
 
-def _path(text: str) -> str:
-    """An argparse type for get's PATH: a blank one is a usage error (exit 2), as a blank query is."""
+def _nonblank(text: str) -> str:
+    """An argparse type for get's PATH, --config and --workspace: a blank one is a usage error (exit 2), as a
+    blank query is. `--workspace "$AGENT_DIR"` with the variable unset indexed the current folder in silence."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be blank")
+    return text
+
+
+def _prefix(text: str) -> str:
+    """An argparse type for --path-prefix: one no hit can have (`/memory`, `../x`) is a usage error (exit 2)."""
+    try:
+        check_request("-", None, None, path_prefix=text)
+    except MemsiftError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("pathPrefix: ")) from None
     return text
 
 
@@ -110,6 +120,7 @@ def _parser() -> _Parser:
     # level parsed.
     common.add_argument(
         "--config",
+        type=_nonblank,
         metavar="PATH",
         default=argparse.SUPPRESS,
         help="TOML config (default: $MEMSIFT_CONFIG, <workspace>/memsift.toml)",
@@ -117,6 +128,7 @@ def _parser() -> _Parser:
     common.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS, help="agent id (default: main)")
     common.add_argument(
         "--workspace",
+        type=_nonblank,
         metavar="DIR",
         default=argparse.SUPPRESS,
         help="the agent's workspace (default: config, else current folder)",
@@ -163,7 +175,10 @@ def _parser() -> _Parser:
         f"(default: search.mode, {default('search.mode')})",
     )
     search.add_argument(
-        "--path-prefix", metavar="P", help="only files under this workspace-relative prefix (default: all files)"
+        "--path-prefix",
+        type=_prefix,
+        metavar="P",
+        help="only files under this workspace-relative prefix (default: all files)",
     )
     when = "a date (YYYY-MM-DD), a date-time, today, yesterday, or a duration back from now (12h, 7d, 2w, 3m: months)"
     search.add_argument(
@@ -190,7 +205,7 @@ def _parser() -> _Parser:
     )
 
     get = sub.add_parser("get", parents=[common], help="print a line range of a memory file")
-    get.add_argument("path", type=_path, help="workspace-relative path of a memory file, as search prints it")
+    get.add_argument("path", type=_nonblank, help="workspace-relative path of a memory file, as search prints it")
     get.add_argument(
         "--from", dest="start", type=_bounded(int, 1), default=1, metavar="N", help="first line, 1-based (default: 1)"
     )

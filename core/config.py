@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -111,6 +112,8 @@ def _str_list(key: str, v: Any) -> tuple[str, ...]:
         v = [s.strip() for s in v.split(",") if s.strip()]
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
+    if any(not s.strip() for s in v):  # extraPaths [""] indexed every .md of the workspace, README.md and all
+        raise ConfigError(f"{key}: an entry is blank, got {v!r}")
     return tuple(v)
 
 
@@ -428,6 +431,11 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
         key = _ENV_KEYS.get(_env_key(rest))
         if key is not None:
             found[key] = (value, name)
+        elif rest.lower().startswith("agents_"):  # agents.<id>.workspace, as MEMSIFT_AGENTS_<ID>_WORKSPACE
+            agent = re.fullmatch(r"agents_(\w+)_workspace", rest, re.IGNORECASE)
+            if agent is None or not _valid_agent(agent[1]):
+                raise ConfigError(f"{name}: no such configuration key (MEMSIFT_AGENTS_<ID>_WORKSPACE)")
+            found[f"agents.{agent[1].lower()}.workspace"] = (value, name)
         elif rest.split("_")[0].lower() in _SECTIONS:
             raise ConfigError(f"{name}: no such configuration key")
     return found
@@ -460,7 +468,10 @@ def load_config(
     folder. `overrides` are dotted keys set by code (tests, the eval command) after everything else.
     """
     env = os.environ if env is None else env
-    start = Path(workspace).expanduser() if workspace else Path.cwd()
+    # The folder whose memsift.toml is read: MEMSIFT_WORKSPACE's as --workspace's (it read the current folder's,
+    # so `MEMSIFT_WORKSPACE=~/agent memsift index` from elsewhere dropped the workspace's extraPaths).
+    given = workspace or env.get("MEMSIFT_WORKSPACE")
+    start = Path(given).expanduser() if given else Path.cwd()
     source = find_config_file(config_path, start, env)
     raw: dict[str, Any] = {}
     if source is not None:
@@ -473,6 +484,9 @@ def load_config(
         except OSError as exc:
             raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}") from None
     from_env = _env_overrides(env)
+    # An agent the file names is overridden whatever the case of its id (MEMSIFT_AGENTS_WORK_WORKSPACE, [agents.Work]).
+    spelled = {key.lower(): key for key in raw if key.startswith("agents.")}
+    from_env = {spelled.get(key.lower(), key): given for key, given in from_env.items()}
     raw.update({key: _Text(value) for key, (value, _) in from_env.items()})
     raw.update({key: _Text(v) if isinstance(v, str) else v for key, v in (overrides or {}).items()})
     # A value from the environment is validated under its variable's name: "MEMSIFT_SEARCH_MAXRESULTS
@@ -486,16 +500,19 @@ def load_config(
             parts = key.split(".")
             if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
                 raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
-            agents[parts[1]] = _resolve(source, _str(key, value))
+            if not _str(key, value).strip():  # it named the config file's folder
+                raise ConfigError(f"{key}: must not be blank")
+            agents[parts[1]] = _resolve(None if key in labels else source, value)
             continue
         if key not in _SCHEMA:
             raise ConfigError(f"{key}: {_not_a_key(key)}")
         parsed = _SCHEMA[key][1](labels.get(key, key), value)
         values[key] = str(parsed) if isinstance(parsed, _Text) else parsed  # plain str on: msgspec encodes no subclass
 
+    top_source = None if "workspace" in labels else source  # MEMSIFT_WORKSPACE: relative to the current folder
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:
-        top = _resolve(source, values["workspace"])
+        top = _resolve(top_source, values["workspace"])
         if top.resolve() != agents["main"].resolve():
             raise ConfigError(f"agents.main.workspace: {agents['main']} differs from workspace: {top}; set one")
     if not _valid_agent(agent):
@@ -506,9 +523,9 @@ def load_config(
     elif agent != "main":
         if agent not in agents:
             raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
-        ws, named_by = agents[agent], f"agents.{agent}.workspace"
+        ws, named_by = agents[agent], labels.get(f"agents.{agent}.workspace", f"agents.{agent}.workspace")
     elif values["workspace"]:
-        ws, named_by = _resolve(source, values["workspace"]), labels.get("workspace", "workspace")
+        ws, named_by = _resolve(top_source, values["workspace"]), labels.get("workspace", "workspace")
     elif "main" in agents:
         ws, named_by = agents["main"], "agents.main.workspace"
     else:
@@ -584,6 +601,8 @@ def _sessions(values: dict[str, Any], ws: Path, agent: str, env: Mapping[str, st
 
 
 def _resolve(source: Path | None, value: str) -> Path:
+    """A folder the file names is relative to the file; one an environment variable names (source None), as
+    a shell user means it, to the current folder."""
     path = Path(value).expanduser()
     if not path.is_absolute() and source is not None:
         path = source.parent / path

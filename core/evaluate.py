@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, load_config
-from .errors import QueryFileError
+from .errors import QueryFileError, SearchError
 from .learned import model_for
 from .memory import MemoryIndex
-from .search import Hit
+from .search import Hit, check_request
+from .sources import as_typed
 
 METRICS = ("R@5", "R@10", "MRR@10", "nDCG@10")
 
@@ -32,9 +33,13 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
     file and line, not a traceback halfway, nor metrics of 0 over a workspace that is not there."""
     path = Path(path)
     if not path.is_file():
-        raise QueryFileError(f"{path}: no such query file")
+        raise QueryFileError(f"{path}: {'a folder, not a query file' if path.is_dir() else 'no such query file'}")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise QueryFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     queries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -53,10 +58,16 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
 def _query_problem(q: Any, base: Path) -> str | None:
     if not isinstance(q, dict) or not isinstance(q.get("query"), str) or not isinstance(q.get("relevant"), list):
         return "needs an object with 'query' (string) and 'relevant' (list)"
+    try:  # a blank query, found before any search rather than after every query above it
+        check_request(q["query"], None, None)
+    except SearchError as exc:
+        return str(exc)
     for r in q["relevant"]:
         path, line = (r.get("path"), r.get("line")) if isinstance(r, dict) else (None, None)
         if not isinstance(path, str) or type(line) is not int or line < 1:  # bool is an int; line 0 covers nothing
             return f"each 'relevant' entry needs 'path' (string) and 'line' (integer, 1-based), got {json.dumps(r)}"
+        if path.startswith(("/", "~")) or "\\" in path:  # no hit is named so: every metric was 0, in silence
+            return f"a 'relevant' path is workspace-relative with '/', as hits name it, got {path!r}"
     if q.get("workspace") is not None:
         ws = base / str(q["workspace"])
         if not ws.is_dir():
@@ -87,7 +98,7 @@ def _own_extra_paths(ws: Path) -> tuple[str, ...]:
 
 
 def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict[str, float]:
-    wanted = {(r["path"], int(r["line"])) for r in relevant}
+    wanted = {(as_typed(r["path"]), int(r["line"])) for r in relevant}  # `./memory/x.md` names memory/x.md
     covered: set[tuple[str, int]] = set()
     first = 0
     dcg = 0.0

@@ -380,7 +380,7 @@ class MemoryIndex:
     def search(self, query: str, **options: Any) -> SearchResponse:
         """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
         embedder works: a provider that cannot start gives a keyword index and a degraded answer."""
-        check_request(query, *(options.get(k) for k in ("max_results", "min_score", "after", "before")))
+        check_request(query, *(options.get(k) for k in ("max_results", "min_score", "after", "before", "path_prefix")))
         if self.config.rerank.method == "learned":  # an unreadable model: one error before any indexing
             learned.model_for(self.config.rerank.rankerModel)
         partial = self._first_index()
@@ -396,10 +396,27 @@ class MemoryIndex:
                 make_reranker=lambda: self.reranker(embedder),  # not self.embedder(): it may reopen `store`
                 **options,
             )
+            held = self._held_rebuild(store, embedder, response.degraded or "")
+        if held:
+            response.degraded = f"{response.degraded}; {held}" if response.degraded else held
         if partial:
             response.degraded = f"{partial}; {response.degraded}" if response.degraded else partial
             response.partial = True
         return response
+
+    def _held_rebuild(self, store: Store, embedder: Embedder | None, said: str) -> str | None:
+        """Why the answer comes from an index the configuration no longer describes (SPEC section 1: on a hosted
+        provider the rebuild waits for a forced run, "search degrades meanwhile and says so"). A new model's
+        search is keyword-only and `said` names the rebuild already; a new chunking or extraPaths keeps the
+        old vectors usable, so the search ran as before and said nothing. `store` is the search's snapshot:
+        `self.store` would reopen a file a rebuild swapped in, closing the connection the snapshot holds."""
+        held = store.get_meta(REBUILD_HELD)
+        if not held or store.identity() == index_identity(self.config, embedder):
+            return None  # none recorded, or the configuration went back to the index's
+        record = json.loads(held)
+        if record["reason"] in said:
+            return None
+        return f"{record['reason']}, which would embed: {record['summary']}; the answers come from the index as it was"
 
     def _first_index(self) -> str | None:
         """SPEC section 5: a search of an agent never indexed syncs it first, and so does one whose first index

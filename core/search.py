@@ -121,7 +121,7 @@ def search(
     clock = StageClock()
     threads.limit_blas()  # once per process; a pool of BLAS threads is what gave searches their tail
     s = config.search
-    check_request(query, max_results, min_score, after, before)
+    check_request(query, max_results, min_score, after, before, path_prefix)
     now = time.time() if now is None else now
     mode = mode or s.mode
     if mode not in MODES:
@@ -226,7 +226,7 @@ def search(
         if pool and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
             best_cosine = max((c.vector for c in pool if c.vector is not None), default=0.0)
             abstained = (
-                f"the best hit's cosine was {best_cosine:.3f}, under the floor minScore {floor:g} "
+                f"the best hit's cosine was {_under(best_cosine, floor)}, under the floor minScore {floor:g} "
                 "(a hit found by meaning alone needs cosine >= minScore)"
             )
         kept = cands[:limit]
@@ -265,7 +265,15 @@ def _calibrate(
     kept = [c for c in ordered if c.score >= floor]
     if kept:
         return kept, None
-    return kept, f"the best hit scored {ordered[0].score:.3f}, under the floor minScore {floor:g}"
+    return kept, f"the best hit scored {_under(ordered[0].score, floor)}, under the floor minScore {floor:g}"
+
+
+def _under(value: float, floor: float) -> str:
+    """`value` with the digits that show it under `floor`: 0.99957 under minScore 1 read "scored 1.000"."""
+    for digits in (3, 6):
+        if float(text := f"{value:.{digits}f}") < floor:
+            return text
+    return repr(value)
 
 
 def learned_wanted(config: Config, requested: bool | None, embedder: Embedder | None) -> bool:
@@ -318,6 +326,7 @@ def check_request(
     min_score: float | None,
     after: str | None = None,
     before: str | None = None,
+    path_prefix: str | None = None,
 ) -> None:
     # Blank: nothing a reader could see, so control and format characters alone ("\x00", a zero-width space)
     # count as blank too; they searched before, for hits with no relation to anything.
@@ -328,6 +337,11 @@ def check_request(
     if min_score is not None and not 0.0 <= min_score <= 1.0:
         raise SearchError(f"minScore: {min_score} is out of range [0, 1]")
     timefilter.window(after, before, now=time.time())
+    # No indexed path starts with `/` or `~` or climbs with `..`: such a prefix answered "No matches." in silence.
+    if path_prefix and (path_prefix.startswith(("/", "~")) or ".." in path_prefix.split("/")):
+        raise SearchError(
+            f"pathPrefix: {path_prefix!r} is not workspace-relative; give it as hits name paths (memory/)"
+        )
 
 
 def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:

@@ -39,6 +39,7 @@ from api.cli import main
 from api.schemas import MAX_LINES, MAX_QUERY_BYTES
 from core import MemoryIndex, load_config
 from core.config import Config
+from core.indexer import SyncReport
 
 NOTES = SAMPLE | {"notes.txt": "not a memory file\n"}
 PROBLEM_KEYS = {"type", "title", "status", "detail"}
@@ -113,6 +114,8 @@ def test_search_options_and_explain(client) -> None:
 
     doc = client.post("/v1/search", json={"query": "Dana deploy", "pathPrefix": "memory/", "minScore": 0}).json()
     assert doc["results"] and all(h["path"].startswith("memory/") for h in doc["results"])
+
+    problem(client.post("/v1/search", json={"query": "deploy", "pathPrefix": "/memory/"}), 400, "pathPrefix")
 
     doc = client.post("/v1/search", json={"query": "deploy", "rerank": True, "explain": True}).json()
     assert "degraded" not in doc and "rerank" in doc["results"][0]["scores"]
@@ -497,6 +500,7 @@ def test_index_goes_through_a_served_deployment(ws: Path, make_config) -> None:
 
     from flows.sync import sync_flow
 
+    (ws / "memory" / "back\\slash.md").write_text("a file name search could not hand to get: skipped\n")
     deployment_id = sync_flow.to_deployment(name="main").apply()
     try:
         with serving(make_config(ws)) as client, get_client(sync_client=True) as prefect:
@@ -512,6 +516,10 @@ def test_index_goes_through_a_served_deployment(ws: Path, make_config) -> None:
             done = client.get(f"/v1/index/{run['runId']}").json()
             assert done["state"] == "COMPLETED", done
             assert done["summary"]["rebuilt"] is True and done["summary"]["added"] == 3  # from the run's artifact
+            # The shape of an in-process run's summary: it was flat ("plan.chunks": 3) and had no `warnings`.
+            assert set(done["summary"]) == set(SyncReport().to_dict()), done
+            assert done["summary"]["plan"]["chunks"] == 3
+            assert len(done["summary"]["warnings"]) == 1 and "slash.md" in done["summary"]["warnings"][0]
     finally:
         with get_client(sync_client=True) as prefect:
             prefect.delete_deployment(deployment_id)

@@ -480,6 +480,10 @@ def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: 
         ("get", ""),  # a blank path, as a blank query (it was exit 1)
         ("get", " "),
         ("status", "--frobnicate"),
+        ("index", "--workspace", ""),  # `--workspace "$AGENT_DIR"`, unset: it indexed the current folder
+        ("--workspace", " ", "search", "x"),
+        ("--config", "", "status"),  # ignored in silence: the workspace's memsift.toml was read instead
+        ("search", "x", "--path-prefix", "/memory"),  # no hit's path starts so: "No matches." in silence
     ],
 )
 def test_usage_errors_exit_2(capsys, ws: Path, memsift_home: Path, argv) -> None:

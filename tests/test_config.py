@@ -257,6 +257,9 @@ def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
         ("extraPaths = [1, 2]\n", "extraPaths"),
         ("workspace = 5\n", "workspace"),
         ("[agents.work]\nworkspace = 5\n", "agents.work.workspace"),
+        ('extraPaths = ["docs", ""]\n', "extraPaths"),  # "" added every .md of the workspace (README.md...)
+        ('exclude = [" "]\n', "exclude"),
+        ('[agents.work]\nworkspace = ""\n', "agents.work.workspace"),  # it named the config file's folder
     ],
 )
 def test_bad_toml_value_is_named(ws: Path, toml: str, key: str) -> None:
@@ -359,6 +362,53 @@ def test_agents_main_workspace_is_the_main_workspace(tmp_path: Path, workspace) 
     write(cfg, f'workspace = "{tmp_path}"\n[agents.main]\nworkspace = "{main_ws}"\n')
     with pytest.raises(ConfigError, match=r"^agents\.main\.workspace: .* differs from workspace: "):
         load_config(cfg, env={})
+
+
+def test_an_agent_from_the_environment(ws: Path, workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`agents.<id>.workspace` as MEMSIFT_AGENTS_<ID>_WORKSPACE, as every other key has its variable: the
+    variable was ignored in silence (`--agent work`: "unknown agent"), and a mistyped one is named."""
+    work = workspace({"MEMORY.md": "work\n"}, name="work-ws")
+    monkeypatch.chdir(ws)  # the main agent's folder; --workspace would name the chosen agent's
+    c = load_config(agent="work", env={"MEMSIFT_AGENTS_WORK_WORKSPACE": str(work)})
+    assert c.workspace == work.resolve() and set(c.agents) == {"work"}
+    write(ws / "memsift.toml", '[agents.Research]\nworkspace = "elsewhere"\n')  # the file's agent, overridden
+    env = {"MEMSIFT_AGENTS_RESEARCH_WORKSPACE": str(work), "MEMSIFT_AGENTS_MY_NOTES_WORKSPACE": str(work)}
+    c = load_config(agent="Research", env=env)
+    assert c.workspace == work.resolve() and set(c.agents) == {"Research", "my_notes"}
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_AGENTS_WORK_WORKSPACE \(agents\.work\.workspace\): .*gone"):
+        load_config(agent="work", env={"MEMSIFT_AGENTS_WORK_WORKSPACE": str(ws / "gone")})
+    for name in ("MEMSIFT_AGENTS_WORK", "MEMSIFT_AGENTS_WORK_FOLDER", "MEMSIFT_AGENTS__WORKSPACE"):
+        with pytest.raises(ConfigError, match=f"^{name}: no such configuration key"):
+            load_config(workspace=ws, env={name: str(work)})
+
+
+def test_a_relative_folder_in_the_environment_is_the_current_folders(
+    tmp_path: Path, workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cd ~/agent && MEMSIFT_WORKSPACE=. memsift --config ~/conf/memsift.toml ...` indexed ~/conf, the config
+    file's folder, as the file's own `workspace = "."` means; a variable is read where the shell is."""
+    here = workspace({"MEMORY.md": "here\n"}, name="here")
+    cfg = write(tmp_path / "conf" / "memsift.toml", '[agents.work]\nworkspace = "."\n')
+    monkeypatch.chdir(here)
+    assert load_config(cfg, env={"MEMSIFT_WORKSPACE": "."}).workspace == here.resolve()
+    assert load_config(cfg, agent="work", env={"MEMSIFT_AGENTS_WORK_WORKSPACE": "."}).workspace == here.resolve()
+    assert load_config(cfg, agent="work", env={}).workspace == cfg.parent.resolve()  # the file's: its folder
+    write(cfg, 'workspace = "."\n')
+    assert load_config(cfg, env={}).workspace == cfg.parent.resolve()
+
+
+def test_the_workspace_of_memsift_workspace_gives_the_config_file(
+    tmp_path: Path, workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC's `<workspace>/memsift.toml` for a workspace the environment names, as for --workspace: the current
+    folder's file was read, so `MEMSIFT_WORKSPACE=~/agent memsift index` run elsewhere rebuilt the index
+    without the workspace's extraPaths."""
+    agent = workspace({"MEMORY.md": "m\n", "docs/a.md": "a\n"}, name="agent")
+    write(agent / "memsift.toml", 'extraPaths = ["docs"]\n')
+    monkeypatch.chdir(tmp_path)
+    c = load_config(env={"MEMSIFT_WORKSPACE": str(agent)})
+    assert c.workspace == agent.resolve() and c.extra_paths == ("docs",)
+    assert c.source == agent / "memsift.toml"
 
 
 def test_agent_workspace_found_through_the_current_folder(workspace, monkeypatch: pytest.MonkeyPatch) -> None:

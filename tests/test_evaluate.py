@@ -29,6 +29,15 @@ def test_metrics_on_a_hand_scored_ranking():
     assert got["nDCG@10"] == pytest.approx((1 / 1.5849625007211562 + 1 / 2.321928094887362) / ideal)
 
 
+def test_a_relevant_path_as_a_shell_completes_it_is_the_same_file():
+    """`./memory/a.md` (tab completion, as `get` and pathPrefix take it) covered nothing: every metric 0."""
+    hits = [_hit("memory/a.md", 1, 5)]
+    assert score_query(hits, [{"path": "./memory/a.md", "line": 3}], 10) == score_query(
+        hits, [{"path": "memory/a.md", "line": 3}], 10
+    )
+    assert score_query(hits, [{"path": "./memory/a.md", "line": 3}], 10)["R@10"] == 1.0
+
+
 @pytest.fixture
 def queries(workspace, tmp_path: Path) -> Path:
     ws = workspace(NOTES)
@@ -115,6 +124,10 @@ def test_a_query_file_saved_with_a_byte_order_mark_is_read(capsys, queries: Path
         ('{"query": "tea", "relevant": []}\n', "no query has a relevant line"),
         ('{"query": "tea", "relevant": [{"path": "MEMORY.md", "line": 0}]}\n', "q.jsonl:1"),
         ('{"query": "tea", "relevant": [{"path": "MEMORY.md", "line": true}]}\n', "q.jsonl:1"),
+        # a blank query: "query: must not be blank", naming no file, after every search above it
+        ('{"query": "tea", "relevant": []}\n{"query": " ", "relevant": []}\n', "q.jsonl:2: query: must not be blank"),
+        ('{"query": "\\u200b", "relevant": []}\n', "q.jsonl:1: query: must not be blank"),
+        ('{"query": "tea", "relevant": [{"path": "/ws/MEMORY.md", "line": 1}]}\n', "q.jsonl:1: a 'relevant' path"),
     ],
 )
 def test_eval_refuses_a_bad_query_file_in_one_line(capsys, tmp_path: Path, content: str | None, needle: str):
@@ -131,6 +144,19 @@ def test_eval_refuses_a_bad_query_file_in_one_line(capsys, tmp_path: Path, conte
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("memsift: error: ") and needle in err, err
     assert "q.jsonl" in err and "Error:" not in err, err
+
+
+@pytest.mark.parametrize(("make", "needle"), [("folder", "a folder, not a query file"), ("latin1", "not UTF-8")])
+def test_eval_names_a_query_file_it_cannot_read(capsys, tmp_path: Path, make: str, needle: str):
+    """A folder was "no such query file", and a file in Latin-1 "UnicodeDecodeError: 'utf-8' codec ..."."""
+    path = tmp_path / "q.jsonl"
+    if make == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes('{"query": "caf\u00e9", "relevant": []}\n'.encode("latin-1"))
+    assert main(["eval", str(path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"memsift: error: {path}: {needle}" or err.startswith(f"memsift: error: {path}: {needle} "), err
 
 
 def test_a_query_workspace_is_indexed_with_its_own_extra_paths(capsys, tmp_path: Path, workspace):

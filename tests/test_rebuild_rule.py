@@ -87,6 +87,33 @@ def test_a_new_hosted_model_waits_for_force_and_search_says_what_it_would_cost(
     assert "degraded" not in found
 
 
+def test_a_held_rebuild_of_new_extra_paths_is_said_by_every_search(capsys, workspace, provider: FakeProvider) -> None:
+    """A new chunking or extraPaths keeps the old vectors usable, so the search runs hybrid as before: it said
+    nothing of the held rebuild (only a new model's did), and a REST client never learnt that the notes of the
+    new extraPaths folder were not searched."""
+    ws = workspace({**NOTES, "decisions/adr-1.md": "# ADR 1\n- The zeppelin host moves to Frankfurt.\n"})
+    configure(ws, provider, "model-a")
+    cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    configure(ws, provider, "model-a")
+    decisions = 'extraPaths = ["decisions"]\n' + (ws / "memsift.toml").read_text()  # a top-level key: first
+    (ws / "memsift.toml").write_text(decisions)
+    assert "extraPaths" in cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")["rebuildHeld"]
+
+    found = cli_json(capsys, "--workspace", ws, "search", "zeppelin host", "--json")
+    assert found["mode"] == "hybrid" and found["results"]  # the old index, at full strength
+    assert "decisions/adr-1.md" not in {r["path"] for r in found["results"]}
+    assert "(extraPaths)" in found["degraded"] and "`memsift index --force`" in found["degraded"]
+    assert found["degraded"].endswith("the answers come from the index as it was")
+
+    (ws / "memsift.toml").write_text(decisions.replace("model-a", "model-b"))  # a new model: said once
+    cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    found = cli_json(capsys, "--workspace", ws, "search", "zeppelin host", "--json")
+    assert found["mode"] == "keyword" and found["degraded"].count("`memsift index --force`") == 1
+
+    configure(ws, provider, "model-a")  # back to what the index holds: nothing to say
+    assert "degraded" not in cli_json(capsys, "--workspace", ws, "search", "zeppelin host", "--json")
+
+
 def test_a_rebuild_the_caches_serve_whole_runs_on_its_own(capsys, workspace, provider: FakeProvider) -> None:
     ws = workspace(NOTES)
     configure(ws, provider, "model-a")

@@ -74,6 +74,17 @@ def test_a_floor_that_drops_every_hit_says_why_in_every_mode(index, mode):
     assert index.search(query, mode=mode, min_score=0).results  # the floor, not the search, removed them
 
 
+@pytest.mark.parametrize("query", ["ERR_SSL_PROTOCOL", "PR #17", "flat white", "Biscuit", "Lisbon"])
+def test_the_abstention_shows_the_best_score_under_the_floor(index, query):
+    """A floor just over the best hit's score: the reason read "the best hit scored 0.997, under the floor
+    minScore 0.997" (and "1.000 under minScore 1"), the score rounded to three places up to the floor."""
+    best = index.search(query, min_score=0).results[0].score
+    floor = round(best, 3) if round(best, 3) > best + 1e-6 else round(best, 3) + 0.001
+    reason = index.search(query, min_score=floor).abstained
+    shown = re.fullmatch(r"the best hit scored ([0-9.]+), under the floor minScore [0-9.]+", reason)
+    assert shown and float(shown[1]) < floor and abs(float(shown[1]) - best) < 1e-3, reason
+
+
 def test_keyword_hit_survives_the_floor(index):
     # BM25 is tiny in a small workspace; the floor on uncalibrated (keyword-mode) scores must not drop the only
     # keyword evidence. In hybrid search the calibrated default floor keeps it too.

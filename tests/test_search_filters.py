@@ -89,6 +89,10 @@ def test_durations_count_back_from_now(index):
         ({"after": "last tuesday"}, "^after: 'last tuesday' is not a date"),
         ({"before": "2026-02-30"}, "^before: '2026-02-30' is not a date"),
         ({"after": "2026-11-22", "before": "2026-11-21"}, "^after: '2026-11-22' is later than before: '2026-11-21'"),
+        # a prefix no hit can have: "No matches." in silence (`--path-prefix /memory`, `~/agent/memory`)
+        ({"path_prefix": "/memory"}, "^pathPrefix: '/memory' is not workspace-relative"),
+        ({"path_prefix": "~/agent/memory"}, "^pathPrefix: '~/agent/memory' is not workspace-relative"),
+        ({"path_prefix": "memory/../MEMORY"}, "^pathPrefix: 'memory/../MEMORY' is not workspace-relative"),
     ],
 )
 def test_bad_bounds_are_search_errors(index, options, message):
