@@ -141,9 +141,7 @@ class MemoryController(Controller):
         with agents.lease(agent) as index:
             doc = index.status(deep=deep)
         doc["rateLimit"] = rate_limit_status(index.config)  # as `memsift status --json` adds it
-        if agents.config_state is not None:
-            doc["config"] = agents.config_state
-        return msgspec.convert(doc, Status)
+        return msgspec.convert(doc, Status)  # SPEC: the document of `memsift status --json`, no more
 
     @post(
         "/index",

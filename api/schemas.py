@@ -271,7 +271,6 @@ class Status(msgspec.Struct):
     vectorsPending: VectorsPending | None = None
     rerank: RerankState | None = None
     sharedCache: SharedCacheState | None = None
-    config: ConfigState | UnsetType = UNSET  # from a server that follows its configuration (not the CLI)
 
 
 class IndexRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -382,7 +382,7 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
         wait_for(lambda: top()["score"] == 0.5, 60, "the new weights in the next search")
 
         (ws / "memsift.toml").write_text(weights + "[chunking\n")
-        error = wait_for(lambda: status()["config"]["error"], 60, "the error in status")
+        error = wait_for(lambda: httpx.get(f"{api}/readyz", timeout=60).json()["config"]["error"], 60, "the error")
         assert error.startswith(f"{ws / 'memsift.toml'}: not valid TOML")
         assert top()["score"] == 0.5  # the settings in force stay
         cli = subprocess.run(
@@ -405,7 +405,7 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
         assert answers and set(answers) == {200}
         after = top()
         assert after["endLine"] - after["startLine"] < first["endLine"] - first["startLine"]  # the new, smaller chunks
-        assert status()["config"]["error"] is None and not status()["dirty"]
+        assert httpx.get(f"{api}/readyz", timeout=60).json()["config"]["error"] is None and not status()["dirty"]
 
         agents = weights + "[chunking]\ntokens = 48\noverlap = 0\n"
         (ws / "memsift.toml").write_text(agents + f"[agents.second]\nworkspace = '{other}'\n")
