@@ -43,6 +43,11 @@ class _Parser(argparse.ArgumentParser):
             ("workspace", None),
         ):
             setattr(parsed, name, getattr(parsed, name, value))
+        if getattr(parsed, "after", None) and getattr(parsed, "before", None):
+            try:  # each bound is checked as it is parsed; a window they leave empty is as much a usage error
+                window(parsed.after, parsed.before)
+            except MemsiftError as exc:
+                self.error(str(exc))
         return parsed
 
 

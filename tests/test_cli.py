@@ -607,11 +607,13 @@ def test_a_time_filter_that_names_no_time_is_a_usage_error(
     assert err.startswith("usage: memsift search") and last.startswith("memsift: error: ") and needle in last, err
 
 
-def test_an_empty_time_window_is_a_one_line_error(capsys, ws: Path) -> None:
+def test_an_empty_time_window_is_a_usage_error(capsys, ws: Path) -> None:
+    """Bounds that leave no time between them exit 2, as a bound that names no time does (REST: 400 for both)."""
     code, out, err = run(
         capsys, "--workspace", ws, "search", "deploy", "--after", "2026-05-15", "--before", "2026-05-14"
     )
-    assert_one_line_error(code, out, err, "after: '2026-05-15' is later than before: '2026-05-14'")
+    assert (code, out) == (2, "")
+    assert err.endswith("memsift: error: after: '2026-05-15' is later than before: '2026-05-14'\n"), err
 
 
 def test_real_process_time_filter(ws: Path, memsift_home: Path) -> None:
