@@ -482,9 +482,14 @@ def cmd_search(args: argparse.Namespace) -> int:
             unsynced = index.catch_up()
         except (MemsiftError, OSError) as exc:  # the search still answers, from the index as it is
             unsynced = f"changed memory files not synced: {exc}"
-        index.before_first_index = lambda: print(
-            f"note: agent {config.agent} is not indexed yet: indexing it before searching", file=sys.stderr, flush=True
-        )  # minutes for thousands of notes: not a silent wait
+        index.before_first_index = lambda done: print(  # minutes for thousands of notes: not a silent wait
+            f"note: the first index of agent {config.agent} was interrupted after {done} files: completing it "
+            "before searching"
+            if done
+            else f"note: agent {config.agent} is not indexed yet: indexing it before searching",
+            file=sys.stderr,
+            flush=True,
+        )
         response = index.search(
             args.query,
             max_results=args.max_results,

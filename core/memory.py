@@ -68,8 +68,9 @@ class MemoryIndex:
         self._fallback_loaded = False
         self._reranker: rerankers.Reranker | None = None
         self._legacy_checked = False
-        #: Called when a search is about to index the agent first (minutes for thousands of notes): the CLI says so.
-        self.before_first_index: Callable[[], None] | None = None
+        #: Called when a search is about to index the agent first (minutes for thousands of notes), with the files
+        #: an interrupted first index already holds (0 for none): the CLI says so.
+        self.before_first_index: Callable[[int], None] | None = None
 
     @property
     def store(self) -> Store:
@@ -433,7 +434,7 @@ class MemoryIndex:
                 with self._writing(lock_timeout=0):
                     if self._unfinished():  # nobody finished it meanwhile
                         if self.before_first_index is not None:
-                            self.before_first_index()
+                            self.before_first_index(sum(self.store.stats()["files"].values()))
                         report = sync(self.store, self.config, self.embedder(), estimator=estimate)
                         self._tend_cache(report)
                 return None

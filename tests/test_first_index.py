@@ -104,6 +104,10 @@ def test_a_search_after_a_killed_first_index_completes_it(ws: Path, env, provide
     before = len(provider.embedded)  # the held request is never answered
     found = memsift(env, ws, "search", "relay69 pump", "--json")
     assert found.returncode == 0, found.stderr
+    assert (
+        found.stderr
+        == "note: the first index of agent main was interrupted after 64 files: completing it before searching\n"
+    )
     answer = json.loads(found.stdout)
     assert "degraded" not in answer and answer["results"][0]["path"] == "memory/relay-069.md"
     notes = [t for t in provider.embedded[before:] if t.startswith("# relay")]
