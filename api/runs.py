@@ -17,7 +17,6 @@ Runs are kept in memory, the newest `MAX_KEPT`: after a restart their ids are un
 from __future__ import annotations
 
 import functools
-import json
 import threading
 import uuid
 from collections import OrderedDict
@@ -32,8 +31,6 @@ import httpx
 from core import Config, MemsiftError, load_config
 
 MAX_KEPT = 1000
-REPORT_PREFIX = "sync-report-"
-WARNINGS_PREFIX = "sync-warnings-"
 PROBE_SECONDS = 2.0  # a Prefect server that does not answer this fast is treated as absent
 SERVED_WITHIN = 60.0  # Prefect's own bound before it marks a deployment not ready; runners poll every 10 s
 
@@ -196,27 +193,6 @@ def _state_of(flow_run: Any) -> str:
     return flow_run.state.type.value if flow_run.state else "SCHEDULED"
 
 
-def _report(artifacts: list[Any], key: str) -> dict[str, Any] | None:
-    """A flow run's sync report in the shape a run of this process answers (`SyncReport.to_dict()`), from the
-    artifacts the flow leaves for the UI: a table with the plan as `plan.<key>` rows (the summary answered them
-    so, flat, and without `warnings`), and the warnings as a markdown list of their own."""
-    table = next((a for a in artifacts if a.key == REPORT_PREFIX + key), None)
-    if table is None:
-        return None
-    report: dict[str, Any] = {}
-    plan: dict[str, Any] = {}
-    for row in json.loads(table.data):
-        name = row["metric"]
-        if name.startswith("plan."):
-            plan[name.removeprefix("plan.")] = row["value"]
-        else:
-            report[name] = row["value"]
-    report["plan"] = plan or None
-    notes = [a for a in artifacts if a.key == WARNINGS_PREFIX + key and a.flow_run_id == table.flow_run_id]
-    report["warnings"] = [line[2:] for line in notes[0].data.splitlines() if line.startswith("- ")] if notes else []
-    return report
-
-
 def _refresh_from_prefect(run: Run) -> bool:
     """The flow run's state, and once it completed, its report: the `sync-report-<agent>` table artifact of
     the run or of its rebuild subflow (the flow keeps no result). False when the server no longer has it."""
@@ -230,7 +206,7 @@ def _refresh_from_prefect(run: Run) -> bool:
     )
     from prefect.exceptions import ObjectNotFound
 
-    from flows.sync import artifact_key
+    from flows.sync import report_from_artifacts, report_keys
 
     flow_run_id = UUID(run.id)
     try:
@@ -241,14 +217,13 @@ def _refresh_from_prefect(run: Run) -> bool:
                 children = client.read_flow_runs(
                     flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id]))
                 )
-                key = artifact_key(run.agent)
                 artifacts = client.read_artifacts(
                     artifact_filter=ArtifactFilter(
-                        key=ArtifactFilterKey(any_=[REPORT_PREFIX + key, WARNINGS_PREFIX + key]),
+                        key=ArtifactFilterKey(any_=list(report_keys(run.agent))),
                         flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id, *(c.id for c in children)]),
                     )
                 )
-                run.summary = _report(artifacts, key)
+                run.summary = report_from_artifacts(artifacts, run.agent)
     except ObjectNotFound:
         return False
     except httpx.HTTPError as exc:

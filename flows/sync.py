@@ -9,6 +9,7 @@ rebuild of 10,000 files took 74 s in the flow against 0.8 s in core before that;
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -152,12 +153,37 @@ def _publish(agent: str, kind: str, report: SyncReport) -> None:
     # The plan opens the report: what the run was about to embed and spend, then what it did.
     rows = [{"metric": f"plan.{k}", "value": v} for k, v in (report.plan or {}).items()]
     rows += [{"metric": k, "value": v} for k, v in report.to_dict().items() if k not in ("warnings", "plan")]
-    create_table_artifact(key=f"sync-report-{artifact_key(agent)}", table=rows, description=f"{kind} of {agent}")
+    table_key, warnings_key = report_keys(agent)
+    create_table_artifact(key=table_key, table=rows, description=f"{kind} of {agent}")
     if report.warnings:
         lines = "\n".join(f"- {w}" for w in report.warnings)
-        create_markdown_artifact(
-            key=f"sync-warnings-{artifact_key(agent)}", markdown=f"# Files skipped or repaired\n\n{lines}\n"
-        )
+        create_markdown_artifact(key=warnings_key, markdown=f"# Files skipped or repaired\n\n{lines}\n")
+
+
+def report_keys(agent: str) -> tuple[str, str]:
+    """The keys of a run's report artifacts: its table, and its list of warnings (only when there are some)."""
+    return f"sync-report-{artifact_key(agent)}", f"sync-warnings-{artifact_key(agent)}"
+
+
+def report_from_artifacts(artifacts: list[Any], agent: str) -> dict[str, Any] | None:
+    """The report `_publish` left as artifacts, in the shape `SyncReport.to_dict()` gives (for a run read back
+    from the server: the flow keeps no result); None when the table is not among `artifacts`."""
+    table_key, warnings_key = report_keys(agent)
+    table = next((a for a in artifacts if a.key == table_key), None)
+    if table is None:
+        return None
+    report: dict[str, Any] = {}
+    plan: dict[str, Any] = {}
+    for row in json.loads(table.data):
+        name = row["metric"]
+        if name.startswith("plan."):
+            plan[name.removeprefix("plan.")] = row["value"]
+        else:
+            report[name] = row["value"]
+    report["plan"] = plan or None
+    notes = [a for a in artifacts if a.key == warnings_key and a.flow_run_id == table.flow_run_id]
+    report["warnings"] = [line[2:] for line in notes[0].data.splitlines() if line.startswith("- ")] if notes else []
+    return report
 
 
 def artifact_key(agent: str) -> str:
