@@ -20,7 +20,7 @@ from typing import Any
 from core import Config, MemoryIndex, MemsiftError, load_config
 from core.config import FUSIONS, MODES, default, home_problem, memsift_home
 from core.estimate import summary
-from core.search import check_request
+from core.search import check_path_prefix, check_request
 from core.sources.memory import nothing_found
 from core.timefilter import window
 
@@ -89,7 +89,7 @@ def _nonblank(text: str) -> str:
 def _prefix(text: str) -> str:
     """An argparse type for --path-prefix: one no hit can have (`/memory`, `../x`) is a usage error (exit 2)."""
     try:
-        check_request("-", None, None, path_prefix=text)
+        check_path_prefix(text)
     except MemsiftError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("pathPrefix: ")) from None
     return text

@@ -90,6 +90,7 @@ def run_serve(
 
 #: How long a stopping server waits for its index run to reach its next step (an embedding request, a batch)
 STOP_SECONDS = 2.0
+#: How long it then gives the Prefect server to hear that the run it leaves is Crashed
 MARK_SECONDS = 5.0
 
 

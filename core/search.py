@@ -337,8 +337,14 @@ def check_request(
     if min_score is not None and not 0.0 <= min_score <= 1.0:
         raise SearchError(f"minScore: {min_score} is out of range [0, 1]")
     timefilter.window(after, before, now=time.time())
-    # No indexed path starts with `/` or `~` or climbs with `..`: such a prefix answered "No matches." in silence.
-    if path_prefix and (path_prefix.startswith(("/", "~")) or ".." in path_prefix.split("/")):
+    if path_prefix:
+        check_path_prefix(path_prefix)
+
+
+def check_path_prefix(path_prefix: str) -> None:
+    """No indexed path starts with `/` or `~` or climbs with `..`: such a prefix answered "No matches." in
+    silence."""
+    if path_prefix.startswith(("/", "~")) or ".." in path_prefix.split("/"):
         raise SearchError(
             f"pathPrefix: {path_prefix!r} is not workspace-relative; give it as hits name paths (memory/)"
         )
