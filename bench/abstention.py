@@ -3,7 +3,10 @@
 - answerable.jsonl, paraphrase questions over tiny workspaces that hold the answer: the share answered with
   the right note among the hits (a floor that abstains on those fails the agent that asks);
 and a dev set, not held out (its figures chose the MaxSim features): offtopic_small.jsonl, 15 off-topic
-questions in plain words asked of each of the five tiny workspaces above: the share that abstained.
+questions in plain words asked of each of the five tiny workspaces above: the share that abstained; and a
+second dev set, inference_absent.jsonl, 20 off-topic questions asking for an inference ("Which Python version
+could the build server be using?") over the locomo-dev conversations and examples/workspace, written after
+the inference features to watch what they risk (core/calibration.py `INFERENCE`): the share that abstained.
 Prints each per category, and the top scores.
 
     MEMSIFT_HOME=/tmp/memsift-quality .venv/bin/python bench/abstention.py [--shared ../shared/bench] [--floor X]
@@ -60,7 +63,12 @@ def main() -> None:
     tops: dict[str, list[float]] = defaultdict(list)
     indexes: dict[Path, MemoryIndex] = {}
     try:
-        sets = (("absent", "queries.jsonl"), ("answerable", "answerable.jsonl"), ("dev", "offtopic_small.jsonl"))
+        sets = (
+            ("absent", "queries.jsonl"),
+            ("answerable", "answerable.jsonl"),
+            ("dev", "offtopic_small.jsonl"),
+            ("inference", "inference_absent.jsonl"),
+        )
         for kind, name in sets:
             queries = load(name)
             for q in queries:
@@ -83,7 +91,12 @@ def main() -> None:
     finally:
         for index in indexes.values():
             index.close()
-    for kind, verb in (("absent", "abstained"), ("answerable", "answered"), ("dev", "abstained")):
+    for kind, verb in (
+        ("absent", "abstained"),
+        ("answerable", "answered"),
+        ("dev", "abstained"),
+        ("inference", "abstained"),
+    ):
         every = [a for name, rows in passed.items() if name.startswith(kind) for a in rows]
         for name, rows in sorted(passed.items()):
             if name.startswith(kind):

@@ -75,6 +75,8 @@ QUESTION_BASE = (
     "q_marked",  # terms written as names are (a capital inside the question, a digit, `_`): PR, Kubernetes, 17
     "q_marked_missing",  # such terms found nowhere in the workspace
     "q_top_maxsim",  # best MaxSim of the head (late interaction over the local model's token states)
+    "q_inference",  # the question asks for an inference: "Would Caroline enjoy Dr. Seuss?", "What might ...?"
+    "q_inference_marked_missing",  # q_inference times q_marked_missing (see `INFERENCE`)
 )
 #: The question features read from corpus statistics or from the head's scores, multiplied by `size_weight`:
 #: in a workspace of a few notes, a word the notes do not use says little (a paraphrase: "what database" over
@@ -92,6 +94,10 @@ GATED = frozenset(
         "q_top_maxsim",
     )
 )
+#: Gated by size too, with no weights of their own for a small workspace: over a few notes the model cannot
+#: tell an inference about a person the notes know from a question about something they lack ("Would Dana
+#: likely enjoy a sailing trip to Greece?" over examples/workspace's four notes scored 0.875 with them ungated).
+LARGE_ONLY = frozenset(("q_inference", "q_inference_marked_missing"))
 #: The question features repeated times 1 - size_weight (`q_small_<name>`): their weights for a small
 #: workspace, where a paraphrase and an off-topic question in plain words both miss words, and how closely the
 #: best hits match tells them apart (trained on bench/calibration's tiny workspaces).
@@ -108,6 +114,13 @@ FEATURES = QUESTION_FEATURES + (
 )
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+#: Words that make a question ask for an inference from what the notes say rather than for a fact they
+#: state. Such a question names what it asks about ("Would Melanie likely enjoy the song "The Four Seasons" by
+#: Vivaldi?") without the notes having to: what they say of her taste answers it. Without the two features
+#: that read these words, names missing from the workspace read as an absent topic, and locomo-dev's 44
+#: open-domain questions (29 of them of this kind) lost 0.165 of their R@10 at the default floor; 0.063 with
+#: them (bench/README.md, "Issue 18").
+INFERENCE = re.compile(r"\b(?:would|likely|might|could|probably|possibly|perhaps|maybe)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -280,9 +293,15 @@ def features(inp: Inputs) -> np.ndarray:
     q += [float(is_marked.sum()), float((is_marked & ~present).sum())]
     known = [m for m in inp.maxsim[:HEAD] if m is not None]
     q.append(max(known) if known else math.nan)
+    inference = 1.0 if INFERENCE.search(inp.query) else 0.0
+    q += [inference, inference * q[QUESTION_BASE.index("q_marked_missing")]]
     raw = dict(zip(QUESTION_BASE, q))
     gate = size_weight(inp.chunks)
-    q = [v * gate if name in GATED else v for name, v in raw.items()] + [gate] + [raw[n] * (1 - gate) for n in MIRRORED]
+    q = (
+        [v * gate if name in GATED or name in LARGE_ONLY else v for name, v in raw.items()]
+        + [gate]
+        + [raw[n] * (1 - gate) for n in MIRRORED]
+    )
     x = np.zeros((n, len(FEATURES)))
     x[:, : len(q)] = q
     x[:, len(q) + 0] = vec

@@ -203,6 +203,53 @@ def test_corpus_statistics_are_gated_by_size_and_missing_names_are_not() -> None
     )
 
 
+def _asked(query: str, chunks: int) -> calibration.Inputs:
+    """A question about Caroline and Dr. Seuss over a memory that knows Caroline and her reading, not the
+    author: "dr" and "seuss" found nowhere."""
+    return calibration.Inputs(
+        query=query,
+        terms=("caroline", "enjoy", "dr", "seuss", "books"),
+        df=(40, 3, 0, 0, 12),
+        chunks=chunks,
+        vector=(0.45, 0.41, 0.38),
+        bm25=(4.0, 2.5, None),
+        texts=("Caroline: I loved reading to the kids", "Caroline: books on my shelf", "Melanie: a note"),
+        maxsim=(0.52, 0.49, 0.40),
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "inference"),
+    [
+        ("Would Caroline enjoy Dr. Seuss books?", True),
+        ("What might Caroline think of Dr. Seuss books?", True),
+        ("Caroline probably likes Dr. Seuss books, maybe?", True),
+        ("Did Caroline enjoy Dr. Seuss books?", False),
+        ("Which Dr. Seuss books did Caroline read?", False),
+        ("couldn't Caroline enjoy Dr. Seuss books", False),  # a word, not the marker: "couldn" is no "could"
+    ],
+)
+def test_a_question_asking_for_an_inference_is_marked_in_a_large_workspace_only(query: str, inference: bool) -> None:
+    names = calibration.QUESTION_FEATURES
+    large = dict(zip(names, calibration.features(_asked(query, 1000))[0]))
+    tiny = dict(zip(names, calibration.features(_asked(query, 4))[0]))
+    assert large["q_inference"] == float(inference)
+    assert large["q_inference_marked_missing"] == (2.0 if inference else 0.0)  # "Dr" and "Seuss"
+    assert tiny["q_inference"] == tiny["q_inference_marked_missing"] == 0.0
+    assert not any(n.startswith("q_small_inference") for n in names)
+
+
+def test_the_shipped_model_reads_names_missing_from_an_inference_question_as_no_absence() -> None:
+    """locomo-dev's "Would Caroline enjoy Dr. Seuss books?": the notes hold her reading, not the author; the
+    estimate of an answer is higher than for the same question asking for a fact, in a large memory only."""
+    model = calibration.default_model()
+    would = calibration.scores(model, _asked("Would Caroline enjoy Dr. Seuss books?", 1000))[0]
+    did = calibration.scores(model, _asked("Did Caroline enjoy Dr. Seuss books?", 1000))[0]
+    assert would > did
+    small = [calibration.scores(model, _asked(q, 4))[0] for q in ("Would Caroline enjoy", "Did Caroline enjoy")]
+    assert small[0] == pytest.approx(small[1])
+
+
 def test_a_small_workspace_has_weights_of_its_own() -> None:
     """Each feature of `MIRRORED` is repeated as `q_small_<name>`, times 1 - size_weight: all of it in a tiny
     workspace, half at 100 chunks, none in a large one, so the model weighs a few notes' matches apart."""
