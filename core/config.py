@@ -500,6 +500,8 @@ def load_config(
             parts = key.split(".")
             if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
                 raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
+            if not _valid_agent(parts[1]):  # else only `serve` refused it, blaming an `--agent` never given
+                raise ConfigError(f"{key}: {parts[1]!r} is not a valid agent id (letters, digits, '-', '_')")
             if not _str(key, value).strip():  # it named the config file's folder
                 raise ConfigError(f"{key}: must not be blank")
             agents[parts[1]] = _resolve(None if key in labels else source, value)

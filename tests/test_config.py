@@ -260,6 +260,8 @@ def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
         ('extraPaths = ["docs", ""]\n', "extraPaths"),  # "" added every .md of the workspace (README.md...)
         ('exclude = [" "]\n', "exclude"),
         ('[agents.work]\nworkspace = ""\n', "agents.work.workspace"),  # it named the config file's folder
+        # only `serve` refused it, as "--agent: 'Bad Agent' is not a valid agent id", an --agent never given
+        ('[agents."Bad Agent"]\nworkspace = "."\n', "agents.Bad Agent.workspace"),
     ],
 )
 def test_bad_toml_value_is_named(ws: Path, toml: str, key: str) -> None:
