@@ -190,3 +190,15 @@ def test_a_query_workspace_is_indexed_with_its_own_extra_paths(capsys, tmp_path:
     finally:
         for each in indexes.values():
             each.close()
+
+
+def test_a_bad_key_in_a_query_workspace_config_names_that_file(capsys, tmp_path: Path, workspace):
+    """A query's workspace whose memsift.toml had a typo failed with "bogus: no such configuration key",
+    which reads as the command's own configuration, valid and elsewhere."""
+    asked = workspace({"MEMORY.md": "- The mascot is a capybara.\n", "memsift.toml": "bogus = 1\n"}, "asked")
+    queries = tmp_path / "q.jsonl"
+    row = {"query": "mascot", "workspace": "asked", "relevant": [{"path": "MEMORY.md", "line": 1}]}
+    queries.write_text(json.dumps(row) + "\n")
+    assert main(["--workspace", str(workspace({"MEMORY.md": "- home\n"})), "eval", str(queries)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"memsift: error: {asked / 'memsift.toml'}: bogus: no such configuration key", err
