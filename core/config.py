@@ -587,6 +587,8 @@ def load_config(
 def _not_a_key(key: str) -> str:
     """Why `key` is refused: a table given a plain value (`temporalDecay = 5`) is told so, naming its keys."""
     inner = [k[len(key) + 1 :] for k in _SCHEMA if k.startswith(key + ".")]
+    if key == "agents":  # its keys are the agents' ids: none is in _SCHEMA
+        return "expected a table of agents, [agents.<id>] with workspace = ..."
     if not inner:
         return "no such configuration key"
     return f"expected a table of {', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''}"

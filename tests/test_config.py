@@ -222,6 +222,7 @@ def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:
         ("[search]\ntemporalDecay = 5\n", "search.temporalDecay: expected a table of enabled, halfLifeDays"),
         ("search = 5\n", "search: expected a table of maxResults, minScore, calibrate, mode, ..."),
         ('[store]\nfts = "trigram"\n', "store.fts: expected a table of tokenizer, stemmer"),
+        ('agents = "work"\n', "agents: expected a table of agents, [agents.<id>] with workspace = ..."),
     ],
 )
 def test_a_table_given_a_plain_value_says_so(ws: Path, toml: str, message: str) -> None:
