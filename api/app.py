@@ -129,7 +129,9 @@ def bearer_guard(key: str) -> Guard:
 
     def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         scheme, _, token = connection.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
+        # The header's bytes as sent (the server decodes them as Latin-1): a key with "ü" or "鍵", sent in
+        # UTF-8 as curl and most clients do, was re-encoded into other bytes and never matched.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode("latin-1"), expected):
             raise NotAuthorizedException(
                 "missing or wrong API key: send `Authorization: Bearer <key>` (the server's api.key)",
                 headers={"WWW-Authenticate": 'Bearer realm="memsift"'},
