@@ -101,6 +101,8 @@ def test_a_key_beyond_ascii_is_accepted_as_clients_send_it(ws: Path, make_config
     their UTF-8 re-encoding with the key: 401 for the right key, whatever the client did."""
     with serving(make_config(ws, **{"api.key": key})) as c:
         assert c.get("/v1/status", headers={"Authorization": f"Bearer {key}".encode()}).status_code == 200
+        if key.startswith("p"):  # Latin-1, as Python's http.client sends a str header
+            assert c.get("/v1/status", headers={"Authorization": f"Bearer {key}".encode("latin-1")}).status_code == 200
         wrong = f"Bearer {key}x".encode()
         problem(c.get("/v1/status", headers={"Authorization": wrong}), 401, "API key")
 
