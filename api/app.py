@@ -129,7 +129,13 @@ def bearer_guard(key: str) -> Guard:
 
     def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         scheme, _, token = connection.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
+        # The server decodes the header's bytes as Latin-1. A key with "ü" or "鍵" sent in UTF-8 (curl, httpx)
+        # is those bytes as sent; sent in Latin-1 (Python's http.client, requests), it is the decoded text.
+        # Both compared, always: a UTF-8 one was re-encoded into other bytes and never matched.
+        token = token.strip()
+        as_sent = hmac.compare_digest(token.encode("latin-1"), expected)
+        as_text = hmac.compare_digest(token.encode(), expected)
+        if scheme.lower() != "bearer" or not (as_sent or as_text):
             raise NotAuthorizedException(
                 "missing or wrong API key: send `Authorization: Bearer <key>` (the server's api.key)",
                 headers={"WWW-Authenticate": 'Bearer realm="memsift"'},

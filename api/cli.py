@@ -271,15 +271,21 @@ def _parser() -> _Parser:
     ev.add_argument(
         "queries", metavar="QUERIES.jsonl", help='JSON Lines: {"query", "relevant"} per line (SPEC section 6)'
     )
-    ev.add_argument("--k", type=int, default=10, help="metrics at rank k (default: 10)")
+    ev.add_argument("--k", type=_bounded(int, 1, 100), default=10, help="metrics at rank k, 1-100 (default: 10)")
     ev.add_argument("--mode", choices=MODES, help=f"search mode (default: search.mode, {default('search.mode')})")
     ev.add_argument(
         "--fusion",
         choices=FUSIONS,
         help=f"how the two legs are fused (default: search.fusion, {default('search.fusion')})",
     )
-    ev.add_argument("--min-score", type=float, default=0.0, metavar="X", help="score floor (default 0: rank only)")
-    ev.add_argument("--limit", type=int, metavar="N", help="only the first N queries (default: all)")
+    ev.add_argument(
+        "--min-score",
+        type=_bounded(float, 0.0, 1.0),
+        default=0.0,
+        metavar="X",
+        help="score floor (default 0: rank only)",
+    )
+    ev.add_argument("--limit", type=_bounded(int, 1), metavar="N", help="only the first N queries (default: all)")
     ev.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="force reranking on/off")
     ev.add_argument(
         "--set",

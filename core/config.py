@@ -500,6 +500,8 @@ def load_config(
             parts = key.split(".")
             if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
                 raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
+            if not _valid_agent(parts[1]):  # else only `serve` refused it, blaming an `--agent` never given
+                raise ConfigError(f"{key}: {parts[1]!r} is not a valid agent id (letters, digits, '-', '_')")
             if not _str(key, value).strip():  # it named the config file's folder
                 raise ConfigError(f"{key}: must not be blank")
             agents[parts[1]] = _resolve(None if key in labels else source, value)
@@ -585,6 +587,8 @@ def load_config(
 def _not_a_key(key: str) -> str:
     """Why `key` is refused: a table given a plain value (`temporalDecay = 5`) is told so, naming its keys."""
     inner = [k[len(key) + 1 :] for k in _SCHEMA if k.startswith(key + ".")]
+    if key == "agents":  # its keys are the agents' ids: none is in _SCHEMA
+        return "expected a table of agents, [agents.<id>] with workspace = ..."
     if not inner:
         return "no such configuration key"
     return f"expected a table of {', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''}"

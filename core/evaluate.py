@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, load_config
-from .errors import QueryFileError, SearchError
+from .errors import ConfigError, QueryFileError, SearchError
 from .learned import model_for
 from .memory import MemoryIndex
 from .search import Hit, check_request
@@ -94,7 +94,12 @@ def _own_extra_paths(ws: Path) -> tuple[str, ...]:
     workspace's notes: they were indexed into every query workspace (an absolute one as is, a relative one
     resolved in the wrong folder), and the workspace's own were left out."""
     own = ws / "memsift.toml"
-    return load_config(own, workspace=ws).extra_paths if own.is_file() else ()
+    if not own.is_file():
+        return ()
+    try:
+        return load_config(own, workspace=ws).extra_paths
+    except ConfigError as exc:  # "bogus: no such configuration key" read as the command's own file
+        raise ConfigError(f"{own}: {exc}") from None
 
 
 def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict[str, float]:

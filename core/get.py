@@ -43,7 +43,11 @@ def check_path(config: Config, path: str, indexed: Callable[[str], bool] | None 
         raise GetError(403, f"path {path!r}: not a memory file (MEMORY.md, memory.md, memory/**/*.md, extraPaths)")
     full = source.resolve(path)
     if indexed is not None and external_file(config, path) is not None and not indexed(path):
-        raise GetError(404, f"path {path!r}: not in the index (run `memsift index` after adding it)")
+        raise GetError(
+            404,
+            f"path {path!r}: not in the index (new since the last `memsift index`, or indexed under the name of "
+            "an earlier extraPaths entry that reaches the same file)",
+        )
     return source, full
 
 

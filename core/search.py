@@ -311,7 +311,9 @@ def _learned_order(
     if collect is not None:
         collect(pool, rows, x)
     for c, p in zip(pool, learned.model_for(config.rerank.rankerModel).predict(x)):
-        c.score = float(p)
+        # Temporal decay scales the model's probability as it scaled the fused score: the model was trained
+        # without decay and reads `fused` among forty signals, so a note 30 half-lives old came first.
+        c.score = float(p) * (c.decay if c.decay is not None else 1.0)
     return sorted(pool, key=lambda c: (-c.score, c.id)), None
 
 

@@ -222,6 +222,7 @@ def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:
         ("[search]\ntemporalDecay = 5\n", "search.temporalDecay: expected a table of enabled, halfLifeDays"),
         ("search = 5\n", "search: expected a table of maxResults, minScore, calibrate, mode, ..."),
         ('[store]\nfts = "trigram"\n', "store.fts: expected a table of tokenizer, stemmer"),
+        ('agents = "work"\n', "agents: expected a table of agents, [agents.<id>] with workspace = ..."),
     ],
 )
 def test_a_table_given_a_plain_value_says_so(ws: Path, toml: str, message: str) -> None:
@@ -260,6 +261,8 @@ def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
         ('extraPaths = ["docs", ""]\n', "extraPaths"),  # "" added every .md of the workspace (README.md...)
         ('exclude = [" "]\n', "exclude"),
         ('[agents.work]\nworkspace = ""\n', "agents.work.workspace"),  # it named the config file's folder
+        # only `serve` refused it, as "--agent: 'Bad Agent' is not a valid agent id", an --agent never given
+        ('[agents."Bad Agent"]\nworkspace = "."\n', "agents.Bad Agent.workspace"),
     ],
 )
 def test_bad_toml_value_is_named(ws: Path, toml: str, key: str) -> None:

@@ -190,3 +190,27 @@ def test_a_query_workspace_is_indexed_with_its_own_extra_paths(capsys, tmp_path:
     finally:
         for each in indexes.values():
             each.close()
+
+
+def test_a_bad_key_in_a_query_workspace_config_names_that_file(capsys, tmp_path: Path, workspace):
+    """A query's workspace whose memsift.toml had a typo failed with "bogus: no such configuration key",
+    which reads as the command's own configuration, valid and elsewhere."""
+    asked = workspace({"MEMORY.md": "- The mascot is a capybara.\n", "memsift.toml": "bogus = 1\n"}, "asked")
+    queries = tmp_path / "q.jsonl"
+    row = {"query": "mascot", "workspace": "asked", "relevant": [{"path": "MEMORY.md", "line": 1}]}
+    queries.write_text(json.dumps(row) + "\n")
+    assert main(["--workspace", str(workspace({"MEMORY.md": "- home\n"})), "eval", str(queries)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"memsift: error: {asked / 'memsift.toml'}: bogus: no such configuration key", err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--k", "0"), ("--k", "101"), ("--min-score", "2"), ("--min-score", "-1"), ("--limit", "0")]
+)
+def test_an_eval_option_out_of_range_is_a_usage_error_naming_it(capsys, queries: Path, flag: str, value: str):
+    """`--k 0` was exit 1 with "maxResults: 0 is out of range" (a key the user never typed), `--limit 0` "no
+    query has a relevant line to score"; search's own `--max-results 0` is exit 2 naming its flag."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", str(queries), flag, value])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: " in capsys.readouterr().err

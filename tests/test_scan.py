@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from core.sources.memory import external_roots, is_memory_path, scan, scan_external
+from core.sources.memory import MemorySource, external_roots, is_memory_path, scan, scan_external
 
 
 def paths(config) -> list[str]:
@@ -104,12 +104,12 @@ def test_extra_paths_folder_file_missing_and_outside(workspace, make_config):
     assert "'missing'" in warnings and "does not exist" in warnings
     assert "'docs/plain.txt'" in warnings
     assert len(result.warnings) == 2
-    # the entries outside the workspace are core.extra's: indexed under extra/<h>/, the same file once per entry
+    # the entries outside the workspace are indexed under extra/<h>/, a file two entries reach under the first
     found = scan_external(config)
     external, problems = found.files, found.warnings
     [file_root, folder_root] = external_roots(config)
     assert file_root.path == (ws.parent / "outside" / "elsewhere.md") and folder_root.path == ws.parent / "outside"
-    assert [f.path for f in external] == [f"{file_root.prefix}/elsewhere.md", f"{folder_root.prefix}/elsewhere.md"]
+    assert [f.path for f in external] == [f"{file_root.prefix}/elsewhere.md"]
     assert re.fullmatch(r"extra/[0-9a-f]{8}", file_root.prefix) and file_root.prefix != folder_root.prefix
     assert problems == []
 
@@ -139,6 +139,22 @@ def test_hard_link_is_listed_once(workspace, make_config):
     linked = [p for p in found if p in ("memory/a.md", "memory/b.md", "notes/c.md")]
     assert len(linked) == 1
     assert "notes/other.md" in found
+
+
+def test_a_file_two_extra_paths_reach_is_indexed_once(workspace, make_config):
+    """Outside the workspace each entry listed its files: `~/notes` with `~/notes/a.md`, or the same folder
+    written with and without a trailing slash, indexed a note twice, and a search answered it twice (two of
+    its 6 hits). An entry that holds the workspace listed the workspace's files a second time."""
+    outside = workspace({"notes/a.md": "a", "notes/sub/b.md": "b"}, name="outside")
+    ws = workspace({"MEMORY.md": "root", "memory/2026-01-02.md": "daily"})
+    entries = [str(outside / "notes" / "a.md"), str(outside / "notes"), f"{outside / 'notes'}/", "..", "../outside"]
+    files, warnings, _ = MemorySource(make_config(ws, extraPaths=entries)).discover()
+    named = {f.path.rsplit("/", 1)[-1]: f.path for f in files}
+    assert len(files) == len(named) == 4, [f.path for f in files]
+    assert named["MEMORY.md"] == "MEMORY.md" and named["2026-01-02.md"] == "memory/2026-01-02.md"
+    [file_root, *_] = external_roots(make_config(ws, extraPaths=entries))
+    assert named["a.md"] == f"{file_root.prefix}/a.md"  # the first entry that reaches it names it
+    assert warnings == []
 
 
 def test_extra_path_overlapping_memory_folder_is_not_duplicated(workspace, make_config):

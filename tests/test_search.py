@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import date, timedelta
 
 import pytest
 
@@ -223,3 +224,28 @@ def test_changed_model_identity_degrades_instead_of_mixing_vectors(
     response = open_index(config, embedder=counting_embedder).search("Biscuit")
     assert response.mode == "keyword" and "memsift index" in response.degraded
     assert paths(response) == ["memory/people.md"]
+
+
+def test_temporal_decay_orders_the_learned_ranker_too(workspace, make_config, open_index):
+    """The learned ranker (the default second stage) re-scored every candidate and read the decayed fused score
+    as one signal among forty: three notes alike, 10, 20 and 30 days old, came in the same order with decay on
+    (`halfLifeDays = 3`: factors 0.1, 0.01, 0.001) as with it off, the 30-day-old note above the 20-day-old one.
+    Decay now scales the ranker's probability as it scales the fused score."""
+    today = date.today()
+    days = (30, 20, 10)
+    topics = ["Dana prefers oolong tea in the morning"] * 3 + [
+        "deploy pipeline broke because of the expired TLS certificate",
+        "Bob is moving to the Berlin office",
+        "the cat Whiskers needs a vet appointment",
+    ]
+    notes = {}
+    for i, (age, topic) in enumerate(zip((*days, 40, 41, 42), topics)):
+        day = today - timedelta(days=age)
+        notes[f"memory/{day}.md"] = f"# {day}\n\n- {topic}\n- note number {i}\n"
+    config = make_config(
+        workspace(notes), **{"search.temporalDecay.enabled": True, "search.temporalDecay.halfLifeDays": 3}
+    )
+    index = open_index(config)  # the local model, whose index the learned ranker (MaxSim) needs
+    index.sync()
+    newest_first = [f"memory/{today - timedelta(days=d)}.md" for d in reversed(days)]
+    assert paths(index.search("Dana oolong tea", min_score=0))[:3] == newest_first

@@ -95,6 +95,18 @@ def test_every_v1_route_needs_the_key_compared_in_constant_time(client, monkeypa
     assert client.get("/healthz").status_code == 200  # liveness stays open
 
 
+@pytest.mark.parametrize("key", ["pässwörd-msk-7f3a9c", "鍵-msk-7f3a9c"], ids=["latin1", "cjk"])
+def test_a_key_beyond_ascii_is_accepted_as_clients_send_it(ws: Path, make_config, key: str) -> None:
+    """A client sends the header's bytes in UTF-8 (curl does); the server decoded them as Latin-1 and compared
+    their UTF-8 re-encoding with the key: 401 for the right key, whatever the client did."""
+    with serving(make_config(ws, **{"api.key": key})) as c:
+        assert c.get("/v1/status", headers={"Authorization": f"Bearer {key}".encode()}).status_code == 200
+        if key.startswith("p"):  # Latin-1, as Python's http.client sends a str header
+            assert c.get("/v1/status", headers={"Authorization": f"Bearer {key}".encode("latin-1")}).status_code == 200
+        wrong = f"Bearer {key}x".encode()
+        problem(c.get("/v1/status", headers={"Authorization": wrong}), 401, "API key")
+
+
 def test_no_secret_in_logs_errors_status_or_the_index(
     ws: Path, memsift_home: Path, monkeypatch, caplog, capsys
 ) -> None:

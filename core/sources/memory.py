@@ -41,8 +41,9 @@ class MemorySource:
         self.config = config
 
     def discover(self) -> tuple[list[FileEntry], list[str], list[str]]:
-        result = scan(self.config)
-        external = scan_external(self.config)
+        seen: set[tuple[int, int]] = set()  # a file reachable twice is indexed once, under its first name
+        result = scan(self.config, seen)
+        external = scan_external(self.config, seen)
         files = sorted(result.files + external.files, key=lambda f: f.path)
         return files, result.warnings + external.warnings, result.unlisted + external.unlisted
 
@@ -78,24 +79,21 @@ class ScanResult:
     unlisted: list[str] = field(default_factory=list)
 
 
-def scan(config: Config) -> ScanResult:
+def scan(config: Config, seen: set[tuple[int, int]] | None = None) -> ScanResult:
+    """The workspace's memory files; `seen` holds the (device, inode) of the files already listed."""
     ws = config.workspace
-    seen: set[tuple[int, int]] = set()
+    seen = set() if seen is None else seen
     files: list[FileEntry] = []
     warnings: list[str] = []
     unlisted: list[str] = []
     exclude = set(config.exclude)
 
     def add(rel: str, st: os.stat_result) -> None:
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            return
         problem = _name_problem(rel)
         if problem:
             warnings.append(f"skipped {rel!r}: {problem}")
-            return
-        seen.add(key)
-        files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
+        elif _first_sight(seen, st):
+            files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
 
     try:  # a workspace that cannot be searched (chmod 000) hides its files: they are not gone
         tops = {name: _present(ws / name) for name in (*ROOT_FILES, MEMORY_DIR)}
@@ -168,6 +166,16 @@ def walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str], un
                     warnings.append(_not_regular(child, entry.stat(follow_symlinks=False).st_mode))
             except OSError as exc:  # vanished between listing and stat
                 warnings.append(f"skipped {child}: {exc.strerror or exc}")
+
+
+def _first_sight(seen: set[tuple[int, int]], st: os.stat_result) -> bool:
+    """True the first time a file is met: a file reachable twice (a hard link, a case-insensitive file system,
+    overlapping extraPaths entries) is listed once, under the first name found."""
+    key = (st.st_dev, st.st_ino)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
 
 
 def _name_problem(rel: str) -> str | None:
@@ -265,8 +273,11 @@ def external_roots(config: Config) -> list[ExternalRoot]:
     return roots
 
 
-def scan_external(config: Config) -> ScanResult:
-    """The Markdown files of the external entries, named `extra/<h>/...`, warnings, folders not listed."""
+def scan_external(config: Config, seen: set[tuple[int, int]] | None = None) -> ScanResult:
+    """The Markdown files of the external entries, named `extra/<h>/...`, warnings, folders not listed. A file
+    in `seen` (the workspace's, or one an earlier entry reaches: `~/notes` and `~/notes/a.md`, or the same folder
+    written twice) is left out: indexed once per entry, it came back as the same hit twice."""
+    seen = set() if seen is None else seen
     files: list[FileEntry] = []
     warnings: list[str] = []
     unlisted: list[str] = []
@@ -284,7 +295,7 @@ def scan_external(config: Config) -> ScanResult:
                 problem = _name_problem(rel)
                 if problem:
                     inside.append(f"skipped {rel!r}: {problem}")
-                else:
+                elif _first_sight(seen, found):
                     files.append(FileEntry(f"{root.prefix}/{rel}", found.st_size, found.st_mtime_ns))
 
             prefix = root.prefix
@@ -292,7 +303,7 @@ def scan_external(config: Config) -> ScanResult:
         elif statmod.S_ISREG(st.st_mode) and root.path.name.lower().endswith(".md"):
             if problem := _name_problem(root.path.name):
                 warnings.append(f"skipped extraPaths entry {root.entry!r}: {problem}")
-            else:
+            elif _first_sight(seen, st):
                 files.append(FileEntry(f"{root.prefix}/{root.path.name}", st.st_size, st.st_mtime_ns))
         else:
             warnings.append(f"skipped extraPaths entry {root.entry!r}: not a folder or a .md file")
