@@ -347,9 +347,13 @@ def test_a_provider_failing_part_way_through_a_first_index_leaves_exactly_the_re
             assert answer["results"][0]["path"] == "memory/relay-007.md"
         finally:
             tools.close()
+        assert main([*cli, "index", "--dry-run", "--json"]) == 0  # what it will embed and cost: said 0 before
+        dry = json.loads(capsys.readouterr().out)
+        assert dry["chunksToEmbed"] == 62 and dry["estimatedRequests"] == 16  # four to a request
         served = len(provider.embedded)
         assert main([*cli, "index", "--no-prefect", "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["chunksEmbedded"] == 62
+        report = json.loads(capsys.readouterr().out)
+        assert report["chunksEmbedded"] == report["plan"]["chunksToEmbed"] == 62
         rerun = [t for t in provider.embedded[served:] if t != PROBE_TEXT]
         assert len(rerun) == len(set(rerun)) == 62 and not set(rerun) & set(answered)
         assert chunks_without_vectors(config.db_path) == 0
