@@ -58,6 +58,12 @@ class EmbeddingError(MemsiftError, RuntimeError):
     provider, the status and what to do, never a key. A sync that meets it may switch to the fallback."""
 
 
+class ProviderDown(EmbeddingError):
+    """The provider could not be reached or kept failing past its retries (5xx, 429, timeouts, dropped or
+    refused connections): it may come back as it was, unlike a refusal (a key, a model, a parameter to fix).
+    An agent's first index meeting it goes on keyword-only, its vectors pending, as a later sync does."""
+
+
 class GraphBuildError(MemsiftError, RuntimeError):
     """The optimised graph could not be built or did not agree with the shipped one."""
 

@@ -21,7 +21,16 @@ from typing import Any
 
 from .config import Config
 from .embedders import Embedder
-from .indexer import SyncPlan, SyncReport, batches, cache_key, embed_step, read_batch, request_token_counts
+from .indexer import (
+    VECTORS_PENDING,
+    SyncPlan,
+    SyncReport,
+    batches,
+    cache_key,
+    embed_step,
+    read_batch,
+    request_token_counts,
+)
 from .shared_cache import SharedCache
 from .store import Store
 
@@ -65,11 +74,13 @@ def estimate(
 ) -> Estimate:
     """The figures of the run `plan` describes; `calibrate` lets a dry run time the local model on a sample.
     A keyword-only run's own plan reads no file: it has nothing to embed or pay, and reading every file twice
-    cost a third of a keyword-only first index of 100,000 notes (a dry run still counts the chunks)."""
+    cost a third of a keyword-only first index of 100,000 notes (a dry run still counts the chunks). The text
+    a failed sync left without a vector is counted too: the run embeds it as well (core.indexer
+    `complete_vectors`)."""
     counted = embedder is not None or calibrate
     seen: set[str] = set()
-    files_to_embed = chunks = hits = tokens = requests = chars = 0
-    todo_all: list[str] = []
+    files_to_embed = chunks = hits = 0
+    parts: list[list[str]] = []  # the texts of each `embed_documents` call the run would make
     step = embed_step(config, embedder) if embedder is not None else 1
     for batch in batches(plan.to_check) if counted else ():
         files, _ = read_batch(config, batch, plan, SyncReport())
@@ -91,13 +102,18 @@ def estimate(
         hits += len(known)
         todo = [h for h in texts if h not in known]
         files_to_embed += len({owners[h] for h in todo})
-        for i in range(0, len(todo), step):
-            part = [texts[h] for h in todo[i : i + step]]
-            sizes = request_token_counts(embedder, part)
-            requests += len(sizes)
-            tokens += sum(sizes)
-            chars += sum(map(len, part))
-            todo_all.extend(part)
+        parts += [[texts[h] for h in todo[i : i + step]] for i in range(0, len(todo), step)]
+    if embedder is not None and not plan.rebuild and store.get_meta(VECTORS_PENDING):
+        key = cache_key(embedder)
+        waiting = {h: t for h, t in store.chunks_without_cached_vectors(key).items() if h not in seen}
+        known = cache.known(key, list(waiting)) if cache is not None else set()
+        hits += len(known)
+        pending = [t for h, t in waiting.items() if h not in known]
+        parts += [pending[i : i + step] for i in range(0, len(pending), step)]
+    sizes = [request_token_counts(embedder, part) for part in parts] if embedder is not None else []
+    requests, tokens = sum(map(len, sizes)), sum(map(sum, sizes))
+    todo_all = [text for part in parts for text in part]
+    chars = sum(map(len, todo_all))
     seconds, basis = _seconds(config, embedder, cache, requests, tokens, chars, todo_all if calibrate else [])
     price = config.embedding.pricePerMillionTokens
     return Estimate(

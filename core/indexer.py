@@ -24,6 +24,7 @@ import numpy as np
 from .binding import check_workspace, record_workspace
 from .config import Config
 from .embedders import Embedder, EmbeddingError, InputsRejected, answered_before
+from .errors import ProviderDown
 from .limiter import request_tokens
 from .progress import Progress, ProgressTracker
 from .query import FTS_TEXT_VERSION
@@ -88,6 +89,7 @@ class SyncPlan:
     to_check: list[FileEntry]  # stat changed or new: read, hash, and index if the content changed
     removed: list[str]
     known: dict[str, tuple[int, int, str]]
+    forced: bool = False  # a forced run (core.rebuild's are): it needs every vector, the embedder failing stops it
 
 
 def unwrapped(embedder: Embedder) -> Embedder:
@@ -108,6 +110,13 @@ def cache_key(embedder: Embedder) -> tuple[str, str, str]:
     return (embedder.provider, embedder.model, embedder.fingerprint)
 
 
+def identity_key(identity: dict[str, Any] | None) -> tuple[str | None, str | None, str | None]:
+    """The cache key of the vectors an index of this identity holds (`cache_key` of the embedder it was built
+    with; the fingerprint is None under a provisional identity, and no vector has that key)."""
+    identity = identity or {}
+    return identity.get("provider"), identity.get("model"), identity.get("fingerprint")
+
+
 def index_identity(config: Config, embedder: Embedder | None) -> dict[str, Any]:
     """Everything that, when changed, makes the stored chunks or vectors wrong."""
     return {
@@ -126,6 +135,21 @@ def index_identity(config: Config, embedder: Embedder | None) -> dict[str, Any]:
     }
 
 
+def provisional(identity: dict[str, Any]) -> bool:
+    """An identity recorded by a first index whose hosted provider never answered (core.embedders
+    `provisional_stand_in`): its dims and fingerprint are not known yet, and no chunk has a vector."""
+    return identity.get("provider") not in (None, "none") and identity.get("fingerprint", "") is None
+
+
+def identity_matches(stored: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether an index of identity `stored` answers for `new` without a rebuild: the same identity, or a
+    provisional one that `new` completes (the same provider and model, answering now: its chunks stay, the
+    sync embeds them)."""
+    if stored is not None and provisional(stored):
+        stored = {**stored, "dims": new.get("dims"), "fingerprint": new.get("fingerprint")}
+    return stored == new
+
+
 def identity_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
     """The index identity's keys that differ, for a message: `chunking, extraPaths`."""
     return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
@@ -135,7 +159,7 @@ def plan_sync(
     store: Store, config: Config, embedder: Embedder | None, report: SyncReport, force: bool = False
 ) -> SyncPlan:
     identity = index_identity(config, embedder)
-    rebuild = force or store.identity() != identity
+    rebuild = force or not identity_matches(store.identity(), identity)
     known = {} if rebuild else store.file_rows()
     sources = active(config)
     files: list[FileEntry] = []
@@ -160,7 +184,7 @@ def plan_sync(
     seen = {f.path for f in files}
     # A file under a folder that could not be listed is not known to be gone: its rows stay as they are.
     removed = [p for p in known if p not in seen and not any(not u or p.startswith(f"{u}/") for u in unlisted)]
-    return SyncPlan(identity, rebuild, to_check, removed, known)
+    return SyncPlan(identity, rebuild, to_check, removed, known, force)
 
 
 def batches(entries: list[FileEntry]) -> list[list[FileEntry]]:
@@ -241,12 +265,16 @@ def index_batch(
             fresh.update(cache.get(cache_key(embedder), [h for h in texts if h not in vectors]))
         report.cacheHits += len(vectors) + len(fresh)
         rejected: dict[str, str] = {}
+        todo = {h: t for h, t in texts.items() if h not in vectors and h not in fresh}
         try:
-            todo = {h: t for h, t in texts.items() if h not in vectors and h not in fresh}
-            embed_missing(embedder, config, todo, fresh, report, capture, tokens, cache, rejected, progress)
+            if not report.vectorsPending:  # after a failure the run asks no more: each request would wait out
+                # its retries (or timeouts) again; the next sync embeds what is left
+                embed_missing(embedder, config, todo, fresh, report, capture, tokens, cache, rejected, progress)
         except EmbeddingError as exc:
-            if plan.rebuild or config.embedding.fallback != "none":
+            if plan.forced or config.embedding.fallback != "none":
                 raise  # a rebuild's file is thrown away (what it embedded is in the shared cache)
+            if plan.rebuild and not isinstance(exc, ProviderDown):
+                raise  # a first index the provider refuses (a key, a model to fix): not an index of no vector
             pending = _keyword_only(report, exc)
         vectors.update(fresh)
         _warn_rejected(files, rejected, report)
@@ -391,22 +419,27 @@ def _keyword_only(report: SyncReport, error: EmbeddingError) -> str:
 def complete_vectors(
     store: Store, config: Config, embedder: Embedder, report: SyncReport, cache: SharedCache | None = None
 ) -> None:
-    """Embed the chunks a sync left without vectors while the embedder was down, and refill the vector table."""
+    """Embed the chunks a sync left without vectors while the embedder was down, and refill the vector table.
+    Those include any the provider refused on their own before (they have no vector either): refused again,
+    they stay keyword-only and do not keep the others waiting."""
     key = cache_key(embedder)
     lacking = store.chunks_without_cached_vectors(key)
     found = cache.get(key, lacking) if cache is not None else {}
     fresh: dict[str, np.ndarray] = dict(found)
     todo = {h: t for h, t in lacking.items() if h not in found}
+    rejected: dict[str, str] = {}
     try:
-        embed_missing(embedder, config, todo, fresh, report, cache=cache)
+        embed_missing(embedder, config, todo, fresh, report, cache=cache, rejected=rejected)
     except EmbeddingError as exc:
         pending = _keyword_only(report, exc)
     else:
         pending = None
+    report.chunksRejected += len(rejected)
     with store.transaction():
         store.cache_put(key, fresh)
         store.set_meta(VECTORS_PENDING, pending or "")
-    store.rebuild_vec(key, embedder.dims)
+    if fresh:
+        store.rebuild_vec(key, embedder.dims)
 
 
 def remove_files(store: Store, paths: list[str], report: SyncReport) -> None:
@@ -443,6 +476,9 @@ def sync(
         with store.transaction():  # one commit: no reader sees the identity without the mark
             store.reset(plan.identity, config.store.fts_tokenize)
             store.set_meta(UNFINISHED, json.dumps({"files": len(plan.to_check), "at": time.time()}))
+    elif store.identity() != plan.identity:  # a provisional identity, its provider answering: it is completed
+        with store.transaction():
+            store.set_identity(plan.identity)
     with SharedCache.open(config.home) if embedder is not None else nullcontext() as cache:
         if estimator is not None:  # a task only when there is something to read: a no-op sync stays cheap
             estimating = stage("estimate", estimator) if plan.to_check else estimator
@@ -462,7 +498,7 @@ def sync(
             r = report
             measured = (r.chunksEmbedded, r.inputChars, r.embeddingCalls, r.embedSeconds)
             _keep(r, cache.record_throughput, cache_key(embedder), *measured)
-    if embedder is not None and store.vec_needs_refill():
+    if embedder is not None and embedder.dims and store.vec_needs_refill():
         store.rebuild_vec(cache_key(embedder), embedder.dims)
     with store.transaction():
         store.set_meta("last_sync", str(time.time()))

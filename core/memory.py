@@ -16,8 +16,15 @@ from typing import Any
 from . import calibration, learned, rerankers
 from .binding import check_workspace
 from .config import Config, EmbeddingConfig
-from .embedders import DownEmbedder, Embedder, EmbedderUnavailable, EmbeddingError, create_embedder
-from .errors import LockTimeout
+from .embedders import (
+    DownEmbedder,
+    Embedder,
+    EmbedderUnavailable,
+    EmbeddingError,
+    create_embedder,
+    provisional_stand_in,
+)
+from .errors import LockTimeout, ProviderDown
 from .estimate import Estimate, estimate, summary
 from .get import get_lines
 from .indexer import (
@@ -29,9 +36,12 @@ from .indexer import (
     Stage,
     SyncReport,
     identity_changes,
+    identity_key,
+    identity_matches,
     index_identity,
     plain_stage,
     plan_sync,
+    provisional,
     sync,
 )
 from .legacy import adopt_legacy
@@ -44,6 +54,10 @@ from .shared_cache import SharedCache, cache_path
 from .store import Store, StoreError, UnreadableIndex, set_aside
 
 _CONFIGURED: Any = object()
+#: A configured embedder that failed to start is tried again by the first use this long after: a long-lived
+#: process (`memsift serve`'s pooled indexes, `memsift mcp`) searches and syncs with the provider once it is back
+#: instead of keyword-only until a restart, and a provider still down costs one probe a minute, not one a search.
+START_RETRY_SECONDS = 60.0
 
 
 class MemoryIndex:
@@ -63,6 +77,8 @@ class MemoryIndex:
         self._embedder: Embedder | None = None if embedder is _CONFIGURED else embedder
         self._embedder_error: str | None = None
         self._embedder_loaded = embedder is not _CONFIGURED
+        self._retry_at = 0.0  # when `_primary` tries again an embedder that failed to start
+        self._provider_down = False  # it failed to start because it is down (ProviderDown), not refusing
         self._fallback: Embedder | None = None
         self._fallback_error: str | None = None
         self._fallback_loaded = False
@@ -107,18 +123,21 @@ class MemoryIndex:
 
     def embedder(self) -> Embedder | None:
         """The embedder the index is built with: the fallback while a switch is recorded, else the configured
-        one. Loaded once; None when `none` or when it failed (see `embedder_error`)."""
+        one. Loaded once (one that failed: again after START_RETRY_SECONDS); None when `none` or when it
+        failed (see `embedder_error`)."""
         if self.fallback_record() is not None:
             return self._fallback_embedder()
         return self._primary()
 
     def _primary(self) -> Embedder | None:
-        if not self._embedder_loaded:
-            self._embedder_loaded = True
+        if not self._embedder_loaded or (self._embedder_error and time.monotonic() >= self._retry_at):
+            self._embedder_loaded, self._embedder_error = True, None
             try:
                 self._embedder = create_embedder(self.config.embedding)
             except (EmbedderUnavailable, EmbeddingError) as exc:  # a provider's start-up probe may fail either way
                 self._embedder_error = str(exc)
+                self._retry_at = time.monotonic() + START_RETRY_SECONDS
+                self._provider_down = isinstance(exc.__cause__ or exc, ProviderDown)
         return self._embedder
 
     @property
@@ -147,12 +166,21 @@ class MemoryIndex:
             return stand_in
         return embedder
 
-    def _stand_in(self) -> Embedder | None:
+    def _stand_in(self, *, refused: bool = False) -> Embedder | None:
         """While the configured provider cannot start, the index it built can still take new text for keyword
         search (its vectors wait for the next sync): a DownEmbedder with the index's identity, or None when
-        the index was not built by this provider."""
-        identity = self.store.identity() or {}
-        if not self._embedder_error or identity.get("provider") != self.config.embedding.provider:
+        the index was not built by this provider. An index not built yet is built keyword-only under the
+        provider's provisional identity (`provisional_stand_in`), its vectors pending as well, when the
+        provider is down; one that refused (a key, a model to fix) stands in only when `refused` allows it
+        (a search must answer; `memsift index` fails with the reason)."""
+        if not self._embedder_error:
+            return None
+        identity = self.store.identity()
+        if identity is None:
+            if not (self._provider_down or refused):
+                return None
+            return provisional_stand_in(self.config.embedding, self._embedder_error)
+        if identity.get("provider") != self.config.embedding.provider:
             return None
         return DownEmbedder(identity, self._embedder_error)
 
@@ -192,7 +220,7 @@ class MemoryIndex:
         no longer matches and `sync.autoRebuild` lets the rebuild run without `--force`."""
         embedder = self.embedder()
         identity = self.store.identity()
-        if identity is None or identity == index_identity(self.config, embedder):
+        if identity is None or identity_matches(identity, index_identity(self.config, embedder)):
             return False  # a first index is a sync into the live file (its batches answer searches at once)
         return self._rebuild_held(embedder) is None
 
@@ -222,7 +250,7 @@ class MemoryIndex:
         if identity is None or store.get_meta(UNFINISHED):
             return None  # the search completes the first index, or says another process is running it
         new = index_identity(self.config, embedder)
-        if identity != new:
+        if not identity_matches(identity, new):
             if store.get_meta(REBUILD_HELD):
                 return None  # the search's `degraded` says why, and what the rebuild would cost
             changed = identity_changes(identity, new)
@@ -263,7 +291,7 @@ class MemoryIndex:
         `rebuildHeld` says why the plain sync does nothing."""
         embedder = self.embedder() or (self._stand_in() if self.fallback_record() is None else None)
         held = None
-        if not force and self.store.identity() != index_identity(self.config, embedder):
+        if not force and not identity_matches(self.store.identity(), index_identity(self.config, embedder)):
             held = self._rebuild_held(embedder)
         plan = self._estimate(embedder, force=force, calibrate=True)
         plan.rebuildHeld = held["reason"] if held else None
@@ -277,7 +305,7 @@ class MemoryIndex:
         (a first index) is built in the live file, so that searches answer from its batches as they commit
         instead of waiting minutes for a swap (a crash leaves those batches, and the next sync adds the rest)."""
         identity = self.store.identity()
-        if identity is not None and (force or identity != index_identity(self.config, embedder)):
+        if identity is not None and (force or not identity_matches(identity, index_identity(self.config, embedder))):
             if not force and (held := self._rebuild_held(embedder)) is not None:
                 return self._hold(held)
             return self._rebuild(embedder, progress, stage)
@@ -286,12 +314,13 @@ class MemoryIndex:
     def _rebuild_held(self, embedder: Embedder | None) -> dict[str, Any] | None:
         """The record of why the rebuild a changed identity calls for waits for `--force`, or None when it
         may run now: a first index (asked for), `sync.autoRebuild` allowing it, or a rebuild the caches serve
-        whole (it costs nothing). The record carries what the forced rebuild would embed and cost."""
+        whole (it costs nothing), or one of an index whose provider never answered (it holds no vector to keep).
+        The record carries what the forced rebuild would embed and cost."""
         identity = self.store.identity()
         policy = self.config.sync.autoRebuild
         if identity is None or policy == "always":
             return None
-        if policy == "local" and (embedder is None or embedder.provider == "local"):
+        if policy == "local" and (embedder is None or embedder.provider == "local" or provisional(identity)):
             return None
         new = index_identity(self.config, embedder)
         changed = identity_changes(identity, new)
@@ -412,7 +441,7 @@ class MemoryIndex:
         old vectors usable, so the search ran as before and said nothing. `store` is the search's snapshot:
         `self.store` would reopen a file a rebuild swapped in, closing the connection the snapshot holds."""
         held = store.get_meta(REBUILD_HELD)
-        if not held or store.identity() == index_identity(self.config, embedder):
+        if not held or identity_matches(store.identity(), index_identity(self.config, embedder)):
             return None  # none recorded, or the configuration went back to the index's
         record = json.loads(held)
         if record["reason"] in said:
@@ -435,7 +464,8 @@ class MemoryIndex:
                     if self._unfinished():  # nobody finished it meanwhile
                         if self.before_first_index is not None:
                             self.before_first_index(sum(self.store.stats()["files"].values()))
-                        report = sync(self.store, self.config, self.embedder(), estimator=estimate)
+                        embedder = self.embedder() or self._stand_in(refused=True)  # keyword-only, vectors pending
+                        report = sync(self.store, self.config, embedder, estimator=estimate)
                         self._tend_cache(report)
                 return None
             except LockTimeout:
@@ -494,7 +524,7 @@ class MemoryIndex:
                 f"the first index is not finished: {done} of {unfinished['files']} files indexed (the sync running "
                 "now, or the next one, completes it)"
             )
-        elif identity != index_identity(self.config, embedder):
+        elif not identity_matches(identity, index_identity(self.config, embedder)):
             held = self._rebuild_held(embedder)
             dirty_reason = (
                 f"{held['reason']}; it would embed: {held['summary']}"
@@ -507,9 +537,12 @@ class MemoryIndex:
                 n = len(plan.to_check)
                 dirty_reason = f"{n} file{'' if n == 1 else 's'} new or modified, {len(plan.removed)} removed"
         pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
+        if pending:
+            pending["chunks"] = store.count_without_vectors(identity_key(identity))
         if pending and dirty_reason is None:
             dirty_reason = (
-                f"some text has no vector yet, the embedder failed ({pending['reason']}); the next sync embeds it"
+                f"{pending['chunks']} of {sum(stats['chunks'].values())} chunks have no vector: the embedder failed "
+                f"({pending['reason']}); keyword search finds them, the next sync embeds them"
             )
         last = store.get_meta("last_sync")
         doc: dict[str, Any] = {
@@ -536,7 +569,7 @@ class MemoryIndex:
             "lastSync": _iso(float(last)) if last else None,
             "embedderError": embedder_error,
             "fallback": fallback,
-            "vectorsPending": {"reason": pending["reason"], "at": _iso(pending["at"])} if pending else None,
+            "vectorsPending": {**pending, "at": _iso(pending["at"])} if pending else None,  # reason, at, chunks
             "rerank": self._rerank_status(store, embedder),
         }
         if deep:

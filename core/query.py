@@ -16,6 +16,10 @@ The text is split into Unicode word tokens (letters, digits, underscore, so `ERR
 token and FTS5 matches it as the phrase `err ssl protocol`). Each token is quoted, so `AND`, `NEAR(`,
 `*`, `^`, `:` and quotes are plain text. Tokens are OR'ed and BM25 ranks documents that match more of
 them higher; common English stop words are dropped unless nothing else is left.
+
+FTS5 matches tokens whole, so the 7-12 characters of a commit hash that `git log --oneline` shows would not
+find the note holding the full 40. A term that looks like such a hex id (`is_hex_prefix`) is also a prefix:
+`"a1b2c3d"*` finds `a1b2c3d4e5...`. Words (`defaced`, `facade`: no digit) and numbers (no letter) stay exact.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ _SCRIPT_PARTS = re.compile(f"({_WIDE_RUN.pattern})")  # split keeping the CJK ru
 # under unicode61 too, so replacing them changes nothing there. Combining marks are kept (Devanagari, Thai).
 _SEPARATORS = re.compile(r"[\s!-/:-@\[-^`{-~\u2010-\u2027\u2030-\u205e]+")
 MAX_TERMS = 64
+HEX_PREFIX_MIN = 7  # `git log --oneline`'s short SHA
 # Part of the index identity: a change to `fts_text` makes existing FTS rows wrong, so the index is rebuilt.
 FTS_TEXT_VERSION = 2
 
@@ -80,11 +85,21 @@ def query_terms(text: str) -> list[str]:
     return (kept or tokens)[:MAX_TERMS]
 
 
+def is_hex_prefix(term: str) -> bool:
+    """Whether a (lower-case) query term is matched as the start of longer words too: a hex id's prefix, 7 or more
+    hex digits with a digit and a letter among them (a short git SHA, a full one, another hex id). String methods,
+    not a regular expression: every term of every search is asked (a lookahead pattern cost ~5 us a query)."""
+    return (
+        len(term) >= HEX_PREFIX_MIN and not term.strip("0123456789abcdef") and not term.isdigit() and not term.isalpha()
+    )
+
+
 def _phrase(term: str) -> str:
     body = " ".join(fts_text(term).split())
     if len(body) < 3:  # trigram needs 3 characters: match the word between the spaces `fts_text` guarantees
         body = f" {body} "
-    return '"' + body.replace('"', '""') + '"'
+    quoted = '"' + body.replace('"', '""') + '"'
+    return f"{quoted}*" if is_hex_prefix(term) else quoted
 
 
 def fts_phrases(text: str) -> list[str]:

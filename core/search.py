@@ -20,7 +20,7 @@ from . import calibration, learned, ranking, rerankers, threads, timefilter
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
-from .indexer import REBUILD_HELD, cache_key
+from .indexer import REBUILD_HELD, VECTORS_PENDING, cache_key, identity_key
 from .query import fts_phrases
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim
@@ -138,9 +138,16 @@ def search(
     identity = store.identity() or {}
     degraded = None
     if mode != "keyword":
-        degraded = _vector_problem(identity, embedder, embedder_error, store.get_meta(REBUILD_HELD))
+        pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
+        degraded = _vector_problem(identity, embedder, embedder_error, store.get_meta(REBUILD_HELD), pending)
         if degraded:
             mode = "keyword"
+        elif pending:  # the vector leg runs, but cannot see the chunks a failed sync left without a vector
+            lacking = store.count_without_vectors(identity_key(identity))
+            degraded = (
+                f"{lacking} chunks have no vector yet, the embedder failed ({pending['reason']}): keyword search "
+                "alone finds those until the next sync embeds them"
+            )
 
     phrases = fts_phrases(query)
     scope = _scope(store, path_prefix, timefilter.window(after, before, evergreen=evergreen, now=now))
@@ -371,16 +378,26 @@ def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
 
 
 def _vector_problem(
-    identity: dict[str, Any], embedder: Embedder | None, error: str | None, held: str | None = None
+    identity: dict[str, Any],
+    embedder: Embedder | None,
+    error: str | None,
+    held: str | None = None,
+    pending: dict[str, Any] | None = None,
 ) -> str | None:
-    """Why the vector leg cannot run, or None when it can; `held`: the record of a rebuild waiting for --force."""
+    """Why the vector leg cannot run, or None when it can; `held`: the record of a rebuild waiting for --force;
+    `pending`: the record of the embedder failing a sync ({reason, at})."""
     if embedder is None:
         return (
             f"no embedder ({error}); keyword results only" if error else "no embedder configured; keyword results only"
         )
     if not identity.get("dims"):
+        if pending:  # a first index while the provider was down (a provisional identity)
+            return (
+                f"no chunk has a vector yet, the embedder failed ({pending['reason']}); the next sync embeds them; "
+                "keyword results only"
+            )
         return "the index holds no vectors (built without an embedder); run `memsift index`; keyword results only"
-    if (identity.get("provider"), identity.get("model"), identity.get("fingerprint")) != cache_key(embedder):
+    if identity_key(identity) != cache_key(embedder):
         built = (
             f"the index was built with {identity.get('provider')}/{identity.get('model')}, "
             f"not {embedder.provider}/{embedder.model}"

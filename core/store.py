@@ -48,6 +48,12 @@ _CHUNK_VECTORS = (
 )
 
 
+# The chunks with no vector in the index's cache under one (provider, model, fingerprint).
+_WITHOUT_VECTORS = (
+    "FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM embedding_cache e "
+    "WHERE e.provider = ? AND e.model = ? AND e.fingerprint = ? AND e.hash = c.hash)"
+)
+
 # A JSON array of strings bound as one parameter: no cap on the number of paths (SQLite caps bound parameters).
 _JSON_LIST = "(SELECT value FROM json_each(?))"
 
@@ -294,6 +300,9 @@ class Store:
         raw = self.get_meta("identity")
         return json.loads(raw) if raw else None
 
+    def set_identity(self, identity: dict[str, Any]) -> None:
+        self.set_meta("identity", json.dumps(identity, sort_keys=True))
+
     def reset(self, identity: dict[str, Any], tokenize: str) -> None:
         """Drop every file and chunk and start over under a new identity; the embedding cache stays."""
         with self.transaction():
@@ -307,7 +316,7 @@ class Store:
             dims = identity.get("dims")
             if dims and self.vec_available:
                 self._create_vec(dims)
-            self.set_meta("identity", json.dumps(identity, sort_keys=True))
+            self.set_identity(identity)
             self._vectors_changed()
             # Without sqlite-vec an old chunks_vec could not be dropped: its rows no longer match the chunks.
             self.set_meta("vec_stale", "0" if self.vec_available or not self.has_vec_table() else "1")
@@ -478,17 +487,12 @@ class Store:
 
     def chunks_without_cached_vectors(self, key: tuple[str, str, str]) -> dict[str, str]:
         """hash -> text of the chunks whose vector the cache lacks under `key` (a sync the embedder failed)."""
-        rows = self.conn.execute(
-            """
-            SELECT c.hash, c.text FROM chunks c
-            WHERE NOT EXISTS (
-                SELECT 1 FROM embedding_cache e
-                WHERE e.provider = ? AND e.model = ? AND e.fingerprint = ? AND e.hash = c.hash
-            )
-            """,
-            key,
-        )
-        return dict(rows.fetchall())
+        return dict(self.conn.execute(f"SELECT c.hash, c.text {_WITHOUT_VECTORS}", key).fetchall())
+
+    def count_without_vectors(self, key: tuple[str | None, str | None, str | None]) -> int:
+        """How many chunks have no vector under `key` (all of them under a provisional identity's, whose
+        fingerprint is None: what `status` and a search say while vectors are pending)."""
+        return self.conn.execute(f"SELECT count(*) {_WITHOUT_VECTORS}", key).fetchone()[0]
 
     # -- the vec0 table ------------------------------------------------------------------------------
 

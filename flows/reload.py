@@ -28,7 +28,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runner import Runner
 
 from core import Config, MemoryIndex
-from core.indexer import identity_changes, index_identity
+from core.indexer import identity_changes, identity_matches, index_identity
 from flows.deployments import agent_deployments, rebuild_deployment_name, sync_deployment_name
 from flows.watch import SyncRuns
 
@@ -81,7 +81,7 @@ def rebuild_if_stale(config: Config, rebuilds: SyncRuns, say: Callable[[str], No
             say(f"agent {agent}: not checking for a rebuild, the embedder cannot start: {index.embedder_error}")
             return False
         wanted = index_identity(config, embedder)
-        if stored == wanted:
+        if identity_matches(stored, wanted):
             return False
         chunks = sum(index.store.stats()["chunks"].values())
     what = identity_changes(stored, wanted)

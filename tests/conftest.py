@@ -7,8 +7,10 @@ started once per session and only by tests that run flows.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 _session_dir = Path(tempfile.mkdtemp(prefix="memsift-tests-"))
+_session_owner = os.getpid()
+
+
+def _remove_session_dir() -> None:
+    """The session folder (Prefect's home, the optimised model graph: ~22 MB) goes when the process that made it
+    exits: the test run, each xdist worker (each imports this file and makes its own). The CLI subprocesses the
+    tests start use it while they run and import nothing from here; a child forked from a process that made one
+    (its copy of this module says another pid) leaves its parent's alone."""
+    if os.getpid() == _session_owner:
+        shutil.rmtree(_session_dir, ignore_errors=True)
+
+
+atexit.register(_remove_session_dir)
 os.environ["PREFECT_HOME"] = str(_session_dir / "prefect")
 os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(_session_dir / "prefect" / "storage")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"

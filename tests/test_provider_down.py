@@ -21,7 +21,8 @@ import pytest
 from index_checks import chunks_without_vectors, content
 
 from api.cli import main
-from core import MemoryIndex, load_config
+from api.mcp import MemoryTools
+from core import MemoryIndex, load_config, memory
 from core.config import Config
 from core.embedders.hosted import PROBE_TEXT
 from core.errors import EmbeddingError
@@ -141,15 +142,15 @@ HERONS = {
 
 
 def test_a_provider_that_gives_up_mid_step_loses_none_of_the_answers_it_gave(workspace) -> None:
-    """The step's last request fails for good (retries spent): the rebuild stops with the error, but the
-    answers to the step's other requests were paid for and are kept, so the rerun embeds only the texts of
-    the request that failed."""
+    """The step's last request fails for good (retries spent): the rebuild (a forced run: it needs every vector)
+    stops with the error, but the answers to the step's other requests were paid for and are kept, so the rerun
+    embeds only the texts of the request that failed."""
     probe_and_requests = 1 + 7  # 28 chunks of ~47 bytes, four to a request of at most 200 bytes
     provider = FakeProvider(fault=lambda n: "500" if n == probe_and_requests else None)
     try:
         config = step_config(workspace(HERONS), provider)
         with MemoryIndex(config) as index, pytest.raises(EmbeddingError, match="HTTP 500"):
-            index.sync()
+            index.sync(force=True)
         assert len(provider.requests) == probe_and_requests
         answered = [t for t in provider.embedded if t != PROBE_TEXT]
         assert len(answered) == 24
@@ -193,5 +194,171 @@ def test_ctrl_c_mid_step_keeps_the_answers_the_step_already_received(workspace, 
         rerun = [t for t in provider.embedded[served:] if t != PROBE_TEXT]
         assert report.chunksEmbedded == len(rerun) == 12 and not set(rerun) & set(answered)
         assert report.cacheHits == 16 and chunks_without_vectors(config.db_path) == 0
+    finally:
+        provider.close()
+
+
+def first_index(how: str, config: Config, capsys) -> None:
+    """The agent's first index, run as `memsift index` or as the sync a first `memsift search` runs."""
+    cli = ["--workspace", str(config.workspace)]
+    if how == "index":
+        assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["vectorsPending"] and report["chunksWritten"] == len(NOTES) and "503" in report["warnings"][0]
+    else:
+        assert main([*cli, "search", "flat white", "--json"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert "503" in answer["degraded"] and answer["results"][0]["path"] == "MEMORY.md"
+
+
+@pytest.mark.parametrize("how", ["index", "search"])
+def test_a_first_index_with_the_provider_down_says_so_until_the_next_sync_embeds_every_chunk(
+    how: str, config: Config, provider: Switchable, capsys
+) -> None:
+    """The provider down from the start (even its start-up probe fails): the text is indexed for keyword search
+    under the provider's identity, with its vectors pending. Before, `memsift index` failed and the first search
+    built a keyword-only index of provider `none` that `status` called clean (`dirty: false`), and whose
+    vectors waited for `memsift index --force` once the provider was back."""
+    provider.down = True
+    first_index(how, config, capsys)
+    cli = ["--workspace", str(config.workspace)]
+    assert main([*cli, "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["dirty"] and status["provider"] == "openai" and status["vectorsPending"]["chunks"] == 2
+    assert "2 of 2 chunks have no vector" in status["dirtyReason"] and "503" in status["dirtyReason"]
+    assert main([*cli, "search", "deploy failed", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["mode"] == "keyword" and "503" in answer["degraded"]
+    assert answer["results"][0]["path"] == "memory/2026-11-24.md"
+
+    provider.down = False
+    served = len(provider.embedded)
+    assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["chunksEmbedded"] == 2 and not report["rebuilt"] and not report["rebuildHeld"]
+    chunk_texts = {text.strip() for text in NOTES.values()}
+    assert {t for t in provider.embedded[served:] if t != PROBE_TEXT} == chunk_texts
+    assert chunks_without_vectors(config.db_path) == 0
+    assert main([*cli, "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert not status["dirty"] and status["vectorsPending"] is None and status["dims"] == provider.dims
+    assert main([*cli, "search", "deploy failed", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["mode"] == "hybrid" and "degraded" not in answer
+    assert answer["results"][0]["path"] == "memory/2026-11-24.md"
+
+
+def test_a_provider_refusing_a_first_index_fails_memsift_index_and_the_first_search_says_dirty(
+    config: Config, provider: Switchable, capsys
+) -> None:
+    """A refusal (HTTP 401: a key to fix) is no outage: `memsift index` stops with it, as before. A first search
+    must answer all the same: keyword-only, and now `status` says dirty and why (it said `dirty: false`)."""
+    provider.fault = lambda n: "401" if provider.down else None
+    provider.down = True
+    cli = ["--workspace", str(config.workspace)]
+    capsys.readouterr()
+    assert main([*cli, "index", "--no-prefect"]) == 1
+    assert "HTTP 401" in capsys.readouterr().err
+    assert main([*cli, "search", "flat white", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert "401" in answer["degraded"] and answer["results"][0]["path"] == "MEMORY.md"
+    assert main([*cli, "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["dirty"] and "401" in status["dirtyReason"] and status["provider"] == "openai"
+
+    provider.down = False  # the key fixed
+    assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunksEmbedded"] == 2
+    assert main([*cli, "status", "--json"]) == 0
+    assert not json.loads(capsys.readouterr().out)["dirty"]
+
+
+def test_serve_indexes_with_the_provider_down_and_searches_hybrid_again_once_it_is_back(
+    config: Config, provider: Switchable, monkeypatch
+) -> None:
+    """`POST /v1/index` of `memsift serve` (in-process: no Prefect server answers) with the provider down, then
+    back. Before, the run failed (FAILED: EmbedderUnavailable); and a server whose pooled index met the provider
+    down kept answering keyword-only after it was back and its vectors were in, until a restart."""
+    from litestar.testing import TestClient
+
+    from api.app import create_app
+    from api.prefect_server import free_port
+
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{free_port()}/api")  # nobody listens there
+    monkeypatch.setattr(memory, "START_RETRY_SECONDS", 0.0)  # the minute between tries of a provider, elapsed
+
+    def index_run(client: TestClient) -> dict:
+        run = client.post("/v1/index", json={}).json()
+        client.app.state.runs.wait(run["runId"], 120)
+        done = client.get(f"/v1/index/{run['runId']}").json()
+        assert done["state"] == "COMPLETED", done
+        return done["summary"]
+
+    provider.down = True
+    app = create_app(config)
+    with TestClient(app) as client:
+        assert app.state.agents.ready.wait(60)
+        assert index_run(client)["vectorsPending"]
+        status = client.get("/v1/status").json()
+        assert status["dirty"] and "2 of 2 chunks have no vector" in status["dirtyReason"]
+        answer = client.post("/v1/search", json={"query": "flat white"}).json()
+        assert answer["mode"] == "keyword" and "503" in answer["degraded"]
+        assert answer["results"][0]["path"] == "MEMORY.md"
+
+        provider.down = False
+        assert index_run(client)["chunksEmbedded"] == 2
+        assert not client.get("/v1/status").json()["dirty"]
+        answer = client.post("/v1/search", json={"query": "flat white"}).json()
+        assert answer["mode"] == "hybrid" and "degraded" not in answer
+        assert answer["results"][0]["path"] == "MEMORY.md"
+
+
+RELAYS = {f"memory/relay-{n:03d}.md": f"# relay {n}\n- The relay{n} pump is in bay {n}.\n" for n in range(70)}
+
+
+def test_a_provider_failing_part_way_through_a_first_index_leaves_exactly_the_rest_pending(workspace, capsys) -> None:
+    """70 notes in two batches, four to a request: the probe and two requests are answered (8 notes), then the
+    provider fails. The run indexes all 70 for keyword search, asks nothing more (each request would wait out
+    its retries again), says 62 chunks lack a vector; searches say so; the next sync embeds exactly those 62.
+    Before, `memsift index` stopped with the 503 and left an unfinished index of no file."""
+    provider = FakeProvider(fault=lambda n: "503" if n > 3 else None)
+    try:
+        ws = workspace(RELAYS)
+        (ws / "memsift.toml").write_text(
+            f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+            "concurrency = 1\nbatchMaxInputs = 4\n"
+        )
+        cli = ["--workspace", str(ws)]
+        assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["chunksWritten"] == 70 and report["chunksEmbedded"] == 8 and report["vectorsPending"]
+        assert len(provider.requests) == 4  # the second batch sent none
+        answered = [t for t in provider.embedded if t != PROBE_TEXT]
+        config = load_config(workspace=ws)
+        assert len(answered) == 8 and chunks_without_vectors(config.db_path) == 62
+        assert main([*cli, "status", "--json"]) == 0
+        assert "62 of 70 chunks have no vector" in json.loads(capsys.readouterr().out)["dirtyReason"]
+
+        provider.fault = lambda n: None  # back: a search runs hybrid, and says which chunks it cannot see
+        tools = MemoryTools(config)  # what `memsift mcp` answers with
+        try:
+            answer = tools.memory_search({"query": "relay7 pump"})
+            assert answer["mode"] == "hybrid" and "62 chunks have no vector yet" in answer["degraded"]
+            assert answer["results"][0]["path"] == "memory/relay-007.md"
+        finally:
+            tools.close()
+        assert main([*cli, "index", "--dry-run", "--json"]) == 0  # what it will embed and cost: said 0 before
+        dry = json.loads(capsys.readouterr().out)
+        assert dry["chunksToEmbed"] == 62 and dry["estimatedRequests"] == 16  # four to a request
+        served = len(provider.embedded)
+        assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["chunksEmbedded"] == report["plan"]["chunksToEmbed"] == 62
+        rerun = [t for t in provider.embedded[served:] if t != PROBE_TEXT]
+        assert len(rerun) == len(set(rerun)) == 62 and not set(rerun) & set(answered)
+        assert chunks_without_vectors(config.db_path) == 0
+        assert main([*cli, "search", "relay7 pump", "--json"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["mode"] == "hybrid" and "degraded" not in answer
     finally:
         provider.close()

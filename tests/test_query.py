@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from core.query import fts_match, query_terms
 from core.store import Store
+from tests.sample import NOTES
 
 DOCS = [
     "alpha AND beta OR gamma NOT delta",
@@ -180,3 +181,54 @@ def test_any_text_never_breaks_match(store, text):
         return
     assert match.count('"') % 2 == 0
     store.fts_search(match, 5)  # must not raise
+
+
+SHA = "9f3c2a1b7e4d5c6f8a9b0c1d2e3f4a5b6c7d8e9f"
+SHA_NOTE = f"The deploy fix landed in commit {SHA} on Friday"
+
+
+def test_a_hex_id_prefix_is_matched_as_a_prefix_and_words_and_numbers_stay_exact():
+    assert fts_match("9f3c2a1") == '"9f3c2a1"*'  # a short SHA, as `git log --oneline` shows it
+    assert fts_match(f"commit {SHA.upper()}") == f'"commit" OR "{SHA}"*'
+    # no digit (words), no letter (numbers, dates), fewer than 7 characters, not hex: exact, as before
+    assert fts_match("defaced facade deadbeef") == '"defaced" OR "facade" OR "deadbeef"'
+    assert fts_match("20261202 1234567 abc1234x a1b2c3 0x1f2e3d4") == (
+        '"20261202" OR "1234567" OR "abc1234x" OR "a1b2c3" OR "0x1f2e3d4"'
+    )
+
+
+@pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
+def test_a_short_sha_finds_the_note_holding_the_full_one(tmp_path, tokenizer):
+    """FTS5 matches tokens whole: `9f3c2a1` found nothing in a note holding the 40 characters (unicode61)."""
+    for query in (SHA[:7], SHA[:12], SHA, f"commit {SHA[:10]}"):
+        assert found_in_one_note(tmp_path, tokenizer, SHA_NOTE, query), query
+    assert not found_in_one_note(tmp_path, tokenizer, SHA_NOTE, "9f3c2a2")  # another id
+    # its middle is no prefix (trigram matches any substring of 3+ characters, as it always did)
+    assert found_in_one_note(tmp_path, tokenizer, SHA_NOTE, "1b7e4d5") == (tokenizer == "trigram")
+
+
+def test_memsift_search_of_a_short_sha_answers_with_its_note(workspace, make_config, open_index):
+    """The whole search (hybrid, calibrated, the floor): `memsift search 9f3c2a1` said `No matches.`."""
+    ws = workspace({**NOTES, "memory/2026-05-20.md": f"# 2026-05-20\n- {SHA_NOTE}.\n"})
+    index = open_index(make_config(ws))
+    index.sync()
+    for query in (SHA[:7], SHA[:12]):
+        results = index.search(query).results
+        assert results and results[0].path == "memory/2026-05-20.md", query
+
+
+def test_the_calibrated_score_counts_a_short_sha_as_held_by_the_note_it_begins():
+    """`hit_cover` (the share of the question's terms a hit holds) read the short SHA as absent from the note
+    the keyword leg found by it; a word is still held whole only (`defaced` is not held by `defacedly`)."""
+    from core import calibration
+
+    cover = calibration.FEATURES.index("hit_cover")
+
+    def hit_cover(query: str, text: str) -> float:
+        terms = tuple(query_terms(query))
+        inputs = calibration.Inputs(query, terms, (1,) * len(terms), 100, (0.5,), (5.0,), (text,))
+        return float(calibration.features(inputs)[0][cover])
+
+    assert hit_cover(SHA[:7], SHA_NOTE) == hit_cover(SHA, SHA_NOTE) == 1.0
+    assert hit_cover("9f3c2a2", SHA_NOTE) == 0.0
+    assert hit_cover("defaced", "the wall was defacedly painted") == 0.0

@@ -107,3 +107,24 @@ def test_the_flow_completes_and_reports_the_skipped_input(workspace, provider: F
     report = run_sync("main", workspace=str(ws))
     assert report.rebuilt and report.chunksRejected == 1 and report.chunksEmbedded == 12
     assert report.warnings[0].startswith("skipped embedding memory/bad.md:1-1")
+
+
+def test_a_refused_input_does_not_keep_the_vectors_an_outage_left_waiting_from_being_embedded(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """After an outage the next sync embeds the text that waited, which includes the refused chunk (it has no
+    vector either): refused again, it stays keyword-only and the rest gets its vectors. Before, the refusal
+    failed that catch-up whole: every later sync sent both again, kept neither, and the index stayed dirty."""
+    ws = configured(workspace, provider, NOTES | {"memory/bad.md": POISON})
+    provider.reject = lambda text: "☠" in text
+    index(capsys, ws)
+    (ws / "memory" / "new.md").write_text("# new\n- The heron count was 41.\n")
+    provider.fault = lambda n: "503"  # down, the start-up probe included
+    assert index(capsys, ws)["vectorsPending"]
+
+    provider.fault = lambda n: None
+    report = index(capsys, ws)
+    assert not report["vectorsPending"] and report["chunksEmbedded"] == 1 and report["chunksRejected"] == 1
+    assert chunks_without_vectors(db_path(memsift_home, "main", ws.resolve())) == 1  # the refused one alone
+    assert main(["--workspace", str(ws), "status", "--json"]) == 0
+    assert not json.loads(capsys.readouterr().out)["dirty"]

@@ -32,6 +32,7 @@ __all__ = [
     "answered_before",
     "auto_provider",
     "create_embedder",
+    "provisional_stand_in",
 ]
 
 #: `embedding.provider` -> "module:callable" that builds the embedder from the EmbeddingConfig.
@@ -73,3 +74,16 @@ def create_embedder(config: EmbeddingConfig) -> Embedder | None:
         f"embedding.provider = {config.provider!r} is not available in this version; "
         f"use one of {', '.join(name for name in PROVIDERS if name != 'auto')}"
     )
+
+
+def provisional_stand_in(config: EmbeddingConfig, reason: str) -> DownEmbedder | None:
+    """Stands in for a hosted provider that failed to start before any index of it exists (the first index of an
+    agent while it is down): its kind and model are known, its dimensions and fingerprint only once it answers,
+    so they are None: a provisional identity, which the provider's own completes (core.indexer.identity_matches).
+    None for the local model and `none`: they have no hosted model to wait for."""
+    provider = auto_provider(config) if config.provider == "auto" else config.provider
+    kind = load(EMBEDDERS[provider]) if provider in EMBEDDERS else None
+    if not isinstance(getattr(kind, "default_model", None), str):
+        return None
+    identity = {"provider": provider, "model": config.model or kind.default_model, "dims": None, "fingerprint": None}
+    return DownEmbedder(identity, reason)

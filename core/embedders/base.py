@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import EmbeddingError
+from ..errors import EmbeddingError, ProviderDown
 
 
 class InputsRejected(EmbeddingError):
@@ -51,7 +51,8 @@ class Embedder(Protocol):
 
 class DownEmbedder:
     """Stands in for the provider an index was built with while that provider cannot start: it has the stored
-    identity (so an incremental sync goes on under it, keyword-only) and every call fails with the reason."""
+    identity (so an incremental sync goes on under it, keyword-only) and every call fails with the reason, as a
+    provider that is down (ProviderDown: the sync goes on keyword-only, even a first index)."""
 
     calls = 0
 
@@ -61,10 +62,10 @@ class DownEmbedder:
         self.reason = reason
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
-        raise EmbeddingError(self.reason)
+        raise ProviderDown(self.reason)
 
     def embed_query(self, text: str) -> np.ndarray:
-        raise EmbeddingError(self.reason)
+        raise ProviderDown(self.reason)
 
 
 class EmbedderWrapper:

@@ -22,7 +22,7 @@ import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from ..config import EmbeddingConfig
-from ..errors import EmbedderUnavailable, EmbeddingError
+from ..errors import EmbedderUnavailable, EmbeddingError, ProviderDown
 from ..limiter import RateLimiter, request_tokens
 from .base import InputsRejected, keep_answered
 
@@ -120,6 +120,8 @@ class JsonEndpoint:
     provider: str
     base_url: str
     failure: type[Exception] = RuntimeError
+    #: What a request whose transient faults outlasted the retries raises (the service is down, not refusing).
+    outage: type[Exception] | None = None
     quota_advice = "Check the plan and quota of the API key."
     #: A Retry-After longer than this is cut to it.
     retry_after_max = RETRY_AFTER_MAX
@@ -156,7 +158,7 @@ class JsonEndpoint:
         try:
             return retrying(self._post, path, body, tokens)
         except Transient as exc:
-            raise self.failure(self._exhausted(exc)) from None
+            raise (self.outage or self.failure)(self._exhausted(exc)) from None
 
     # -- one HTTP request ------------------------------------------------------------------------------
 
@@ -237,6 +239,7 @@ class HostedEmbedder(JsonEndpoint):
     """An Embedder over HTTP. Subclasses set the class attributes and implement `_request` and `_vectors`."""
 
     failure = EmbeddingError
+    outage = ProviderDown
     quota_advice = (
         "Lower embedding.requestsPerMinute / tokensPerMinute or embedding.concurrency, "
         "or check the plan and quota of the API key."
