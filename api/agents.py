@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse, load_config
+from core import Config, ConfigError, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse, load_config
 from core.embedders import create_embedder
 
 
@@ -44,13 +44,20 @@ class UnknownAgent(MemsiftError, LookupError):
 
 
 class Agents:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, default: str = DEFAULT_AGENT) -> None:
         """`config` is the main agent's; the others come from its `agents.<id>.workspace` keys, read from the
-        same file as `memsift --agent ID` would."""
+        same file as `memsift --agent ID` would. `default` answers a request that names no agent (`memsift
+        --agent ID serve`); it must be one of them."""
         self.configs: dict[str, Config] = {DEFAULT_AGENT: config}
         for agent in sorted(config.agents):
             if agent != DEFAULT_AGENT:
                 self.configs[agent] = load_config(config.source, agent=agent)
+        if default not in self.configs:
+            known = ", ".join(self.configs)
+            raise ConfigError(
+                f"--agent: unknown agent {default!r} (known: {known}; configure agents.{default}.workspace)"
+            )
+        self.default = default
         self._idle: dict[str, list[MemoryIndex]] = {agent: [] for agent in self.configs}
         self._lock = threading.Lock()
         self._closed = False
@@ -64,7 +71,7 @@ class Agents:
         return list(self.configs)
 
     def config(self, agent: str | None) -> Config:
-        name = agent or DEFAULT_AGENT
+        name = agent or self.default
         try:
             return self.configs[name]
         except KeyError:

@@ -28,7 +28,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from litestar.types import Guard
 
-from api.agents import Agents
+from api.agents import DEFAULT_AGENT, Agents
 from api.docs import DESCRIPTION, STATIC_DIR, STATIC_PATH, OfflineRedoc, docs_page
 from api.metrics import Metrics, request_metrics
 from api.routes import PROBLEM_MEDIA_TYPE, HealthController, MemoryController
@@ -62,11 +62,12 @@ if not log.handlers:
     log.propagate = False
 
 
-def create_app(config: Config) -> Litestar:
-    """The API for the main agent of `config` and its `agents.<id>`; `api.key` (or MEMSIFT_API_KEY) set
-    makes every `/v1` route require `Authorization: Bearer <key>`."""
+def create_app(config: Config, default_agent: str = DEFAULT_AGENT) -> Litestar:
+    """The API for the main agent of `config` and its `agents.<id>`, answering for `default_agent` when a
+    request names none; `api.key` (or MEMSIFT_API_KEY) set makes every `/v1` route require
+    `Authorization: Bearer <key>`."""
     metrics = Metrics()
-    agents = Agents(config)
+    agents = Agents(config, default_agent)
     if config.api.workers:
         from api.search_pool import SearchPool
 

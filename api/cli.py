@@ -221,7 +221,11 @@ def _parser() -> _Parser:
     status = sub.add_parser("status", parents=[common], help="index and embedder state")
     status.add_argument("--deep", action="store_true", help="also probe the embedder with one request")
 
-    serve = sub.add_parser("serve", parents=[common], help="the REST API (all agents of the configuration)")
+    serve = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="the REST API (all agents of the configuration; --agent: the one a request naming none gets)",
+    )
     serve.add_argument("--host", metavar="H", help="address to bind (default: api.host, 127.0.0.1)")
     serve.add_argument("--port", type=_bounded(int, 1, 65535), metavar="P", help="port (default: api.port, 8000)")
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without an API key")
@@ -631,7 +635,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from api.serve import run_serve
     from api.up import agent_configs
 
-    main_config = load_config(args.config, workspace=args.workspace)  # it serves every agent: no --agent
+    # Every agent is served; --agent chooses the one a request without an `agent` field is answered for.
+    main_config = load_config(args.config, workspace=args.workspace)
     return run_serve(
         main_config,
         host=args.host,
@@ -639,6 +644,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         insecure=args.insecure,
         workers=args.workers,
         load=lambda: agent_configs(args.config, args.workspace),
+        agent=args.agent,
     )
 
 
@@ -648,7 +654,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     def load() -> dict[str, Config]:
         return with_rest_port(agent_configs(args.config, args.workspace), args.port)
 
-    return run_up(load(), args.prefect_port, load=load)
+    return run_up(load(), args.prefect_port, load=load, agent=args.agent)
 
 
 def cmd_ratelimit(args: argparse.Namespace) -> int:

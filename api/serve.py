@@ -23,6 +23,7 @@ from uuid import UUID
 
 import uvicorn
 
+from api.agents import DEFAULT_AGENT
 from api.app import create_app
 from api.docs import DOCS_PATH
 from api.watching import Watch
@@ -37,12 +38,14 @@ def run_serve(
     insecure: bool,
     workers: int | None = None,
     load: Callable[[], Mapping[str, Config]] | None = None,
+    agent: str = DEFAULT_AGENT,
 ) -> int:
     """Serve until Ctrl-C or SIGTERM, syncing the agents whose memory files change (api.watching). With `load`
     (every agent's configuration, read again), the server follows its configuration file and SIGHUP
     (api.config_reload): search settings and agents change in place, the watcher follows the agents, and with
     `sync.watch` on an agent whose settings changed is synced at once (a new chunking or model rebuilds, as
-    under `memsift up`; on a hosted provider the rebuild waits for a forced run and says so)."""
+    under `memsift up`; on a hosted provider the rebuild waits for a forced run and says so). `agent`
+    (`memsift --agent ID serve`) answers the requests that name no agent."""
     if workers is not None:
         config = replace(config, api=replace(config.api, workers=workers))
     named = "--host" if host else "api.host"  # where the address came from, for the refusal below
@@ -53,7 +56,7 @@ def run_serve(
             f"{named} {host}: refusing to serve beyond this machine without an API key; set api.key or "
             "MEMSIFT_API_KEY, or pass --insecure"
         )
-    app = create_app(config)  # before announcing anything: every agent's configuration is read here
+    app = create_app(config, agent)  # before announcing anything: every agent's configuration is read here
     # uvicorn shuts down gracefully on SIGINT or SIGTERM, then raises the signal again with the handler it found
     # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
     # Prefect server an in-process index run may have started) rather than in death by signal.
@@ -61,6 +64,8 @@ def run_serve(
     previous = signal.signal(signal.SIGTERM, _interrupt)
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
+    if agent != DEFAULT_AGENT:
+        _say(f"a request that names no agent is answered for agent {agent} (--agent)")
     if config.api.workers:
         _say(f"searches run in {config.api.workers} worker processes (api.workers)")
     agents = app.state.agents

@@ -70,11 +70,17 @@ def with_rest_port(configs: dict[str, Config], port: int | None) -> dict[str, Co
 
 
 def run_up(
-    configs: Mapping[str, Config], prefect_port: int | None, load: Callable[[], Mapping[str, Config]] | None = None
+    configs: Mapping[str, Config],
+    prefect_port: int | None,
+    load: Callable[[], Mapping[str, Config]] | None = None,
+    agent: str = "main",
 ) -> int:
     """Run until Ctrl-C or SIGTERM; 0 when stopped that way. Errors (ConfigError, ServerError) propagate
     after everything started so far has been stopped. With `load` (`configs` read again), `up` follows its
-    configuration file and SIGHUP (api.config_reload, api.up_reload)."""
+    configuration file and SIGHUP (api.config_reload, api.up_reload). `agent` (`memsift --agent ID up`)
+    answers the REST requests that name no agent."""
+    if agent not in configs:  # before anything starts, as `memsift --agent ID serve` refuses it
+        raise ConfigError(f"--agent: unknown agent {agent!r} (known: {', '.join(configs)})")
     main = configs["main"]
     _check_rest_api(main)
     os.environ.setdefault("PREFECT_HOME", str(main.home / "prefect"))
@@ -92,7 +98,7 @@ def run_up(
             if sock is not None:
                 stack.callback(sock.close)
             ui = _prefect_server(stack, prefect_port, main.home)
-            _serve(configs, stack, ui, load, sock)
+            _serve(configs, stack, ui, load, sock, agent)
     except KeyboardInterrupt:
         pass
     finally:
@@ -176,6 +182,7 @@ def _serve(
     ui: str,
     load: Callable[[], Mapping[str, Config]] | None,
     sock: socket.socket | None,
+    agent: str,
 ) -> None:
     from prefect.exceptions import TerminationSignal
     from prefect.runner import Runner
@@ -214,7 +221,7 @@ def _serve(
     watching.start(configs)
     stack.callback(watching.stop)
 
-    api, agents = _rest_api(main, stack, sock)
+    api, agents = _rest_api(main, stack, sock, agent)
     if load is not None:
         rebuilds = config_rebuilds()
         apply = UpApply(
@@ -283,7 +290,7 @@ def _rest_socket(config: Config) -> socket.socket | None:
     return listen_socket(config.api.host, config.api.port)
 
 
-def _rest_api(config: Config, stack: ExitStack, sock: socket.socket | None) -> tuple[str, Agents | None]:
+def _rest_api(config: Config, stack: ExitStack, sock: socket.socket | None, agent: str) -> tuple[str, Agents | None]:
     """Start the REST API in a thread on `sock` when `api.app` exists; its address (or why it is not there)
     and its agents (a configuration change replaces their settings)."""
     if sock is None:
@@ -293,7 +300,7 @@ def _rest_api(config: Config, stack: ExitStack, sock: socket.socket | None) -> t
     from api.app import create_app
     from api.docs import DOCS_PATH
 
-    app = create_app(config)
+    app = create_app(config, agent)
     server = uvicorn.Server(
         uvicorn.Config(app, host=config.api.host, port=config.api.port, access_log=False, log_level="warning")
     )

@@ -234,3 +234,39 @@ def test_serve_on_an_address_it_cannot_bind_names_the_host(capsys, workspace) ->
 )
 def test_loopback_addresses(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_serve_answers_requests_naming_no_agent_for_the_agent_of_agent(
+    capsys, workspace, memsift_home: Path, tmp_path: Path
+) -> None:
+    """`memsift --agent work serve`: a request without `agent` is work's; `--agent` was ignored (main's answers)
+    and an unknown one started a server all the same."""
+    work = workspace({"MEMORY.md": "# Work\n- The work agent drinks cortado.\n"}, name="work")
+    ws = workspace(
+        {
+            "MEMORY.md": "# Main\n- The main agent drinks rooibos.\n",
+            "memsift.toml": f'[embedding]\nprovider = "none"\n[agents.work]\nworkspace = "{work}"\n',
+        }
+    )
+    assert main(["--workspace", str(ws), "--agent", "nope", "serve", "--port", str(free_port())]) == 1
+    assert capsys.readouterr().err.startswith("memsift: error: --agent: unknown agent 'nope' (known: main, work")
+    port = free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "--agent", "work", "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, MEMSIFT_HOME=str(memsift_home)),
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(proc, f"{base}/readyz")
+        with httpx.Client(base_url=base, timeout=30) as http:
+            assert http.post("/v1/get", json={"path": "MEMORY.md"}).json()["text"].startswith("# Work")
+            answer = http.post("/v1/get", json={"path": "MEMORY.md", "agent": "main"}).json()
+            assert answer["text"].startswith("# Main")
+            hits = http.post("/v1/search", json={"query": "cortado"}).json()["results"]
+            assert [h["snippet"].splitlines()[0] for h in hits] == ["# Work"]
+            assert http.get("/v1/status").json()["agent"] == "work"
+            assert http.get("/v1/status", params={"agent": "main"}).json()["agent"] == "main"
+    finally:
+        stop_process(proc)
