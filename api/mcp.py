@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.server import Server
 from mcp.shared.message import SessionMessage
 
+from api.schemas import MAX_LINES
 from core import Config, ConfigError, MemsiftError
 from core.memory import MemoryIndex
 
@@ -48,8 +49,9 @@ SEARCH_DESCRIPTION = (
 GET_DESCRIPTION = (
     "Read exact lines of one memory file (a path returned by memory_search, e.g. memory/2026-05-14.md or "
     "sessions/<id>.jsonl). Use it after memory_search to read only the lines you need around a hit. "
-    "`from` is the 1-based first line (default 1), `lines` how many (default: to the end). A file that does "
-    "not exist reads as empty text; paths outside the agent's memory are refused (unavailable=true)."
+    f"`from` is the 1-based first line (default 1), `lines` how many (default: the rest, at most {MAX_LINES}; "
+    "totalLines says how many the file has). A file that does not exist reads as empty text; paths outside "
+    "the agent's memory are refused (unavailable=true)."
 )
 
 SEARCH_SCHEMA: dict[str, Any] = {
@@ -77,7 +79,12 @@ GET_SCHEMA: dict[str, Any] = {
     "properties": {
         "path": {"type": "string", "description": "workspace-relative path, as memory_search returns it"},
         "from": {"type": "integer", "minimum": 1, "description": "first line, 1-based (default 1)"},
-        "lines": {"type": "integer", "minimum": 0, "description": "number of lines (default: to the end)"},
+        "lines": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_LINES,
+            "description": f"number of lines (default: the rest, at most {MAX_LINES})",
+        },
     },
     "required": ["path"],
     "additionalProperties": False,
@@ -168,7 +175,9 @@ class MemoryTools:
         path = _argument(args, GET_SCHEMA, "path")
         start = _argument(args, GET_SCHEMA, "from")
         count = _argument(args, GET_SCHEMA, "lines")
-        return self.index.get(path, 1 if start is None else start, count)
+        if count is not None and count > MAX_LINES:  # the REST bound: one answer never carries a whole 8 MiB file
+            raise ToolArgumentError(f"lines: at most {MAX_LINES}, got {count}; read on with `from`")
+        return self.index.get(path, 1 if start is None else start, MAX_LINES if count is None else count)
 
     def call(self, name: str, args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """(the tool's answer, whether it is an error); errors are `{unavailable: true, reason}`."""

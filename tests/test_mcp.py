@@ -259,3 +259,21 @@ def test_a_note_written_just_before_a_search_is_found_by_it(ws: Path, memsift_ho
     assert not failed, answer
     assert (answer["results"][0]["path"], answer["results"][0]["endLine"]) == ("memory/2026-05-15.md", 3)
     assert "Priya" not in " ".join(hit["snippet"] for hit in answer["results"])
+
+
+def test_memory_get_answers_at_most_the_rest_api_s_lines(workspace, memsift_home: Path) -> None:
+    """Without `lines`, memory_get answers the rest of the file up to MAX_LINES, as POST /v1/get does; it
+    answered the whole file (up to 8 MiB into the agent's context), and `lines` had no bound."""
+    from api.schemas import MAX_LINES
+
+    ws = workspace({"memory/long.md": "".join(f"{i}\n" for i in range(1, MAX_LINES + 101))})
+    tools = MemoryTools(load_config(workspace=ws))
+    try:
+        answer, failed = tools.call("memory_get", {"path": "memory/long.md"})
+        assert not failed and (answer["lines"], answer["totalLines"]) == (MAX_LINES, MAX_LINES + 100)
+        answer, _ = tools.call("memory_get", {"path": "memory/long.md", "from": MAX_LINES + 1})
+        assert answer["lines"] == 100 and answer["text"].endswith(f"{MAX_LINES + 100}")
+        answer, failed = tools.call("memory_get", {"path": "memory/long.md", "lines": MAX_LINES + 1})
+        assert failed and answer["reason"] == f"lines: at most {MAX_LINES}, got {MAX_LINES + 1}; read on with `from`"
+    finally:
+        tools.close()
