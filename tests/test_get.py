@@ -168,3 +168,20 @@ def test_binary_memory_file_is_refused_not_dumped(workspace, make_config, open_i
     (ws / "memory/blob.md").write_bytes(b"\x00\x01\x02binary")
     index = open_index(make_config(ws), embedder=None)
     assert refused(index, "memory/blob.md") == 422
+
+
+def test_a_name_given_in_another_unicode_normal_form_reads_the_file_search_cites(workspace, make_config, open_index):
+    """Linux keeps names byte for byte: `memory/café.md` typed in NFD (e + U+0301, as macOS or a keyboard may
+    give it) for a file named in NFC read as a missing file, empty text in silence. Both forms, in a folder
+    name too, find the file, and the answer names it as search cites it."""
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    ws = workspace({f"memory/{nfc}.md": "- The croissant order is due Friday.\n", f"memory/{nfd}/x.md": "- Ok.\n"})
+    index = open_index(make_config(ws), embedder=None)
+    index.sync()
+    [hit] = index.search("croissant", min_score=0).results
+    assert hit.path == f"memory/{nfc}.md"
+    for asked in (f"memory/{nfd}.md", f"memory/{nfc}.md"):
+        doc = index.get(asked)
+        assert (doc["path"], doc["text"]) == (hit.path, "- The croissant order is due Friday."), asked
+    assert index.get(f"memory/{nfc}/x.md")["path"] == f"memory/{nfd}/x.md"
+    assert index.get("memory/cafe.md")["totalLines"] == 0  # no accent at all: another name, a missing file
