@@ -243,11 +243,16 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
         if sock is None:
             from mcp.server.stdio import stdio_server
 
-            async def serve_stdio() -> None:
-                async with stdio_server() as streams, _answering_before_eof(*streams) as (read, write):
-                    await server.run(read, write, server.create_initialization_options())
+            from api.terminal import whole_lines
 
-            anyio.run(serve_stdio)
+            with whole_lines() as terminal:  # a terminal on stdin: lines over 4 KiB, whole
+
+                async def serve_stdio() -> None:
+                    stdin = None if terminal is None else anyio.wrap_file(terminal)
+                    async with stdio_server(stdin) as streams, _answering_before_eof(*streams) as (read, write):
+                        await server.run(read, write, server.create_initialization_options())
+
+                anyio.run(serve_stdio)
         else:
             import uvicorn
 

@@ -277,3 +277,61 @@ def test_memory_get_answers_at_most_the_rest_api_s_lines(workspace, memsift_home
         assert failed and answer["reason"] == f"lines: at most {MAX_LINES}, got {MAX_LINES + 1}; read on with `from`"
     finally:
         tools.close()
+
+
+def test_stdio_from_a_terminal_takes_requests_over_4_kib_and_ctrl_d_still_ends_it(ws: Path, memsift_home: Path) -> None:
+    """A terminal (or a client's pseudo-terminal) on stdin: its line discipline kept 4,095 bytes of a line, so
+    a search with a long query reached the server cut, got a parse error with a null id, and the client waited
+    for its answer forever. Now the request is whole; Ctrl-D at the start of a line ends the server, and the
+    terminal's settings are as they were."""
+    import pty
+    import select
+    import termios
+
+    master, slave = pty.openpty()
+    attrs = termios.tcgetattr(slave)
+    attrs[3] &= ~termios.ECHO  # no echo of the requests into the terminal's output
+    termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    before = termios.tcgetattr(slave)
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "mcp"], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=_env(memsift_home),
+    )  # fmt: skip
+    answers = b""
+
+    def send(message: dict[str, Any]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        while data:  # the terminal takes a few KiB at a time, as the server reads them
+            assert select.select([], [master], [], 30)[1], "the terminal stopped taking input"
+            data = data[os.write(master, data[:1024]) :]
+
+    def answer() -> dict[str, Any]:
+        nonlocal answers
+        while b"\n" not in answers:
+            assert select.select([proc.stdout], [], [], 60)[0], "no answer within 60 s"
+            chunk = os.read(proc.stdout.fileno(), 1 << 20)
+            assert chunk, proc.stderr.read().decode()
+            answers += chunk
+        line, _, answers = answers.partition(b"\n")
+        return json.loads(line)
+
+    try:
+        init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+        assert answer()["id"] == 1
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        query = "flat white " + " ".join(f"word{i}" for i in range(3000))  # ~26 KiB
+        call = {"name": "memory_search", "arguments": {"query": query, "minScore": 0}}
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        found = answer()
+        assert found["id"] == 2 and not found["result"]["isError"], found
+        assert found["result"]["structuredContent"]["results"][0]["path"] == "MEMORY.md"
+        os.write(master, b"\x04")  # Ctrl-D after the last request's newline
+        assert proc.wait(timeout=60) == 0
+        assert termios.tcgetattr(slave) == before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        os.close(slave)
