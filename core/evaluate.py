@@ -39,6 +39,7 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
     except UnicodeDecodeError as exc:
         raise QueryFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     queries = []
+    first_line: dict[str | int, int] = {}  # qid -> the line it is on
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -49,6 +50,10 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
         problem = _query_problem(q, path.resolve().parent)
         if problem:
             raise QueryFileError(f"{path}:{number}: {problem}")
+        if (qid := q.get("qid")) is not None:  # a copied line was scored twice and weighed double, in silence
+            if qid in first_line:
+                raise QueryFileError(f"{path}:{number}: duplicate qid {qid!r} (first on line {first_line[qid]})")
+            first_line[qid] = number
         queries.append(q)
     if not queries:
         raise QueryFileError(f"{path}: no queries (one JSON object a line: qid, query, relevant)")
@@ -58,6 +63,8 @@ def load_queries(path: str | Path) -> list[dict[str, Any]]:
 def _query_problem(q: Any, base: Path) -> str | None:
     if not isinstance(q, dict) or not isinstance(q.get("query"), str) or not isinstance(q.get("relevant"), list):
         return "needs an object with 'query' (string) and 'relevant' (list)"
+    if q.get("qid") is not None and (type(q["qid"]) not in (str, int)):
+        return f"'qid' is a string (or an integer), got {json.dumps(q['qid'])}"
     try:  # a blank query, found before any search rather than after every query above it
         check_request(q["query"], None, None)
     except SearchError as exc:

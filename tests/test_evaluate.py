@@ -111,6 +111,9 @@ def test_a_query_file_saved_with_a_byte_order_mark_is_read(capsys, queries: Path
     assert json.loads(capsys.readouterr().out)["queries"] == 2
 
 
+_Q = '{"qid": "%s", "query": "tea", "relevant": [{"path": "MEMORY.md", "line": 1}]}\n'
+
+
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
@@ -128,6 +131,9 @@ def test_a_query_file_saved_with_a_byte_order_mark_is_read(capsys, queries: Path
         ('{"query": "tea", "relevant": []}\n{"query": " ", "relevant": []}\n', "q.jsonl:2: query: must not be blank"),
         ('{"query": "\\u200b", "relevant": []}\n', "q.jsonl:1: query: must not be blank"),
         ('{"query": "tea", "relevant": [{"path": "/ws/MEMORY.md", "line": 1}]}\n', "q.jsonl:1: a 'relevant' path"),
+        # a copied line: scored twice and weighed double, in silence
+        (_Q % "a" + _Q % "b" + _Q % "a", "q.jsonl:3: duplicate qid 'a' (first on line 1)"),
+        (_Q % "a" + '{"qid": [1], "query": "tea", "relevant": []}\n', "q.jsonl:2: 'qid' is a string"),
     ],
 )
 def test_eval_refuses_a_bad_query_file_in_one_line(capsys, tmp_path: Path, content: str | None, needle: str):
