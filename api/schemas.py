@@ -176,6 +176,7 @@ class VectorState(msgspec.Struct):
     enabled: bool
     backend: str
     error: str | None
+    refused: int  # chunks the provider refused on their own: indexed for keyword search only, never embedded
 
 
 class FtsState(msgspec.Struct):
@@ -211,6 +212,7 @@ class VectorsPending(msgspec.Struct):
 
     reason: str
     at: str
+    chunks: int  # chunks waiting for a vector (not those the provider refused: `vector.refused`)
 
 
 class RerankState(msgspec.Struct):

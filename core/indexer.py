@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,9 @@ BATCH_BYTES = 512 * 1024
 #: A run that embedded fewer inputs says little about the embedder's speed (model load, one request's latency).
 MEASURED_MIN_INPUTS = 32
 VECTORS_PENDING = "vectors_pending"  # meta key: JSON {reason, at} while some chunks wait for their vectors
+#: meta key: JSON list of the hashes of chunks the provider refused on their own (HTTP 400 naming the input): they
+#: have no vector as the pending ones have none, but no sync gives them one, so they are counted apart
+VECTORS_REFUSED = "vectors_refused"
 SHARED_CACHE = "shared_cache"  # meta key: "1" once the index's vectors are in the shared cache
 #: meta key: JSON {reason, at, plan, summary} while a rebuild the identity calls for waits for `--force`
 REBUILD_HELD = "rebuild_held"
@@ -258,13 +261,13 @@ def index_batch(
     tokens: dict[str, bytes] = {}
     capture = token_capture(config, embedder)
     pending: str | None = None
+    rejected: dict[str, str] = {}
     if embedder is not None:
         texts = {c.hash: c.text for _, _, chunks in files for c in chunks}
         vectors = store.cache_get(cache_key(embedder), texts)
         if cache is not None:  # the index lacks them: another agent's, or a killed run's, vectors
             fresh.update(cache.get(cache_key(embedder), [h for h in texts if h not in vectors]))
         report.cacheHits += len(vectors) + len(fresh)
-        rejected: dict[str, str] = {}
         todo = {h: t for h, t in texts.items() if h not in vectors and h not in fresh}
         try:
             if not report.vectorsPending:  # after a failure the run asks no more: each request would wait out
@@ -299,6 +302,7 @@ def index_batch(
             store.tokens_put(capture.fingerprint, tokens)
         if pending:
             store.set_meta(VECTORS_PENDING, pending)
+        record_refused(store, set(rejected), fresh)
         for entry in touched:
             store.touch_file(entry.path, entry.size, entry.mtime_ns)
         for entry, digest, chunks in files:
@@ -438,8 +442,25 @@ def complete_vectors(
     with store.transaction():
         store.cache_put(key, fresh)
         store.set_meta(VECTORS_PENDING, pending or "")
+        record_refused(store, set(rejected), fresh)
     if fresh:
         store.rebuild_vec(key, embedder.dims)
+
+
+def record_refused(store: Store, refused: set[str], embedded: Collection[str]) -> None:
+    """Add the chunks the provider refused to VECTORS_REFUSED, and drop those that now have a vector."""
+    known = set(json.loads(store.get_meta(VECTORS_REFUSED) or "[]"))
+    now = (known | refused) - set(embedded)
+    if now != known:
+        store.set_meta(VECTORS_REFUSED, json.dumps(sorted(now)) if now else "")
+
+
+def vectorless(store: Store, key: tuple[str | None, str | None, str | None]) -> tuple[int, int]:
+    """(chunks waiting for a vector, chunks the provider refused) under `key`: what `status` and a search say
+    while vectors are pending. Only the first kind does the next sync embed."""
+    refused = json.loads(store.get_meta(VECTORS_REFUSED) or "[]")
+    never = store.count_without_vectors(key, among=refused) if refused else 0
+    return store.count_without_vectors(key) - never, never
 
 
 def remove_files(store: Store, paths: list[str], report: SyncReport) -> None:

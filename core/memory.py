@@ -43,6 +43,7 @@ from .indexer import (
     plan_sync,
     provisional,
     sync,
+    vectorless,
 )
 from .legacy import adopt_legacy
 from .locking import POLL_SECONDS, writer_lock, writer_pid
@@ -537,12 +538,14 @@ class MemoryIndex:
                 n = len(plan.to_check)
                 dirty_reason = f"{n} file{'' if n == 1 else 's'} new or modified, {len(plan.removed)} removed"
         pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
+        waiting, refused = vectorless(store, identity_key(identity)) if identity else (0, 0)
         if pending:
-            pending["chunks"] = store.count_without_vectors(identity_key(identity))
+            pending["chunks"] = waiting
         if pending and dirty_reason is None:
             dirty_reason = (
                 f"{pending['chunks']} of {sum(stats['chunks'].values())} chunks have no vector: the embedder failed "
                 f"({pending['reason']}); keyword search finds them, the next sync embeds them"
+                + (f" ({refused} more the provider refused stay keyword-only)" if refused else "")
             )
         last = store.get_meta("last_sync")
         doc: dict[str, Any] = {
@@ -562,6 +565,8 @@ class MemoryIndex:
                 "enabled": bool((identity or {}).get("dims")),
                 "backend": "sqlite-vec" if store.vec_available else "numpy",
                 "error": store.vec_error if not store.vec_available else None,
+                # chunks the provider refused on their own (HTTP 400 naming them): keyword search only, for good
+                "refused": refused,
             },
             "fts": {"enabled": identity is not None, "tokenizer": self.config.store.fts_tokenize},
             "cacheEntries": stats["cacheEntries"],

@@ -20,7 +20,7 @@ from . import calibration, learned, ranking, rerankers, threads, timefilter
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
-from .indexer import REBUILD_HELD, VECTORS_PENDING, cache_key, identity_key
+from .indexer import REBUILD_HELD, VECTORS_PENDING, cache_key, identity_key, vectorless
 from .query import fts_phrases
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim
@@ -143,10 +143,11 @@ def search(
         if degraded:
             mode = "keyword"
         elif pending:  # the vector leg runs, but cannot see the chunks a failed sync left without a vector
-            lacking = store.count_without_vectors(identity_key(identity))
+            lacking, refused = vectorless(store, identity_key(identity))
             degraded = (
                 f"{lacking} chunks have no vector yet, the embedder failed ({pending['reason']}): keyword search "
                 "alone finds those until the next sync embeds them"
+                + (f" ({refused} more the provider refused stay keyword-only)" if refused else "")
             )
 
     phrases = fts_phrases(query)

@@ -489,10 +489,16 @@ class Store:
         """hash -> text of the chunks whose vector the cache lacks under `key` (a sync the embedder failed)."""
         return dict(self.conn.execute(f"SELECT c.hash, c.text {_WITHOUT_VECTORS}", key).fetchall())
 
-    def count_without_vectors(self, key: tuple[str | None, str | None, str | None]) -> int:
+    def count_without_vectors(
+        self, key: tuple[str | None, str | None, str | None], among: list[str] | None = None
+    ) -> int:
         """How many chunks have no vector under `key` (all of them under a provisional identity's, whose
-        fingerprint is None: what `status` and a search say while vectors are pending)."""
-        return self.conn.execute(f"SELECT count(*) {_WITHOUT_VECTORS}", key).fetchone()[0]
+        fingerprint is None: what `status` and a search say while vectors are pending), or how many of those
+        whose hash is `among`."""
+        if among is None:
+            return self.conn.execute(f"SELECT count(*) {_WITHOUT_VECTORS}", key).fetchone()[0]
+        sql = f"SELECT count(*) {_WITHOUT_VECTORS} AND c.hash IN {_JSON_LIST}"
+        return self.conn.execute(sql, (*key, json.dumps(among))).fetchone()[0]
 
     # -- the vec0 table ------------------------------------------------------------------------------
 

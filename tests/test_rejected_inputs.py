@@ -128,3 +128,45 @@ def test_a_refused_input_does_not_keep_the_vectors_an_outage_left_waiting_from_b
     assert chunks_without_vectors(db_path(memsift_home, "main", ws.resolve())) == 1  # the refused one alone
     assert main(["--workspace", str(ws), "status", "--json"]) == 0
     assert not json.loads(capsys.readouterr().out)["dirty"]
+
+
+def test_status_and_search_count_refused_chunks_apart_from_those_waiting_for_a_vector(
+    capsys, workspace, provider: FakeProvider
+) -> None:
+    """During an outage, "N chunks pending vectors" counted the chunk the provider refused too, which no sync
+    will ever embed: the count never reached 0. The refused ones are counted apart (`vector.refused`), in
+    status (CLI and REST document) and in a search's `degraded` line."""
+    ws = configured(workspace, provider, NOTES | {"memory/bad.md": POISON})
+    provider.reject = lambda text: "☠" in text
+    index(capsys, ws)
+    assert main(["--workspace", str(ws), "status", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["vector"]["refused"] == 1 and doc["vectorsPending"] is None and not doc["dirty"]
+
+    (ws / "memory" / "new.md").write_text("# new\n- The heron count was 41.\n")
+    provider.fault = lambda n: "503"  # down, the start-up probe included
+    assert index(capsys, ws)["vectorsPending"]
+    assert main(["--workspace", str(ws), "status", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["vectorsPending"]["chunks"] == 1 and doc["vector"]["refused"] == 1
+    assert doc["dirtyReason"].startswith("1 of 14 chunks have no vector")
+    assert "(1 more the provider refused stay keyword-only)" in doc["dirtyReason"]
+
+    from litestar.testing import TestClient
+
+    from api.app import create_app
+    from core import load_config
+
+    with TestClient(create_app(load_config(workspace=ws))) as client:  # the REST document says the same
+        rest = client.get("/v1/status").json()
+    assert rest["vectorsPending"]["chunks"] == 1 and rest["vector"]["refused"] == 1
+
+    provider.fault = lambda n: None  # back: a search embeds its query, the pending chunk is still without one
+    assert main(["--workspace", str(ws), "search", "heron", "--json"]) == 0
+    degraded = json.loads(capsys.readouterr().out)["degraded"]
+    assert degraded.startswith("1 chunks have no vector yet") and "1 more the provider refused" in degraded
+
+    index(capsys, ws)  # the pending chunk gets its vector; the refused one stays refused
+    assert main(["--workspace", str(ws), "status", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["vectorsPending"] is None and doc["vector"]["refused"] == 1 and not doc["dirty"]
