@@ -10,6 +10,7 @@ so `curl -X POST .../v1/index` starts a sync of the default agent.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
@@ -44,4 +45,34 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
         field = where.strip("`.").split(".")[0].split("[")[0] or "body"
         raise ValidationException(extra=[{"key": field, "message": message}]) from None
     except msgspec.DecodeError:
-        return
+        if (field := _lone_surrogate(body)) is not None:  # msgspec's word for it: "Input data was truncated"
+            message = "contains a lone surrogate (\\ud800-\\udfff without its pair), which is no character"
+            raise ValidationException(extra=[{"key": field, "message": message}]) from None
+        return  # other malformed JSON: Litestar's 400 says where
+
+
+def _lone_surrogate(body: bytes) -> str | None:
+    """The field whose string holds a `\\uXXXX` escape of half a UTF-16 pair ("body" for a key), or None.
+    Python's own JSON parser takes such an escape, which names no character, where msgspec refuses it."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    for key, value in doc.items():
+        if _has_surrogate(key):
+            return "body"
+        if _has_surrogate(value):
+            return key
+    return None
+
+
+def _has_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, list):
+        return any(map(_has_surrogate, value))
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    return False

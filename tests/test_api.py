@@ -161,6 +161,23 @@ def test_malformed_json_is_400(client) -> None:
     problem(client.post("/v1/search", content=b'{"query": ', headers={"content-type": "application/json"}), 400)
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("/v1/search", rb'{"query": "\ud800"}', "query"),
+        ("/v1/search", rb'{"query": "tea \udfff and \ud83d\ude00"}', "query"),  # a pair is fine, a half is not
+        ("/v1/get", rb'{"path": "memory/\ud800.md"}', "path"),
+        ("/v1/search", rb'{"query": "tea", "\ud800": 1}', "body"),
+    ],
+)
+def test_a_lone_surrogate_is_a_400_naming_its_field(client, route: str, body: bytes, field: str) -> None:
+    """`\ud800` alone is valid JSON syntax but no character: the detail was "Input data was truncated"."""
+    detail = problem(client.post(route, content=body, headers={"content-type": "application/json"}), 400)["detail"]
+    assert detail == f"{field}: contains a lone surrogate (\\ud800-\\udfff without its pair), which is no character"
+    emoji = rb'{"query": "tea \ud83d\ude00"}'
+    assert client.post("/v1/search", content=emoji, headers={"content-type": "application/json"}).status_code == 200
+
+
 @pytest.mark.parametrize(("route", "example"), [("/v1/search", '{"query": "..."}'), ("/v1/get", '{"path": "..."}')])
 @pytest.mark.parametrize("body", [b"", b"  \n"])
 def test_an_empty_body_is_400_saying_so(client, route: str, example: str, body: bytes) -> None:
