@@ -7,6 +7,7 @@ is an error that names the key before any work starts (SPEC section 2).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -72,6 +73,8 @@ def _number(kind: type, lo: float | None = None, hi: float | None = None) -> Cal
         if isinstance(v, bool):
             raise ConfigError(f"{key}: expected {expected}, got {v!r}")
         _typed(key, v, expected)
+        if isinstance(v, str) and ("_" in v or not v.isascii()):  # Python's int("2_0") is 20, int("٢") is 2
+            raise ConfigError(f"{key}: expected {expected}, got {v!r}")
         try:
             n = kind(v)
         except (TypeError, ValueError, OverflowError):  # int() of "nan" or inf
@@ -108,8 +111,11 @@ def _on_off(key: str, v: Any) -> str:
 
 
 def _str_list(key: str, v: Any) -> tuple[str, ...]:
-    if isinstance(v, str):  # from the environment: comma separated
+    if isinstance(v, _Text):  # from the environment: comma separated
         v = [s.strip() for s in v.split(",") if s.strip()]
+    elif isinstance(v, str):  # a TOML string is no list: "a,b" was split at its comma, "docs" taken as a list
+        name = key.rsplit(".", 1)[-1]
+        raise ConfigError(f"{key}: expected a list of strings, got the string {v!r}; write {name} = [{_toml(v)}]")
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
     if any(not s.strip() for s in v):  # extraPaths [""] indexed every .md of the workspace, README.md and all
@@ -125,6 +131,11 @@ def _sources(key: str, v: Any) -> tuple[str, ...]:
     if "memory" not in sources:
         raise ConfigError(f'{key}: must include "memory" (the Markdown memory is always indexed)')
     return tuple(dict.fromkeys(sources))
+
+
+def _toml(text: str) -> str:
+    """`text` as a TOML basic string (JSON's escapes are TOML's)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _str_map(key: str, v: Any) -> dict[str, str]:

@@ -566,3 +566,40 @@ def test_a_config_file_saved_with_a_byte_order_mark_is_read(ws: Path) -> None:
     column 1)", an error pointing at nothing the user can see (memory files with a BOM were read already)."""
     (ws / "memsift.toml").write_bytes(b"\xef\xbb\xbf[search]\nmaxResults = 3\n")
     assert load_config(workspace=ws, env={}).search.maxResults == 3
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("MEMSIFT_SEARCH_MAXRESULTS", "2_0", "MEMSIFT_SEARCH_MAXRESULTS (search.maxResults): expected an integer, "
+         "got '2_0'"),
+        ("MEMSIFT_SEARCH_MAXRESULTS", "٢", "MEMSIFT_SEARCH_MAXRESULTS (search.maxResults): expected an integer"),
+        ("MEMSIFT_SEARCH_MINSCORE", "0_5", "MEMSIFT_SEARCH_MINSCORE (search.minScore): expected a number, got '0_5'"),
+        ("MEMSIFT_CHUNKING_TOKENS", "6.5", "MEMSIFT_CHUNKING_TOKENS (chunking.tokens): expected an integer"),
+    ],
+)  # fmt: skip
+def test_a_number_python_would_read_but_no_one_writes_is_refused(ws: Path, name: str, value: str, message: str):
+    """Python's int("2_0") is 20 and int("٢") is 2: a mistyped variable set 20 results in silence."""
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={name: value})
+    assert str(err.value).startswith(message), err.value
+
+
+def test_a_list_key_given_a_string_in_the_file_is_refused_with_the_fix(ws: Path) -> None:
+    """`extraPaths = "docs"` was split at commas ("a,b" two folders, a folder with a comma unreachable); the
+    file's values are typed, as a string where a number is due is refused. The environment's comma-separated
+    form stays, and an integral float (`maxResults = 6.0`) is its integer."""
+    (ws / "docs").mkdir()
+    for toml, message in [
+        ('extraPaths = "docs"\n', "extraPaths: expected a list of strings, got the string 'docs'; "
+         'write extraPaths = ["docs"]'),
+        ('exclude = "a,b"\n', "exclude: expected a list of strings, got the string 'a,b'; write exclude = [\"a,b\"]"),
+    ]:  # fmt: skip
+        write(ws / "memsift.toml", toml)
+        with pytest.raises(ConfigError) as err:
+            load_config(workspace=ws, env={})
+        assert str(err.value) == message
+    write(ws / "memsift.toml", "[search]\nmaxResults = 6.0\n")
+    config = load_config(workspace=ws, env={"MEMSIFT_EXTRAPATHS": "docs, notes"})
+    assert config.search.maxResults == 6 and type(config.search.maxResults) is int
+    assert config.extra_paths == ("docs", "notes")
