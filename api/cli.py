@@ -57,6 +57,8 @@ def _bounded(kind: type, lo: float, hi: float | None = None):
 
     def parse(text: str):
         try:
+            if "_" in text or not text.isascii():  # Python's int("1_0") is 10 and int("٣") is 3
+                raise ValueError(text)
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None

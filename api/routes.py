@@ -137,6 +137,9 @@ class MemoryController(Controller):
             raise ValidationException(
                 extra=[{"key": unknown[0], "message": "unknown query parameter; expected agent, deep"}]
             )
+        # `?agent=main&agent=work` answered for the last one, in silence: which one was meant is not known.
+        if twice := sorted(k for k in set(request.query_params) if len(request.query_params.getall(k)) > 1):
+            raise ValidationException(extra=[{"key": twice[0], "message": "given more than once; give it once"}])
 
         with agents.lease(agent) as index:
             doc = index.status(deep=deep)

@@ -24,7 +24,12 @@ WHEN = (
 # Every request field carries an example: the docs page builds its sample requests from them, and a
 # sample must work as sent (tests/test_rest_words.py sends each one to a server on examples/workspace).
 AgentId = Annotated[
-    str, Meta(max_length=64, description="an agent of the configuration; default `main`", examples=["main"])
+    str,
+    Meta(
+        max_length=64,
+        description="an agent of the configuration; default `main` (or `memsift --agent ID serve`'s)",
+        examples=["main"],
+    ),
 ]
 
 

@@ -276,6 +276,9 @@ def test_status_is_the_cli_document(client, ws: Path, capsys) -> None:
     deep = client.get("/v1/status", params={"deep": "true"}).json()
     assert deep["probe"]["ok"] is True and deep["probe"]["dims"] == 384
     problem(client.get("/v1/status", params={"deep": "maybe"}), 400, "deep")
+    # a parameter given twice answered for the last one, in silence
+    problem(client.get("/v1/status?agent=main&agent=other"), 400, "agent: given more than once")
+    problem(client.get("/v1/status?deep=true&deep=false"), 400, "deep: given more than once")
 
 
 def test_agents_each_have_their_index_and_unknown_is_404(workspace, tmp_path: Path) -> None:

@@ -477,6 +477,9 @@ def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: 
         ("get", "MEMORY.md", "--from", "x"),
         ("get", "MEMORY.md", "--from", "0"),  # exit 1 before, unlike --max-results 0
         ("get", "MEMORY.md", "--lines", "-2"),
+        ("get", "MEMORY.md", "--from", "٣"),  # an Arabic-Indic 3: Python's int() reads it, no one types it
+        ("get", "MEMORY.md", "--lines", "1_0"),  # int("1_0") is 10
+        ("search", "x", "--min-score", "0_5"),
         ("get", ""),  # a blank path, as a blank query (it was exit 1)
         ("get", " "),
         ("status", "--frobnicate"),
