@@ -29,7 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.server import Server
 from mcp.shared.message import SessionMessage
 
-from api.schemas import MAX_LINES
+from api.schemas import MAX_LINES, has_lone_surrogate
 from core import Config, ConfigError, MemsiftError
 from core.memory import MemoryIndex
 
@@ -321,11 +321,31 @@ def _unreadable(exc: Exception) -> types.JSONRPCError | None:
     errors = exc.errors() if hasattr(exc, "errors") else []
     if errors and all(str(error.get("input", "x")).strip() == "" for error in errors):
         return None
-    if any(error.get("type") == "json_invalid" for error in errors):
-        error = types.ErrorData(code=types.PARSE_ERROR, message="Parse error: the line is not JSON")
+    request_id = None
+    if invalid := [error for error in errors if error.get("type") == "json_invalid"]:
+        request_id = _surrogate_request_id(invalid[0].get("input"))
+        message = (
+            "Parse error: a \\ud800-\\udfff escape without its pair is no character"
+            if request_id is not None
+            else "Parse error: the line is not JSON"
+        )
+        error = types.ErrorData(code=types.PARSE_ERROR, message=message)
     else:
         error = types.ErrorData(code=types.INVALID_REQUEST, message="Invalid Request: not a JSON-RPC 2.0 message")
-    return types.JSONRPCError(jsonrpc="2.0", id=None, error=error)
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+
+
+def _surrogate_request_id(line: Any) -> str | int | None:
+    """The id of a request that is JSON but for a lone surrogate escape (`"\\ud800"`, which Python's parser takes
+    and the `mcp` package's refuses), so that its error reaches the caller waiting for that id; else None."""
+    try:
+        message = json.loads(line)
+    except (TypeError, ValueError):
+        return None
+    if not has_lone_surrogate(message):  # NaN, Infinity: Python's parser takes those too
+        return None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    return request_id if type(request_id) in (str, int) else None
 
 
 def _say(line: str) -> None:

@@ -323,3 +323,15 @@ class Readiness(msgspec.Struct):
 
 class Health(msgspec.Struct):
     status: Literal["ok"] = "ok"
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """Whether a decoded JSON value holds half a UTF-16 pair (`"\\ud800"`): valid JSON syntax to Python's
+    parser, no character to msgspec's or the `mcp` package's, which refuse the whole document."""
+    if isinstance(value, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, list):
+        return any(map(has_lone_surrogate, value))
+    if isinstance(value, dict):
+        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in value.items())
+    return False

@@ -17,7 +17,7 @@ import msgspec
 from litestar import Request
 from litestar.exceptions import ValidationException
 
-from api.schemas import GetRequest, IndexRequest, SearchRequest
+from api.schemas import GetRequest, IndexRequest, SearchRequest, has_lone_surrogate
 
 BODIES: dict[str, type[msgspec.Struct]] = {
     "/v1/search": SearchRequest,
@@ -61,18 +61,8 @@ def _lone_surrogate(body: bytes) -> str | None:
     if not isinstance(doc, dict):
         return None
     for key, value in doc.items():
-        if _has_surrogate(key):
+        if has_lone_surrogate(key):
             return "body"
-        if _has_surrogate(value):
+        if has_lone_surrogate(value):
             return key
     return None
-
-
-def _has_surrogate(value: Any) -> bool:
-    if isinstance(value, str):
-        return any("\ud800" <= ch <= "\udfff" for ch in value)
-    if isinstance(value, list):
-        return any(map(_has_surrogate, value))
-    if isinstance(value, dict):
-        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
-    return False

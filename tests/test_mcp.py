@@ -114,7 +114,8 @@ def test_stdio_server_with_the_mcp_client(ws: Path, memsift_home: Path) -> None:
 def test_requests_written_before_stdin_closes_are_all_answered(ws: Path, memsift_home: Path) -> None:
     """A client may write its requests and close stdin at once (`printf ... | memsift mcp`): every request
     gets its answer before the server exits, a search (which loads the model) included, a line that is no
-    JSON-RPC message gets JSON-RPC's error (it got nothing), and stdout holds nothing but those answers."""
+    JSON-RPC message gets JSON-RPC's error (it got nothing; one with a lone surrogate, the error with its id),
+    and stdout holds nothing but those answers."""
     opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
     calls = {
         2: ("memory_search", {"query": "flat white", "minScore": 0}),
@@ -131,6 +132,9 @@ def test_requests_written_before_stdin_closes_are_all_answered(ws: Path, memsift
     ]
     lines = [json.dumps(m) for m in messages]
     lines[2:2] = ["not json", "", '{"method": "tools/list"}']  # no JSON; a blank line; no JSON-RPC message
+    # JSON but for a lone surrogate, which the `mcp` package refuses: its error carries the id the client awaits
+    lines.append('{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "memory_search", '
+                 '"arguments": {"query": "tea \\ud800"}}}')  # fmt: skip
     proc = subprocess.run(
         [str(MEMSIFT), "--workspace", str(ws), "mcp"],
         input="".join(line + "\n" for line in lines),
@@ -148,10 +152,14 @@ def test_requests_written_before_stdin_closes_are_all_answered(ws: Path, memsift
         else:
             answers[answer["id"]] = answer
     assert unreadable == [-32700, -32600], proc.stdout
-    assert set(answers) == {1, *calls}, proc.stdout
+    assert set(answers) == {1, *calls, 5}, proc.stdout
     assert answers[2]["result"]["structuredContent"]["results"], answers[2]
     assert answers["three"]["result"]["structuredContent"]["text"] == "# Memory"
     assert answers[4]["result"]["isError"] is True
+    assert answers[5]["error"] == {
+        "code": -32700,
+        "message": "Parse error: a \\ud800-\\udfff escape without its pair is no character",
+    }
 
 
 def test_stdio_server_syncs_what_the_agent_writes(ws: Path, memsift_home: Path) -> None:
