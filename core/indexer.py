@@ -455,12 +455,15 @@ def record_refused(store: Store, refused: set[str], embedded: Collection[str]) -
         store.set_meta(VECTORS_REFUSED, json.dumps(sorted(now)) if now else "")
 
 
-def vectorless(store: Store, key: tuple[str | None, str | None, str | None]) -> tuple[int, int]:
-    """(chunks waiting for a vector, chunks the provider refused) under `key`: what `status` and a search say
-    while vectors are pending. Only the first kind does the next sync embed."""
+def vectorless(
+    store: Store, key: tuple[str | None, str | None, str | None], *, waiting: bool = True
+) -> tuple[int, int]:
+    """(chunks waiting for a vector, chunks the provider refused) under `key`: what `status` and a search say.
+    Only the first kind does the next sync embed; without `waiting` (no vector is pending) it is not counted,
+    which would cost a pass over every chunk."""
     refused = json.loads(store.get_meta(VECTORS_REFUSED) or "[]")
     never = store.count_without_vectors(key, among=refused) if refused else 0
-    return store.count_without_vectors(key) - never, never
+    return (store.count_without_vectors(key) - never if waiting else 0), never
 
 
 def remove_files(store: Store, paths: list[str], report: SyncReport) -> None:

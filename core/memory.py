@@ -538,7 +538,7 @@ class MemoryIndex:
                 n = len(plan.to_check)
                 dirty_reason = f"{n} file{'' if n == 1 else 's'} new or modified, {len(plan.removed)} removed"
         pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
-        waiting, refused = vectorless(store, identity_key(identity)) if identity else (0, 0)
+        waiting, refused = vectorless(store, identity_key(identity), waiting=bool(pending)) if identity else (0, 0)
         if pending:
             pending["chunks"] = waiting
         if pending and dirty_reason is None:
