@@ -365,11 +365,14 @@ def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> 
     candidate selection, so filtering never leaves a search short of hits that exist."""
     if not path_prefix and window is None:
         return None
-    path_prefix = path_prefix and as_typed(path_prefix)  # `--path-prefix ./memory/`, as a shell completes it
+    # `--path-prefix ./memory/`, as a shell completes it; `memory/café` in either Unicode normal form, as `get`
+    # takes a path (Linux keeps names byte for byte: an NFD prefix matched no NFC name, "No matches.")
+    path_prefix = path_prefix and unicodedata.normalize("NFC", as_typed(path_prefix))
     return [
         path
         for path, mtime_ns in store.file_mtimes().items()
-        if (not path_prefix or path.startswith(path_prefix)) and (window is None or window.keeps(path, mtime_ns))
+        if (not path_prefix or unicodedata.normalize("NFC", path).startswith(path_prefix))
+        and (window is None or window.keeps(path, mtime_ns))
     ]
 
 

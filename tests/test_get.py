@@ -185,3 +185,14 @@ def test_a_name_given_in_another_unicode_normal_form_reads_the_file_search_cites
         assert (doc["path"], doc["text"]) == (hit.path, "- The croissant order is due Friday."), asked
     assert index.get(f"memory/{nfc}/x.md")["path"] == f"memory/{nfd}/x.md"
     assert index.get("memory/cafe.md")["totalLines"] == 0  # no accent at all: another name, a missing file
+
+
+def test_a_path_prefix_in_another_unicode_normal_form_finds_the_files(workspace, make_config, open_index):
+    """`pathPrefix` as `get` takes a path: `memory/café` typed as NFD found nothing under an NFC folder."""
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    ws = workspace({f"memory/{nfc}/menu.md": "- The croissant order is due Friday.\n", "MEMORY.md": "- croissant\n"})
+    index = open_index(make_config(ws), embedder=None)
+    index.sync()
+    for prefix in (f"memory/{nfd}", f"memory/{nfc}/"):
+        hits = index.search("croissant", min_score=0, path_prefix=prefix).results
+        assert [h.path for h in hits] == [f"memory/{nfc}/menu.md"], prefix
