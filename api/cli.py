@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core import Config, MemoryIndex, MemsiftError, load_config
-from core.config import FUSIONS, MODES, default, home_problem, memsift_home
+from core.config import FUSIONS, MODES, default, home_problem, memsift_home, read_number
 from core.estimate import summary
 from core.search import check_path_prefix, check_request
 from core.sources.memory import nothing_found
@@ -57,9 +57,7 @@ def _bounded(kind: type, lo: float, hi: float | None = None):
 
     def parse(text: str):
         try:
-            if "_" in text or not text.isascii():  # Python's int("1_0") is 10 and int("٣") is 3
-                raise ValueError(text)
-            value = kind(text)
+            value = read_number(kind, text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
         if hi is None and value < lo:

@@ -67,16 +67,22 @@ def _bool_or_auto(key: str, v: Any) -> bool | str:
     return "auto" if isinstance(v, str) and v.strip().lower() == "auto" else _bool(key, v)
 
 
+def read_number(kind: type, text: str) -> Any:
+    """`kind(text)` for the numbers people write: ValueError for those only Python reads (`int("2_0")` is 20,
+    `int("٢")` is 2), from the environment as from the command line."""
+    if "_" in text or not text.isascii():
+        raise ValueError(text)
+    return kind(text)
+
+
 def _number(kind: type, lo: float | None = None, hi: float | None = None) -> Callable[[str, Any], Any]:
     def parse(key: str, v: Any) -> Any:
         expected = "an integer" if kind is int else "a number"
         if isinstance(v, bool):
             raise ConfigError(f"{key}: expected {expected}, got {v!r}")
         _typed(key, v, expected)
-        if isinstance(v, str) and ("_" in v or not v.isascii()):  # Python's int("2_0") is 20, int("٢") is 2
-            raise ConfigError(f"{key}: expected {expected}, got {v!r}")
         try:
-            n = kind(v)
+            n = read_number(kind, v) if isinstance(v, str) else kind(v)
         except (TypeError, ValueError, OverflowError):  # int() of "nan" or inf
             raise ConfigError(f"{key}: expected {expected}, got {v!r}") from None
         if not math.isfinite(n):  # TOML has nan and inf: NaN passes every range check, and no key means infinity
