@@ -112,12 +112,19 @@ class Agents:
                 index.close()
 
     def search(self, agent: str | None, query: str, options: dict[str, Any]) -> tuple[str, SearchResponse]:
-        """(agent, answer): in a worker process when there is a pool, else in this thread with a leased index."""
-        if self.pool is not None:
-            config = self.config(agent)
-            return config.agent, self.pool.search(config, query, options)
+        """(agent, answer): in a worker process when there is a pool, else in this thread with a leased index.
+        The notes changed since the last sync are synced first, here (the one writer stays in this process),
+        as `memsift search` and MCP's `memory_search` do: the watcher syncs them only a debounce later (about
+        3 s), and until then a note just written was not found and a deleted one was still a hit."""
         with self.lease(agent) as index:
-            return index.config.agent, index.search(query, **options)
+            try:
+                index.catch_up()
+            except (MemsiftError, OSError):
+                pass  # the search answers from the index as it is; the watcher says why its own sync fails
+            if self.pool is None:
+                return index.config.agent, index.search(query, **options)
+            config = index.config
+        return config.agent, self.pool.search(config, query, options)
 
     def warm_up(self) -> None:
         """Load the embedder and run it once (the first call sizes the ONNX session's buffers), then start the

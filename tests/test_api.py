@@ -206,6 +206,20 @@ def test_degraded_search_without_an_embedder(ws: Path, make_config) -> None:
         assert doc["results"][0]["path"] == "memory/2026-05-14.md"
 
 
+def test_a_search_answers_for_the_notes_as_they_are_now(client, ws: Path) -> None:
+    """A note written, edited or deleted just before a search, within the watcher's debounce (the test app has
+    no watcher at all): the search syncs what changed first, as `memsift search` and `memory_search` do.
+    Before, a new note was not found and a deleted one was still a hit, on lines no file held."""
+    assert client.post("/v1/search", json={"query": "Priya offline mode"}).json()["results"]  # indexes first
+    (ws / "memory" / "2026-05-15.md").unlink()
+    (ws / "memory" / "2026-05-16.md").write_text("# 2026-05-16\n\n- The zebra count at the reserve was 41.\n")
+    doc = client.post("/v1/search", json={"query": "zebra count at the reserve", "minScore": 0}).json()
+    assert (doc["results"][0]["path"], doc["results"][0]["endLine"]) == ("memory/2026-05-16.md", 3)
+    paths = {hit["path"] for hit in client.post("/v1/search", json={"query": "Priya offline mode"}).json()["results"]}
+    assert "memory/2026-05-15.md" not in paths
+    assert client.get("/v1/status").json()["dirty"] is False
+
+
 # ---------------------------------------------------------------- get
 
 
