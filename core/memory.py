@@ -238,15 +238,18 @@ class MemoryIndex:
             return report
 
     def catch_up(self) -> str | None:
-        """The incremental sync a one-off search (`memsift search`, an MCP call) runs first when memory files
-        changed since the last sync, so no hit points at lines a note no longer holds (a note edited, emptied or
-        deleted since `memsift index`); a server's watcher does it for `serve` and `up`. None when the index
+        """The incremental sync a search (`memsift search`, `POST /v1/search`, an MCP call) runs first when memory
+        files changed since the last sync, so no hit points at lines a note no longer holds (a note edited, emptied
+        or deleted since `memsift index`); a server's watcher also does it a debounce later. With the provider
+        down, the new text is indexed for keyword search, its vectors pending, as by a sync. None when the index
         now answers for the files as they are (or was never built: the search's first sync builds it); else
         why it may not, for a note: the configuration or model changed (a rebuild is `memsift index`'s to run,
         not a search's: it may take minutes) or another process is syncing this agent right now (rather than
         wait for it: that sync catches the changes up)."""
         store = self.store
         embedder = self.embedder()
+        if embedder is None and self.fallback_record() is None and self.config.embedding.fallback == "none":
+            embedder = self._stand_in()  # the provider down: its index still takes the new text, as a sync does
         identity = store.identity()
         if identity is None or store.get_meta(UNFINISHED):
             return None  # the search completes the first index, or says another process is running it

@@ -125,6 +125,27 @@ def test_a_provider_down_when_the_process_starts_gives_the_same_keyword_only_syn
     assert status["vectorsPending"] is None and status["embedderError"] is None and not status["dirty"]
 
 
+def test_a_search_with_the_provider_down_finds_a_note_written_since_the_last_sync(
+    config: Config, provider: Switchable, capsys
+) -> None:
+    """A new process, the provider down at its start: `memsift search` syncs the note written since the last
+    sync into the keyword index, as `memsift index` would. Before, it compared the index with the identity of
+    no embedder at all, said "the configuration or model changed (model, provider)", which it had not, and
+    answered without the note until `memsift index` ran."""
+    with MemoryIndex(config) as index:
+        index.sync()
+    (config.workspace / "memory" / "2026-11-30.md").write_text(NEW_NOTE)
+    provider.down = True
+    capsys.readouterr()
+    assert main(["--workspace", str(config.workspace), "search", "zeppelin hangar", "--json"]) == 0
+    out, err = capsys.readouterr()
+    answer = json.loads(out)
+    assert answer["mode"] == "keyword" and "503" in answer["degraded"]
+    assert answer["results"][0]["path"] == "memory/2026-11-30.md"
+    assert "configuration or model changed" not in err
+    assert chunks_without_vectors(config.db_path) == 1  # pending: the next sync with the provider back embeds it
+
+
 def step_config(ws, provider: FakeProvider) -> Config:
     """One request at a time, about four chunks a request: one step of embedding (batchMaxInputs x
     concurrency inputs) is many requests, and a request's answer either came back or not."""
