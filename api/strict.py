@@ -5,7 +5,8 @@ and `"explain": "true"` into True: a client with a type bug would never learn of
 JSON body once more, strictly, against the same struct before the handler runs; Litestar's own decoding
 then only ever sees bodies of the right types. Malformed JSON is left to Litestar's 400. An empty body is
 refused here, saying so, unless every field of the body is optional (`/v1/index`): then no body is `{}`,
-so `curl -X POST .../v1/index` starts a sync of the default agent.
+so `curl -X POST .../v1/index` starts a sync of the default agent. A query parameter on these routes is a
+400 naming it: they read only their body, and `?agent=bob` silently answering for `main` would be worse.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
     kind = BODIES.get(request.scope["path"])
     if kind is None or request.method != "POST":
         return
+    if request.query_params:  # `POST /v1/search?agent=bob` answered for main: a parameter here is never read
+        name = sorted(request.query_params)[0]
+        message = f"query parameters are not read here: send {name!r} in the JSON body"
+        raise ValidationException(extra=[{"key": name, "message": message}])
     body = await request.body()
     if not body and not any(f.required for f in msgspec.structs.fields(kind)):
         return  # every field optional (`/v1/index`): `curl -X POST` with no body is `{}`

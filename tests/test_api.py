@@ -150,6 +150,16 @@ def test_search_validation_errors_name_the_field(client, body: dict[str, Any], f
     problem(client.post("/v1/search", json=body), 400, field)
 
 
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [("/v1/search", {"query": "Priya"}), ("/v1/get", {"path": "MEMORY.md"}), ("/v1/index", {})],
+)
+def test_a_query_parameter_on_a_post_route_is_400_not_ignored(client, route: str, body: dict[str, Any]) -> None:
+    """The POST routes read their body only: `?agent=bob` answered (or indexed) for main, silently."""
+    problem(client.post(f"{route}?agent=bob", json=body), 400, "agent", "JSON body")
+    problem(client.post(f"{route}?maxResults=1", json=body), 400, "maxResults")
+
+
 def test_the_first_and_last_dates_filter_nothing(client) -> None:
     """`after: "0001-01-01"` was a 500 (ValueError: year 0 is out of range)."""
     for bounds in ({"after": "0001-01-01"}, {"before": "9999-12-31"}):
