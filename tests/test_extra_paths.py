@@ -106,10 +106,9 @@ def test_human_hits_end_with_their_source(tmp_path: Path, memsift_home: Path) ->
 def test_rest_get_reads_indexed_external_files_and_refuses_the_rest(tmp_path: Path, memsift_home: Path) -> None:
     ws, shared = _setup(tmp_path)
     memsift(memsift_home, "--workspace", ws, "index", "--no-prefect")
-    (shared / "runbooks" / "later.md").write_text("- added after the last index\n")
     port = free_port()
-    # Not watched: the server would sync later.md at start (api/watching.py), and this test is about a file
-    # the index does not hold yet.
+    # Not watched: the server would sync later.md (written after the search, which syncs what changed before
+    # it answers), and this test is about a file the index does not hold yet.
     env = dict(os.environ, MEMSIFT_HOME=str(memsift_home), MEMSIFT_SYNC_WATCH="false")
     proc = subprocess.Popen(
         [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)],
@@ -121,6 +120,7 @@ def test_rest_get_reads_indexed_external_files_and_refuses_the_rest(tmp_path: Pa
         hits = httpx.post(f"{base}/v1/search", json={"query": "TLS certificate rotation"}, timeout=60).json()
         path = hits["results"][0]["path"]
         assert HIT_PATH.match(path)
+        (shared / "runbooks" / "later.md").write_text("- added after the last sync\n")
         got = httpx.post(f"{base}/v1/get", json={"path": path, "from": 1, "lines": 1}, timeout=60)
         assert got.status_code == 200 and got.json()["text"] == "# Rotating TLS"
         prefix = path.split("/tls/")[0]
