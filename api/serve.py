@@ -71,6 +71,7 @@ def run_serve(
     agents = app.state.agents
     stop = threading.Event()
     watch = Watch(agents.configs, app.state.runs, agents.config, _say)
+    agents.watching = watch.watching  # a search syncs first only after a change it saw (api.agents)
     try:
         if load is not None:
             from api.config_reload import follow_api

@@ -5,9 +5,10 @@ in their own process, api.watching).
 `watch` turns file events (watchfiles, inotify on Linux) into sets of agents to sync. Only events that name a
 memory file by the discovery rules (`core.sources.memory.is_memory_path`: not in an `exclude` folder, Markdown, under
 `memory/` or an `extraPaths` entry, or a root `MEMORY.md`) count, plus events on folders that could hold
-memory files, because renaming or moving a folder reports the folder alone. The debounce is watchfiles' own:
-a batch is handed over once no new change arrived for `debounce_ms` (and at the latest `MAX_DELAY_FACTOR`
-times that after its first change, so a file written to without pause still gets synced).
+memory files, because renaming or moving a folder reports the folder alone. A batch is handed over once no new
+change arrived for `debounce_ms` (and at the latest `MAX_DELAY_FACTOR` times that after its first change, so a
+file written to without pause still gets synced). Each change is also counted at once (`MemoryWatching.seen`),
+so a server's search syncs first only when a change is waiting for that debounce (api.agents).
 
 `CoalescedRuns` starts the runs and coalesces them: a change while an agent's run is still waiting to start
 needs nothing more (that run will see it); a change while a run is running marks the agent, and one more run
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Generic, Literal, TypeVar
@@ -29,6 +31,7 @@ from .sources.memory import is_memory_path
 
 MAX_DELAY_FACTOR = 10
 TICK_MS = 1000  # how often `on_tick` runs while nothing changes
+SEEN_MS = 50  # a change reaches `on_seen` this soon (plus inotify's own delay)
 
 Configs = Mapping[str, Config]
 Phase = Literal["waiting", "running", "done"]
@@ -66,37 +69,56 @@ def watch(
     on_tick: Callable[[], None] | None = None,
     ready: threading.Event | None = None,
     tick_ms: int = TICK_MS,
+    on_seen: Callable[[set[str]], None] | None = None,
 ) -> None:
     """Call `on_changes(agents)` for every debounced batch of memory-file changes until `stop` is set.
 
-    `configs` maps agent ids to their configurations (their workspaces are watched recursively). `on_tick`
+    `configs` maps agent ids to their configurations (their workspaces are watched recursively). `on_seen`
+    gets the agents of every change at once, within `SEEN_MS` of it, long before the debounced batch: a
+    search can then tell whether its index may be behind the files without a stat of each file. `on_tick`
     runs after every batch and every `tick_ms` without change; `ready` is set once the watches are in place.
     """
     roots = sorted({str(c.workspace) for c in configs.values()})
-    step = max(debounce_ms, 50)  # watchfiles' quiet period; 0 would spin
+    quiet = max(debounce_ms, 50) / 1000
+    pending: set[str] = set()
+    first = last = 0.0
+    next_tick = time.monotonic() + tick_ms / 1000
     for changes in watchfiles.watch(
         *roots,
         watch_filter=lambda change, path: bool(changed_agents(configs.values(), change, path)),
-        step=step,
-        debounce=step * MAX_DELAY_FACTOR,
-        rust_timeout=tick_ms,
+        step=SEEN_MS,  # watchfiles hands changes over this soon; the debounce is counted here
+        debounce=SEEN_MS * 4,  # and this soon under a stream of changes
+        rust_timeout=SEEN_MS,  # and wakes this often without change, to end a quiet period on time
         yield_on_timeout=True,
         stop_event=stop,
         raise_interrupt=False,
     ):
         if ready is not None:
             ready.set()
-        if changes:
-            agents: set[str] = set()
-            for change, path in changes:
-                agents |= changed_agents(configs.values(), change, path)
-            on_changes(agents)
-        if on_tick is not None:
+        now = time.monotonic()
+        agents = {a for change, path in changes for a in changed_agents(configs.values(), change, path)}
+        if agents:
+            if on_seen is not None:
+                on_seen(agents)
+            first = first if pending else now
+            pending |= agents
+            last = now
+        handed = bool(pending) and (now - last >= quiet or now - first >= quiet * MAX_DELAY_FACTOR)
+        if handed:
+            batch, pending = pending, set()
+            on_changes(batch)
+        if on_tick is not None and (handed or now >= next_tick):
             on_tick()
+            next_tick = now + tick_ms / 1000
 
 
 class MemoryWatching:
-    """The watcher thread (`watch`) over the agents with `sync.watch` on, restartable with new configurations."""
+    """The watcher thread (`watch`) over the agents with `sync.watch` on, restartable with new configurations.
+
+    `seen(agent)` tells a search whether a change may be waiting for its debounced sync: a token that changes
+    with every change of the agent's files (and with every start of the watches), None when no watch in
+    place covers the agent (not yet, not watched, or the watching failed): then only a stat of each file can
+    tell."""
 
     def __init__(
         self, on_changes: Callable[[set[str]], None], on_tick: Callable[[], None], say: Callable[[str], None]
@@ -107,6 +129,23 @@ class MemoryWatching:
         self._key: object = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._watched: frozenset[str] = frozenset()
+        self._epoch = 0
+        self._seen: dict[str, int] = {}
+        self._seen_lock = threading.Lock()
+
+    def seen(self, agent: str) -> tuple[int, int] | None:
+        thread = self._thread
+        if thread is None or not thread.is_alive() or not self._ready.is_set() or agent not in self._watched:
+            return None
+        with self._seen_lock:
+            return self._epoch, self._seen.get(agent, 0)
+
+    def _count(self, agents: set[str]) -> None:
+        with self._seen_lock:
+            for agent in agents:
+                self._seen[agent] = self._seen.get(agent, 0) + 1
 
     def start(self, configs: Configs) -> None:
         """Watch these agents; a no-op when the watched folders and rules are the ones watched already."""
@@ -120,18 +159,21 @@ class MemoryWatching:
         if not watched:
             self._say("not watching files (sync.watch = false)")
             return
-        self._stop = threading.Event()
+        self._stop, self._ready = threading.Event(), threading.Event()
+        with self._seen_lock:
+            self._epoch += 1  # a change between two watches was seen by neither
+        self._watched = frozenset(watched)
         self._thread = threading.Thread(
-            target=self._watch, args=(watched, self._stop, debounce), name="memsift-watch", daemon=True
+            target=self._watch, args=(watched, self._stop, self._ready, debounce), name="memsift-watch", daemon=True
         )
         self._thread.start()
         self._say(f"watching {', '.join(sorted(watched))} (debounce {debounce} ms)")
 
-    def _watch(self, watched: Configs, stop: threading.Event, debounce: int) -> None:
+    def _watch(self, watched: Configs, stop: threading.Event, ready: threading.Event, debounce: int) -> None:
         """`watch`, saying why it ended if it failed (a workspace deleted, the inotify watch limit reached),
         rather than a thread's traceback: the server goes on serving, and syncing on request."""
         try:
-            watch(watched, self._on_changes, stop, debounce, on_tick=self._on_tick)
+            watch(watched, self._on_changes, stop, debounce, on_tick=self._on_tick, ready=ready, on_seen=self._count)
         except Exception as exc:
             self._say(
                 f"file watching stopped ({type(exc).__name__}: {exc}); the index is synced only on request now "
