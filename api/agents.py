@@ -22,9 +22,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from api.catch_up import CatchUps
 from core import Config, ConfigError, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse, load_config
 from core.embedders import create_embedder
-from core.watching import MemoryWatching
 
 
 class SearchPool(Protocol):
@@ -66,8 +66,7 @@ class Agents:
         self.embedder_state = "loading"
         self.config_state: dict[str, Any] | None = None  # set by a configuration reloader (api.config_reload)
         self.pool: SearchPool | None = None  # worker processes for searches (api.workers > 0), set by the app
-        self.watching: MemoryWatching | None = None  # the server's file watcher, set by `serve` and `up`
-        self._caught_up: dict[str, tuple[int, int]] = {}  # agent: the watcher's `seen` at its last catch-up
+        self.catch_ups = CatchUps()
 
     @property
     def names(self) -> list[str]:
@@ -116,31 +115,14 @@ class Agents:
 
     def search(self, agent: str | None, query: str, options: dict[str, Any]) -> tuple[str, SearchResponse]:
         """(agent, answer): in a worker process when there is a pool, else in this thread with a leased index.
-        The notes changed since the last sync are synced first (`_catch_up`), here: the one writer stays in
+        The notes changed since the last sync are synced first (api.catch_up), here: the one writer stays in
         this process."""
         with self.lease(agent) as index:
-            self._catch_up(index)
+            self.catch_ups.before_search(index)
             if self.pool is None:
                 return index.config.agent, index.search(query, **options)
             config = index.config
         return config.agent, self.pool.search(config, query, options)
-
-    def _catch_up(self, index: MemoryIndex) -> None:
-        """Sync what changed since the last sync, as `memsift search` and MCP's `memory_search` do: the watcher
-        syncs a change only a debounce later (about 3 s), and until then a note just written was not found and
-        a deleted one was still a hit. The check is a stat of each memory file (2 ms for 300 notes, 84 ms for
-        10,000), so while the server's watcher covers the agent it runs only when the watcher has seen a change
-        since the last one (within `core.watching.SEEN_MS` of it); without a watcher, on every search."""
-        agent = index.config.agent
-        token = self.watching.seen(agent) if self.watching is not None else None
-        if token is not None and self._caught_up.get(agent) == token:
-            return
-        try:
-            index.catch_up()  # another sync running: it, or the watcher's next one, syncs the change
-        except (MemsiftError, OSError):
-            return  # the search answers from the index as it is; the watcher says why its own sync fails
-        if token is not None:
-            self._caught_up[agent] = token
 
     def warm_up(self) -> None:
         """Load the embedder and run it once (the first call sizes the ONNX session's buffers), then start the

@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.server import Server
 from mcp.shared.message import SessionMessage
 
+from api.catch_up import CatchUps
 from api.schemas import MAX_LINES, has_lone_surrogate
 from core import Config, ConfigError, MemsiftError
 from core.memory import MemoryIndex
@@ -139,6 +140,7 @@ class MemoryTools:
         self.config = config
         self._index: MemoryIndex | None = None
         self._lock = threading.Lock()
+        self.catch_ups = CatchUps()
 
     @property
     def index(self) -> MemoryIndex:
@@ -156,10 +158,7 @@ class MemoryTools:
         max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
         min_score = _argument(args, SEARCH_SCHEMA, "minScore")
         evergreen = _argument(args, SEARCH_SCHEMA, "evergreen")
-        try:  # a note the agent just wrote, before the watcher's debounce: found now, as `memsift search` does
-            self.index.catch_up()
-        except (MemsiftError, OSError):
-            pass  # the search answers from the index as it is; the watcher says why its own sync fails
+        self.catch_ups.before_search(self.index)  # a note the agent just wrote, before the watcher's debounce
         response = self.index.search(
             query,
             max_results=max_results,
@@ -239,6 +238,7 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
     server = build_server(tools)
     runs = IndexRuns()
     watch = Watch({config.agent: config}, runs, lambda agent: config, _say)
+    tools.catch_ups.watching = watch.watching
     try:
         if sock is None:
             from mcp.server.stdio import stdio_server

@@ -71,7 +71,7 @@ def run_serve(
     agents = app.state.agents
     stop = threading.Event()
     watch = Watch(agents.configs, app.state.runs, agents.config, _say)
-    agents.watching = watch.watching  # a search syncs first only after a change it saw (api.agents)
+    agents.catch_ups.watching = watch.watching  # a search syncs first only after a change it saw
     try:
         if load is not None:
             from api.config_reload import follow_api

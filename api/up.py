@@ -222,7 +222,7 @@ def _serve(
     stack.callback(watching.stop)
 
     api, agents = _rest_api(main, stack, sock, agent)
-    agents.watching = watching  # a search syncs first only after a change it saw (api.agents)
+    agents.catch_ups.watching = watching  # a search syncs first only after a change it saw
     if load is not None:
         rebuilds = config_rebuilds()
         apply = UpApply(

@@ -8,7 +8,7 @@ memory file by the discovery rules (`core.sources.memory.is_memory_path`: not in
 memory files, because renaming or moving a folder reports the folder alone. A batch is handed over once no new
 change arrived for `debounce_ms` (and at the latest `MAX_DELAY_FACTOR` times that after its first change, so a
 file written to without pause still gets synced). Each change is also counted at once (`MemoryWatching.seen`),
-so a server's search syncs first only when a change is waiting for that debounce (api.agents).
+so a server's search syncs first only when a change is waiting for that debounce (api.catch_up).
 
 `CoalescedRuns` starts the runs and coalesces them: a change while an agent's run is still waiting to start
 needs nothing more (that run will see it); a change while a run is running marks the agent, and one more run

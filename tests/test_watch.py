@@ -279,7 +279,7 @@ def test_a_server_search_syncs_first_exactly_when_its_watcher_saw_a_change(works
     ticks: queue.Queue[float] = queue.Queue()
     watching = MemoryWatching(batches.put, lambda: ticks.put(time.monotonic()), lambda line: None)
     agents = Agents(config)
-    agents.watching = watching
+    agents.catch_ups.watching = watching
 
     def start(watched: Config) -> None:
         watching.start({"main": watched})
