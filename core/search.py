@@ -35,6 +35,8 @@ MAX_CANDIDATES = 200
 #: (ranks, normalised scores) then do not depend on k, and the first hits for k = 1 are those for k = 10.
 LEARNED_FETCH = 40
 
+NO_WORDS = "the query holds no word to search for (only punctuation or symbols)"
+
 #: Receives every candidate the learned ranker scored, their chunks and feature rows (`memsift train-ranker`).
 Collector = Callable[[list[ranking.Candidate], dict[int, ChunkRow], np.ndarray], None]
 #: Receives what calibration read and the ordered candidates it scored (bench/train_calibration.py).
@@ -227,7 +229,12 @@ def search(
         if s.mmrEnabled:
             cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, reach)
         abstained = None
-        if calibrated and cands:
+        if calibrated and cands and not phrases and floor > 0:
+            # Punctuation or symbols alone ("—", "##", an emoji): nothing in the question to match, and
+            # calibration, which reads how much of the question the notes hold, read none of it as all held
+            # ("—" scored 0.82 over examples/workspace). `--min-score 0` still lists what the vectors found.
+            cands, abstained = [], NO_WORDS
+        elif calibrated and cands:
             cands, abstained = _calibrate(
                 store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank)
             )
