@@ -105,6 +105,12 @@ class MemoryIndex:
             self._store = store
         return self._store
 
+    def _indexed(self) -> bool:
+        """Whether the agent has an index file (a legacy one adopted first). What only reads the index (status,
+        the fallback record) asks this first: opening `store` would create the file."""
+        self._adopt_legacy()
+        return self._store is not None or self.config.db_path.exists()
+
     def _adopt_legacy(self) -> None:
         """Once per instance, before the agent's writer lock is taken: adoption takes it itself."""
         if not self._legacy_checked:
@@ -187,6 +193,8 @@ class MemoryIndex:
 
     def fallback_record(self) -> dict[str, Any] | None:
         """The recorded switch to `embedding.fallback` ({from, to, reason, at}), or None."""
+        if not self._indexed():
+            return None
         try:
             raw = self.store.get_meta("fallback")
         except UnreadableIndex:  # none readable: a forced sync sets the file aside, any other use reports it
@@ -515,7 +523,20 @@ class MemoryIndex:
         fallback = self.fallback_record()
         embedder = self.embedder() or (self._stand_in() if fallback is None else None)
         embedder_error = self.embedder_error
-        store = self.store
+        if not self._indexed():  # never indexed: read an empty index in memory, as asking must write nothing
+            with Store.empty(use_vec=self._use_vec) as empty:
+                return self._status(empty, fallback, embedder, embedder_error, deep=deep)
+        return self._status(self.store, fallback, embedder, embedder_error, deep=deep)
+
+    def _status(
+        self,
+        store: Store,
+        fallback: dict[str, Any] | None,
+        embedder: Embedder | None,
+        embedder_error: str | None,
+        *,
+        deep: bool,
+    ) -> dict[str, Any]:
         identity = store.identity()
         stats = store.stats()
         dirty_reason = None

@@ -162,6 +162,18 @@ class Store:
         except apsw.Error as exc:
             raise StoreError(f"cannot open the index {self.path}: {exc}") from exc
 
+    @classmethod
+    def empty(cls, *, use_vec: bool = True) -> Store:
+        """An index with nothing in it, held in memory: what status reads for an agent never indexed, so that
+        asking writes no file (no database, no lock file). Closed by the caller, as any Store."""
+        store = cls.__new__(cls)
+        store.path = Path(":memory:")
+        store.conn = apsw.Connection(":memory:")
+        store.vec_error = _load_vec(store.conn) if use_vec else "disabled"
+        store._migrate()
+        store._inode = 0
+        return store
+
     def is_current(self) -> bool:
         """False once a rebuild has swapped another file in at this path: the caller should reopen."""
         try:

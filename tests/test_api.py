@@ -86,8 +86,9 @@ def cli_json(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> dict[str,
 # ---------------------------------------------------------------- search
 
 
-def test_search_answers_200_with_the_cli_document(client, ws: Path, capsys) -> None:
+def test_search_answers_200_with_the_cli_document(client, ws: Path, capsys, memsift_home: Path) -> None:
     assert client.get("/v1/status").json()["dirtyReason"] == "never indexed"  # the search indexes first
+    assert not (memsift_home / "memory").exists()  # and asking created no index file
     r = client.post("/v1/search", json={"query": "what does Dana drink in the morning"})
     assert r.status_code == 200  # not Litestar's default 201 for POST
     doc = r.json()

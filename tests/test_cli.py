@@ -309,12 +309,14 @@ def test_get_through_a_symlink_is_refused(capsys, lines_ws: Path) -> None:
 STATUS_KEYS = {"provider", "model", "dims", "files", "chunks", "dirty", "vector", "fts", "cacheEntries", "lastSync"}
 
 
-def test_status_json(capsys, ws: Path) -> None:
+def test_status_json(capsys, ws: Path, memsift_home: Path) -> None:
     code, out, _ = run(capsys, "--workspace", ws, "status", "--json")
     before = json.loads(out)
     assert code == 0 and STATUS_KEYS <= set(before)
     assert before["dirty"] is True and before["lastSync"] is None and before["files"] == {"memory": 0}
+    assert before["dirtyReason"] == "never indexed" and before["chunks"] == {"memory": 0}
     assert "probe" not in before
+    assert not (memsift_home / "memory").exists()  # asking created no index file (nor its .swap lock)
 
     run(capsys, "--workspace", ws, "index", "--no-prefect")
     doc = json.loads(run(capsys, "--workspace", ws, "--json", "status")[1])
