@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from api.schemas import MAX_LINES
 from core import Config, MemoryIndex, MemsiftError, load_config
 from core.config import FUSIONS, MODES, default, home_problem, memsift_home, read_number
 from core.estimate import summary
@@ -43,6 +44,8 @@ class _Parser(argparse.ArgumentParser):
             ("workspace", None),
         ):
             setattr(parsed, name, getattr(parsed, name, value))
+        if parsed.command == "get" and parsed.json and (parsed.lines or 0) > MAX_LINES:  # REST's 400, as a usage error
+            self.error(f"argument --lines: at most {MAX_LINES} with --json, got {parsed.lines}; read on with --from")
         if getattr(parsed, "after", None) and getattr(parsed, "before", None):
             try:  # each bound is checked as it is parsed; a window they leave empty is as much a usage error
                 window(parsed.after, parsed.before)
@@ -215,7 +218,10 @@ def _parser() -> _Parser:
         "--from", dest="start", type=_bounded(int, 1), default=1, metavar="N", help="first line, 1-based (default: 1)"
     )
     get.add_argument(
-        "--lines", type=_bounded(int, 0), metavar="K", help="how many lines (default: to the end of the file)"
+        "--lines",
+        type=_bounded(int, 0),
+        metavar="K",
+        help=f"how many lines (default: to the end of the file; with --json at most {MAX_LINES}, as REST)",
     )
 
     status = sub.add_parser("status", parents=[common], help="index and embedder state")
@@ -543,7 +549,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     config = _config(args)
-    doc = MemoryIndex(config).get(args.path, args.start, args.lines)
+    # `--json` is REST's answer to the same request (SPEC section 3), so it stops at REST's MAX_LINES; the plain
+    # text is for a person or a pipe (`| less`), and prints the rest of the file, as `cat` would.
+    count = MAX_LINES if args.json and args.lines is None else args.lines
+    doc = MemoryIndex(config).get(args.path, args.start, count)
     if args.json:
         _print_json(doc)
     elif doc["lines"]:  # a range of blank lines prints them; only an empty range prints nothing

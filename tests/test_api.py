@@ -250,13 +250,23 @@ def test_get_answers_a_line_range(client) -> None:
     assert (missing["text"], missing["totalLines"]) == ("", 0)  # a memory file that does not exist yet
 
 
-def test_get_without_lines_stops_at_the_limit(workspace, make_config) -> None:
+def test_get_without_lines_stops_at_the_limit(workspace, make_config, capsys) -> None:
     ws = workspace({"memory/long.md": "".join(f"{i}\n" for i in range(1, MAX_LINES + 101))}, name="long")
     with serving(make_config(ws)) as client:
         doc = client.post("/v1/get", json={"path": "memory/long.md"}).json()
         assert (doc["lines"], doc["totalLines"]) == (MAX_LINES, MAX_LINES + 100)
         problem(client.post("/v1/get", json={"path": "memory/long.md", "lines": MAX_LINES + 1}), 400, "lines")
         problem(client.post("/v1/get", json={"path": "memory/long.md", "from": 0}), 400, "from")
+        later = client.post("/v1/get", json={"path": "memory/long.md", "from": 50}).json()
+    # SPEC section 3: `get --json` is the REST answer to the same request, the cap included
+    assert cli_json(capsys, "--workspace", ws, "get", "memory/long.md", "--json") == doc
+    assert cli_json(capsys, "--workspace", ws, "get", "memory/long.md", "--from", "50", "--json") == later
+    with pytest.raises(SystemExit) as usage:  # REST's 400, as a usage error
+        main(["--workspace", str(ws), "get", "memory/long.md", "--lines", str(MAX_LINES + 1), "--json"])
+    assert usage.value.code == 2 and "--lines: at most" in capsys.readouterr().err
+    # the plain text is for a person or a pipe: the whole file, as `cat` prints it
+    assert main(["--workspace", str(ws), "get", "memory/long.md"]) == 0
+    assert capsys.readouterr().out == (ws / "memory/long.md").read_text()
 
 
 @pytest.fixture
