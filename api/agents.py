@@ -73,7 +73,7 @@ class Agents:
         return list(self.configs)
 
     def config(self, agent: str | None) -> Config:
-        name = agent or self.default
+        name = self.default if agent is None else agent  # "" names no agent: not the default
         try:
             return self.configs[name]
         except KeyError:

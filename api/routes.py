@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, Response, get, head, post
@@ -17,7 +17,7 @@ from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Operation
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 from msgspec import UNSET
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -25,6 +25,7 @@ from api.agents import Agents
 from api.metrics import Metrics
 from api.runs import MAX_KEPT, IndexRuns, Run
 from api.schemas import (
+    MAX_AGENT_ID,
     MAX_LINES,
     MAX_QUERY_BYTES,
     AgentId,
@@ -127,7 +128,8 @@ class MemoryController(Controller):
         self,
         request: Request[Any, Any, Any],
         agents: NamedDependency[Agents],
-        agent: FromQuery[AgentId | None] = None,
+        # Litestar checks a query parameter's bounds given here, not AgentId's own: `?agent=` was the default agent
+        agent: Annotated[AgentId | None, Parameter(min_length=1, max_length=MAX_AGENT_ID)] = None,
         deep: FromQuery[bool] = False,
     ) -> Status:
         from flows.ratelimit import rate_limit_status

@@ -16,6 +16,7 @@ from msgspec import UNSET, Meta, UnsetType
 MAX_QUERY_BYTES = 4096
 MAX_RESULTS = 100
 MAX_LINES = 5000
+MAX_AGENT_ID = 64
 
 WHEN = (
     "a date (YYYY-MM-DD, the whole local day), a date-time (ISO 8601), `today`, `yesterday`, or a duration back "
@@ -26,7 +27,8 @@ WHEN = (
 AgentId = Annotated[
     str,
     Meta(
-        max_length=64,
+        min_length=1,  # "" is a client's bug, refused, not a request for the default agent
+        max_length=MAX_AGENT_ID,
         description="an agent of the configuration; default `main` (or `memsift --agent ID serve`'s)",
         examples=["main"],
     ),

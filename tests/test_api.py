@@ -337,6 +337,11 @@ def test_agents_each_have_their_index_and_unknown_is_404(workspace, tmp_path: Pa
         problem(client.post("/v1/get", json={"path": "MEMORY.md", "agent": "nobody"}), 404, "'nobody'")
         problem(client.get("/v1/status", params={"agent": "nobody"}), 404, "'nobody'")
         problem(client.post("/v1/index", json={"agent": "nobody"}), 404, "'nobody'")
+        # an empty agent id is a client's bug, not a request for the default agent
+        problem(client.post("/v1/search", json={"query": "x", "agent": ""}), 400, "agent")
+        problem(client.post("/v1/get", json={"path": "MEMORY.md", "agent": ""}), 400, "agent")
+        problem(client.get("/v1/status?agent="), 400, "agent")
+        problem(client.post("/v1/index", json={"agent": ""}), 400, "agent")
 
 
 # ---------------------------------------------------------------- auth
