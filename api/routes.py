@@ -134,11 +134,7 @@ class MemoryController(Controller):
     ) -> Status:
         from flows.ratelimit import rate_limit_status
 
-        # A typo (`?deeep=true`) is refused, as an unknown body field is, not answered as if it were absent.
-        if unknown := sorted(set(request.query_params) - {"agent", "deep"}):
-            raise ValidationException(
-                extra=[{"key": unknown[0], "message": "unknown query parameter; expected agent, deep"}]
-            )
+        _only_query_parameters(request, "agent", "deep")
         # `?agent=main&agent=work` answered for the last one, in silence: which one was meant is not known.
         if twice := sorted(k for k in set(request.query_params) if len(request.query_params.getall(k)) > 1):
             raise ValidationException(extra=[{"key": twice[0], "message": "given more than once; give it once"}])
@@ -168,13 +164,27 @@ class MemoryController(Controller):
         "/index/{runId:str}",
         sync_to_thread=True,
         summary="The state of an index run",
-        responses=problems(401, 404, 503),
+        responses=problems(400, 401, 404, 503),
     )
-    def index_run(self, runId: FromPath[str], runs: NamedDependency[IndexRuns]) -> IndexRun:  # noqa: N803
+    def index_run(
+        self,
+        request: Request[Any, Any, Any],
+        runId: FromPath[str],  # noqa: N803
+        runs: NamedDependency[IndexRuns],
+    ) -> IndexRun:
+        _only_query_parameters(request)
         run = runs.get(runId)
         if run is None:
             raise NotFoundException(f"no index run {runId!r} (runs are kept in memory, the newest {MAX_KEPT})")
         return _answer(run)
+
+
+def _only_query_parameters(request: Request[Any, Any, Any], *expected: str) -> None:
+    """A typo (`?deeep=true`, `?wait=1` on a route that reads none) is refused, as an unknown body field is, not
+    answered as if it were absent."""
+    if unknown := sorted(set(request.query_params) - set(expected)):
+        what = f"expected {', '.join(expected)}" if expected else "this route reads none"
+        raise ValidationException(extra=[{"key": unknown[0], "message": f"unknown query parameter; {what}"}])
 
 
 def _readiness(agents: Agents) -> Readiness:

@@ -525,6 +525,8 @@ def test_index_runs_the_sync_flow_in_a_worker_thread(ws: Path, make_config) -> N
 
         problem(client.get(f"/v1/index/{uuid.uuid4()}"), 404, "no index run")
         problem(client.post("/v1/index", json={"force": "yes"}), 400, "force")
+        # a parameter this route does not read (a client polling with `?wait=30`) is refused, not ignored
+        problem(client.get(f"/v1/index/{run['runId']}?wait=30"), 400, "wait: unknown query parameter")
 
         shutil.rmtree(ws)  # the flow loads the configuration again, and the workspace is gone
         failing = client.post("/v1/index", json={}).json()
