@@ -123,8 +123,9 @@ def test_help_as_printed(memsift_home: Path) -> None:
     assert "found only by meaning" in min_score and "cosine similarity >= X" in min_score
     assert "calibrated estimates that the hit is relevant" in min_score and "abstains" in min_score
     assert "always kept" in min_score and "default: search.minScore, 0.35" in min_score
-    get = memsift(memsift_home, "get", "--help").stdout
-    assert "first line, 1-based (default: 1)" in get and "(default: to the end of the file)" in get
+    get = " ".join(memsift(memsift_home, "get", "--help").stdout.split())
+    assert "first line, 1-based (default: 1)" in get
+    assert "(default: to the end of the file; with --json at most 5000, as REST)" in get
     up = " ".join(memsift(memsift_home, "up", "--help").stdout.split())
     for needle in ("REST API on api.host:api.port", "(default 127.0.0.1:8000", "file watcher", "Ctrl-C", "4200"):
         assert needle in up
