@@ -41,6 +41,7 @@ from api.schemas import (
     SearchRequest,
     Status,
 )
+from api.strict import only_query_parameters
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -134,7 +135,7 @@ class MemoryController(Controller):
     ) -> Status:
         from flows.ratelimit import rate_limit_status
 
-        _only_query_parameters(request, "agent", "deep")
+        only_query_parameters(request, "agent", "deep")
         # `?agent=main&agent=work` answered for the last one, in silence: which one was meant is not known.
         if twice := sorted(k for k in set(request.query_params) if len(request.query_params.getall(k)) > 1):
             raise ValidationException(extra=[{"key": twice[0], "message": "given more than once; give it once"}])
@@ -172,19 +173,11 @@ class MemoryController(Controller):
         runId: FromPath[str],  # noqa: N803
         runs: NamedDependency[IndexRuns],
     ) -> IndexRun:
-        _only_query_parameters(request)
+        only_query_parameters(request)
         run = runs.get(runId)
         if run is None:
             raise NotFoundException(f"no index run {runId!r} (runs are kept in memory, the newest {MAX_KEPT})")
         return _answer(run)
-
-
-def _only_query_parameters(request: Request[Any, Any, Any], *expected: str) -> None:
-    """A typo (`?deeep=true`, `?wait=1` on a route that reads none) is refused, as an unknown body field is, not
-    answered as if it were absent."""
-    if unknown := sorted(set(request.query_params) - set(expected)):
-        what = f"expected {', '.join(expected)}" if expected else "this route reads none"
-        raise ValidationException(extra=[{"key": unknown[0], "message": f"unknown query parameter; {what}"}])
 
 
 def _readiness(agents: Agents) -> Readiness:

@@ -27,14 +27,19 @@ BODIES: dict[str, type[msgspec.Struct]] = {
 }
 
 
+def only_query_parameters(request: Request[Any, Any, Any], *read: str, hint: str = "") -> None:
+    """A query parameter the route does not read (`?deeep=true`, `POST /v1/search?agent=bob`) is a 400 naming
+    it, as an unknown body field is, not answered as if it were absent."""
+    if unknown := sorted(set(request.query_params) - set(read)):
+        expected = f"expected {', '.join(read)}" if read else "this route reads none"
+        raise ValidationException(extra=[{"key": unknown[0], "message": f"unknown query parameter; {expected}{hint}"}])
+
+
 async def strict_body(request: Request[Any, Any, Any]) -> None:
     kind = BODIES.get(request.scope["path"])
     if kind is None or request.method != "POST":
         return
-    if request.query_params:  # `POST /v1/search?agent=bob` answered for main: a parameter here is never read
-        name = sorted(request.query_params)[0]
-        message = f"query parameters are not read here: send {name!r} in the JSON body"
-        raise ValidationException(extra=[{"key": name, "message": message}])
+    only_query_parameters(request, hint="; send it in the JSON body")  # `?agent=bob` answered for main
     body = await request.body()
     if not body and not any(f.required for f in msgspec.structs.fields(kind)):
         return  # every field optional (`/v1/index`): `curl -X POST` with no body is `{}`

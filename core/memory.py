@@ -254,9 +254,10 @@ class MemoryIndex:
         why it may not, for a note: the configuration or model changed (a rebuild is `memsift index`'s to run,
         not a search's: it may take minutes) or another process is syncing this agent right now (rather than
         wait for it: that sync catches the changes up)."""
-        embedder = self.embedder()
-        if embedder is None and self.fallback_record() is None and self.config.embedding.fallback == "none":
-            embedder = self._stand_in()  # the provider down: its index still takes the new text, as a sync does
+        try:  # as a sync: with the provider down, its index still takes the new text through a stand-in
+            embedder = self.require_embedder()
+        except EmbedderUnavailable:
+            embedder = None  # the identities differ below, and the note says so
         store = self.store  # after the calls above: each may reopen a file a rebuild swapped in, closing this one
         identity = store.identity()
         if identity is None or store.get_meta(UNFINISHED):
