@@ -17,6 +17,8 @@ Training questions (never bench/abstention/, the held-out check):
   off-topic question over a few notes, whose words alone cannot tell them apart;
 - the small locomo workspaces asked cosqa web questions ("small-web") and the next conversation's questions
   with its speakers' names mapped to their own ("small-swapped": a known person, something absent).
+- questions of one to three words, as typed into a search box (`short_sets`): keywords the tiny workspaces
+  answer ("short") and words no workspace holds, asked of the tiny and the small workspaces.
 
 The question model is weighted to a prior (`--prior`, the share of questions taken as answerable): it sets
 where scores fall, and 0.85 puts the default floor `search.minScore` 0.35 (SPEC's) where the CV keeps
@@ -180,6 +182,25 @@ def tiny_sets(here: Path, web: list[dict[str, Any]], groups: list[str], asked: i
     return made
 
 
+def short_sets(here: Path, small_dir: Path, groups: list[str]) -> list[dict[str, Any]]:
+    """Questions of one to three words, as people type them into a search box: bench/calibration/short.jsonl
+    (kind "short", answerable: a word of the notes or another word for it, "brakes", "EV charger") and
+    offtopic_short.jsonl (words and names no workspace here holds, "saxophone", "Elena") asked of every tiny
+    workspace ("tiny-other") and every small locomo workspace ("small-short"). Without them no training
+    question was a bare keyword, and over examples/workspace "zebra" scored 0.57 and "Who is Alice?" 0.52."""
+    short = load_queries(here / "short.jsonl")
+    offtopic = load_queries(here / "offtopic_short.jsonl")
+    spaces = sorted({q["workspace"] for q in load_queries(here / "tiny.jsonl")})
+    group = {ws: groups[i % len(groups)] for i, ws in enumerate(spaces)}
+    made = [q | {"kind": "short", "group": group[q["workspace"]]} for q in short]
+    for ws in spaces:
+        made += [q | {"workspace": ws, "kind": "tiny-other", "group": group[ws]} for q in offtopic]
+    for ws in sorted(p for p in small_dir.iterdir() if p.is_dir()):
+        space = next(g for g in groups if ws.name.startswith(Path(g).name + "-"))
+        made += [q | {"workspace": str(ws), "kind": "small-short", "group": space} for q in offtopic]
+    return made
+
+
 def ask(config: Any, base: Path, queries: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
     """Each question through the real search (calibrated, no floor): what calibration read and the labels of
     the ordered hits (relevant: the hit covers a labelled line)."""
@@ -225,6 +246,7 @@ def collect(shared: Path, cache: Path, small_dir: Path) -> list[dict[str, Any]]:
         "small": lambda: (small_dir, small_workspaces(locomo, small_dir)),
         "small-swapped-web": lambda: (small_dir, small_swapped_and_web(locomo, small_dir, web)),
         "tiny": lambda: (here, tiny_sets(here, web, groups)),
+        "short": lambda: (here, short_sets(here, small_dir.resolve(), groups)),
     }
     for name in ("queries.jsonl", "queries_ident.jsonl"):
         path = shared / "cosqa-dev" / name
@@ -247,13 +269,22 @@ def about_absent(row: dict[str, Any]) -> bool:
     return min(row["inputs"].df, default=1) == 0
 
 
-ANSWERABLE = ("own", "code", "small", "tiny")
+ANSWERABLE = ("own", "code", "small", "tiny", "short")
 #: Weights of kinds of questions in the question model (default 1): locomo-dev's own questions count twice
 #: and the tiny workspaces' 83 paraphrases 8 times, so that neither the inference questions of a large memory
 #: nor a few notes' weak matches are read as absences; the many negatives over small workspaces count less,
 #: so that the locomo-dev workspaces' "other" and "swapped" questions keep their share of the negatives (CV and
 #: held-out figures of the choice: bench/README.md, "Issue 18").
-KIND_WEIGHT = {"own": 2.0, "tiny": 8.0, "tiny-other": 0.5, "small-web": 0.25, "small-other": 0.5, "small-absent": 0.5}
+KIND_WEIGHT = {
+    "own": 2.0,
+    "tiny": 8.0,
+    "short": 8.0,
+    "small-short": 0.5,
+    "tiny-other": 0.5,
+    "small-web": 0.25,
+    "small-other": 0.5,
+    "small-absent": 0.5,
+}
 
 
 def fit(rows: list[dict[str, Any]], l2: float, prior: float, meta: dict | None = None) -> calibration.Calibrator:
@@ -309,7 +340,7 @@ def at_floor(rows: list[dict[str, Any]], cv: list[np.ndarray], floor: float) -> 
             recall["locomo"].append(got)
             recall[f"locomo/{r['q']['category_name']}"].append(got)
         else:
-            recall[kind if kind in ("small", "tiny") else r["q"]["category_name"]].append(got)
+            recall[kind if kind in ("small", "tiny", "short") else r["q"]["category_name"]].append(got)
     out = {f"{k} R@10": statistics.fmean(v) for k, v in sorted(recall.items())}
     return out | {f"{k} abstained": statistics.fmean(v) for k, v in sorted(abst.items())}
 
@@ -371,7 +402,7 @@ def main() -> None:
         "trainedOn": [
             "locomo-dev (own, other, swapped, small workspaces)",
             "cosqa-dev",
-            "bench/calibration (tiny workspaces)",
+            "bench/calibration (tiny workspaces, short questions)",
         ],
         "l2": args.l2,
         "prior": args.prior,

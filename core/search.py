@@ -21,7 +21,7 @@ from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
 from .indexer import REBUILD_HELD, VECTORS_PENDING, cache_key, identity_key, vectorless
-from .query import fts_phrases
+from .query import STOP_WORDS, fts_phrases, query_terms
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim
 from .snippets import snippet
@@ -36,6 +36,7 @@ MAX_CANDIDATES = 200
 LEARNED_FETCH = 40
 
 NO_WORDS = "the query holds no word to search for (only punctuation or symbols)"
+ONE_COMMON_WORD = "the query is one common word ({!r}), found in most notes: add words that say what to find"
 
 #: Receives every candidate the learned ranker scored, their chunks and feature rows (`memsift train-ranker`).
 Collector = Callable[[list[ranking.Candidate], dict[int, ChunkRow], np.ndarray], None]
@@ -234,6 +235,10 @@ def search(
             # calibration, which reads how much of the question the notes hold, read none of it as all held
             # ("—" scored 0.82 over examples/workspace). `--min-score 0` still lists what the vectors found.
             cands, abstained = [], NO_WORDS
+        elif calibrated and cands and floor > 0 and len(terms := query_terms(query)) == 1 and terms[0] in STOP_WORDS:
+            # One stop word ("the", "and"): every note holds it, so calibration read it as fully held ("the"
+            # scored 0.95 over examples/workspace). A question made of stop words ("who am I") is searched.
+            cands, abstained = [], ONE_COMMON_WORD.format(terms[0])
         elif calibrated and cands:
             cands, abstained = _calibrate(
                 store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank)

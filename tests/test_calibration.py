@@ -293,6 +293,30 @@ def test_an_off_topic_question_in_plain_words_abstains_over_a_few_notes(index, q
     assert response.results == [] and "under the floor minScore 0.35" in response.abstained
 
 
+@pytest.mark.parametrize("query", ["zebra", "Who is Alice?", "kubernetes", "Rome"])
+def test_a_bare_word_found_nowhere_abstains_over_a_few_notes(index, query: str) -> None:
+    """A keyword as typed into a search box, about something the notes lack. Before calibration was trained on
+    questions of one to three words (bench/calibration/short.jsonl, offtopic_short.jsonl), "zebra" over
+    examples/workspace scored 0.57 and "Who is Alice?" 0.52."""
+    response = index.search(query)
+    assert response.results == [] and "under the floor minScore 0.35" in response.abstained
+
+
+@pytest.mark.parametrize(
+    ("query", "path"),
+    [
+        ("database", "MEMORY.md"),
+        ("coffee", "MEMORY.md"),
+        ("TLS", "memory/2026-05-14.md"),
+        ("deploy", "memory/2026-05-14.md"),
+    ],
+)
+def test_a_bare_word_the_notes_answer_is_answered(index, query: str, path: str) -> None:
+    """The same few notes answer a keyword that is theirs, or another word for theirs ("database" for
+    PostgreSQL, "coffee" for a flat white, "TLS" for a certificate), at the default floor."""
+    assert index.search(query).results[0].path == path
+
+
 def test_the_first_hit_does_not_depend_on_max_results(index) -> None:
     top = index.search(PRESENT, max_results=10, min_score=0).results
     one = index.search(PRESENT, max_results=1, min_score=0).results
@@ -392,6 +416,20 @@ def test_words_held_are_the_texts_word_tokens() -> None:
         low = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16))).lower()
         some = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3))).lower() for _ in range(4)}
         assert calibration._words_in(some, low) == some & set(re.findall(r"\w+", low)), (low, some)
+
+
+@pytest.mark.parametrize("query", ["the", "The", "and?", "the the"])
+def test_a_query_of_one_common_word_abstains(index, query: str) -> None:
+    """Every note holds "the": calibration read it as fully held (0.95 over examples/workspace). A question of
+    several stop words is still searched, and with no floor the hits are listed."""
+    response = index.search(query)
+    word = query.lower().split()[0].strip("?")
+    assert (response.results, response.abstained) == (
+        [],
+        f"the query is one common word ({word!r}), found in most notes: add words that say what to find",
+    )
+    assert index.search(query, min_score=0).results
+    assert index.search("who am I", min_score=0.01).abstained is None
 
 
 @pytest.mark.parametrize("query", ["—", "## ...", "🚀", "?!"])
