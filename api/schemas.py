@@ -29,7 +29,8 @@ AgentId = Annotated[
     Meta(
         min_length=1,  # "" is a client's bug, refused, not a request for the default agent
         max_length=MAX_AGENT_ID,
-        description="an agent of the configuration; default `main` (or `memsift --agent ID serve`'s)",
+        description="an agent of the configuration (letters, digits, '-', '_'); default `main` (or `memsift --agent "
+        "ID serve`'s)",
         examples=["main"],
     ),
 ]

@@ -342,6 +342,12 @@ def test_agents_each_have_their_index_and_unknown_is_404(workspace, tmp_path: Pa
         problem(client.post("/v1/get", json={"path": "MEMORY.md", "agent": ""}), 400, "agent")
         problem(client.get("/v1/status?agent="), 400, "agent")
         problem(client.post("/v1/index", json={"agent": ""}), 400, "agent")
+        # nor is an id no configuration can have (it was a 404, "not configured", as if it might be)
+        for bad in (" ", "\t", "main ", "a b", "../main"):
+            problem(client.post("/v1/search", json={"query": "x", "agent": bad}), 400, "agent:", "not a valid agent id")
+            problem(client.post("/v1/get", json={"path": "MEMORY.md", "agent": bad}), 400, "agent:", "not a valid")
+            problem(client.get("/v1/status", params={"agent": bad}), 400, "agent:", "not a valid agent id")
+            problem(client.post("/v1/index", json={"agent": bad}), 400, "agent:", "not a valid agent id")
 
 
 # ---------------------------------------------------------------- auth
