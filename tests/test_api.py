@@ -367,6 +367,7 @@ def test_api_key_guards_v1_and_leaves_health_open(ws: Path, make_config, monkeyp
             problem(r, 401, "API key")
             assert r.headers["www-authenticate"].startswith("Bearer")
         problem(client.get("/v1/status"), 401)
+        assert client.head("/v1/status").status_code == 401  # HEAD is GET to the guard too
         problem(client.get(f"/v1/index/{uuid.uuid4()}"), 401)
         # The guard runs before the body is read: no validation detail leaks to a caller without the key.
         problem(client.post("/v1/search", json={"query": 1}), 401)
@@ -428,6 +429,29 @@ def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None
 def test_unknown_route_and_method_are_problems(client) -> None:
     problem(client.get("/v2/search"), 404, "/v2/search")
     problem(client.put("/v1/search", json={"query": "x"}), 405, "PUT")
+
+
+def test_head_answers_every_get_route_as_get_does_without_the_body(client) -> None:
+    """`curl -I`, `wget --spider` and load balancers' health checks send HEAD: the status and headers of GET, no
+    body (only /healthz and /readyz had a HEAD handler; /v1/status, /metrics and the others answered 405)."""
+    for path in (
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/v1/status",
+        "/v1/status?agent=nobody",
+        f"/v1/index/{uuid.uuid4()}",
+        "/schema",
+        "/schema/openapi.json",
+    ):
+        got, head = client.get(path), client.head(path)
+        assert (head.status_code, head.content) == (got.status_code, b""), path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+        if path in ("/healthz", "/schema/openapi.json"):  # the same body each time: the same length
+            assert head.headers["content-length"] == got.headers["content-length"] != "0", path
+    # a route without GET keeps its methods
+    r = client.head("/v1/search")
+    assert (r.status_code, r.content) == (405, b"") and "POST" in r.headers["allow"]
 
 
 def test_openapi_schema_and_offline_docs_page(client) -> None:

@@ -84,13 +84,13 @@ def test_serve_answers_over_http_and_stops_on_sigterm(server) -> None:
 
 def test_health_routes_answer_head_as_health_checks_send_it(server) -> None:
     """`wget --spider` (a container's health check where curl is missing) and `curl -I` send HEAD: the status
-    of GET, no body (it was 405)."""
+    of GET, no body (it was 405), on every GET route."""
     base, proc = server
     wait_for(proc, f"{base}/readyz")
-    for path in ("/healthz", "/readyz"):
+    for path in ("/healthz", "/readyz", "/v1/status", "/metrics"):
         r = httpx.head(f"{base}{path}", timeout=30)
         assert (r.status_code, r.content) == (200, b""), path
-    assert httpx.head(f"{base}/v1/status", timeout=30).status_code == 405  # the API's routes keep their methods
+    assert httpx.head(f"{base}/v1/search", timeout=30).status_code == 405  # a route without GET keeps its methods
 
 
 def test_index_with_no_body_starts_a_sync(server) -> None:
