@@ -563,6 +563,8 @@ def cmd_get(args: argparse.Namespace) -> int:
     # text is for a person or a pipe (`| less`), and prints the rest of the file, as `cat` would.
     count = MAX_LINES if args.json and args.lines is None else args.lines
     doc = MemoryIndex(config).get(args.path, args.start, count)
+    if "warning" in doc:  # on stderr with --json too: U+FFFD in the text is otherwise silent
+        print(f"warning: {doc['path']}: {doc['warning']}", file=sys.stderr)
     if args.json:
         _print_json(doc)
     elif doc["lines"]:  # a range of blank lines prints them; only an empty range prints nothing

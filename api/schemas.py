@@ -178,6 +178,14 @@ class GetAnswer(msgspec.Struct):
     lines: int
     text: str
     totalLines: int
+    warning: (
+        Annotated[
+            str,
+            Meta(description="the file is not what `text` shows: invalid UTF-8, its bad bytes replaced with U+FFFD "
+                 "(as indexed); an extension of SPEC's shape"),
+        ]
+        | UnsetType
+    ) = UNSET  # fmt: skip
 
 
 class VectorState(msgspec.Struct):

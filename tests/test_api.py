@@ -250,6 +250,23 @@ def test_get_answers_a_line_range(client) -> None:
     assert (missing["text"], missing["totalLines"]) == ("", 0)  # a memory file that does not exist yet
 
 
+def test_get_of_invalid_utf8_says_its_bytes_were_replaced(workspace, make_config, capsys) -> None:
+    """U+FFFD in the text, and nothing said: REST's answer has a `warning`, the CLI's a line on stderr."""
+    ws = workspace({"MEMORY.md": "# Memory\n"}, name="latin1")
+    (ws / "memory").mkdir()
+    (ws / "memory/latin1.md").write_bytes(b"# Notes\n- caf\xe9 au lait with Dana\n")
+    warning = "invalid UTF-8 on line 2, bad bytes replaced with U+FFFD"
+    with serving(make_config(ws)) as client:
+        doc = client.post("/v1/get", json={"path": "memory/latin1.md"}).json()
+        assert doc["text"] == "# Notes\n- caf\ufffd au lait with Dana" and doc["warning"] == warning
+        assert "warning" not in client.post("/v1/get", json={"path": "MEMORY.md"}).json()
+    assert cli_json(capsys, "--workspace", ws, "get", "memory/latin1.md", "--json") == doc
+    assert main(["--workspace", str(ws), "get", "memory/latin1.md"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "# Notes\n- caf\ufffd au lait with Dana\n"
+    assert err == f"warning: memory/latin1.md: {warning}\n"
+
+
 def test_get_without_lines_stops_at_the_limit(workspace, make_config, capsys) -> None:
     ws = workspace({"memory/long.md": "".join(f"{i}\n" for i in range(1, MAX_LINES + 101))}, name="long")
     with serving(make_config(ws)) as client:

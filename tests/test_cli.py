@@ -138,6 +138,15 @@ def test_search_sees_notes_as_they_are_since_the_last_index(capsys, ws: Path) ->
     assert status["dirty"] is False and status["files"] == {"memory": 2}
 
 
+def test_a_search_that_syncs_a_note_with_invalid_utf8_says_so(capsys, ws: Path) -> None:
+    """The search's catch-up indexed a note written in Latin-1 with U+FFFD, in silence; `memsift index` warns."""
+    assert run(capsys, "--workspace", ws, "index", "--no-prefect")[0] == 0
+    (ws / "memory" / "2026-05-16.md").write_bytes(b"# 2026-05-16\n- The zebra caf\xe9 opened.\n")
+    code, out, err = run(capsys, "--workspace", ws, "--json", "search", "zebra", "--mode", "keyword")
+    assert code == 0 and json.loads(out)["results"][0]["snippet"].endswith("caf\ufffd opened."), err
+    assert err == "note: memory/2026-05-16.md: invalid UTF-8 on line 2, bad bytes replaced with U+FFFD\n"
+
+
 def test_search_says_when_the_configuration_changed_since_the_last_index(capsys, ws: Path, monkeypatch) -> None:
     """A new chunking (or extraPaths, model...) makes the index out of date until `memsift index` rebuilds it:
     the search answers from the index as it was and says so on stderr, naming what changed (it said nothing)."""
