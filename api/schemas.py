@@ -181,8 +181,8 @@ class GetAnswer(msgspec.Struct):
     warning: (
         Annotated[
             str,
-            Meta(description="the file is not what `text` shows: invalid UTF-8, its bad bytes replaced with U+FFFD "
-                 "(as indexed); an extension of SPEC's shape"),
+            Meta(description="only when the file is not quite what `text` shows: invalid UTF-8, its bad bytes "
+                 "replaced with U+FFFD (as the index holds it), and on which lines"),
         ]
         | UnsetType
     ) = UNSET  # fmt: skip
