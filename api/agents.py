@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from api.catch_up import CatchUps
 from core import Config, ConfigError, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse, load_config
+from core.config import agent_id_problem
 from core.embedders import create_embedder
 
 
@@ -42,6 +43,12 @@ class UnknownAgent(MemsiftError, LookupError):
     """The request names an agent the configuration does not have (404)."""
 
     status = 404
+
+
+class InvalidAgent(MemsiftError, ValueError):
+    """The request names an agent no configuration can have (`" "`, `"a b"`): a client's bug, as `""` is (400)."""
+
+    status = 400
 
 
 class Agents:
@@ -74,6 +81,8 @@ class Agents:
 
     def config(self, agent: str | None) -> Config:
         name = self.default if agent is None else agent  # "" names no agent: not the default
+        if why := agent_id_problem(name):
+            raise InvalidAgent(f"agent: {why}")
         try:
             return self.configs[name]
         except KeyError:

@@ -62,6 +62,25 @@ if not log.handlers:
     log.propagate = False
 
 
+class _App(Litestar):
+    """Litestar, with HEAD answered as GET is, headers (Content-Length included) and no body: `curl -I`, `wget
+    --spider` and load balancers' health checks send it, and Litestar answers 405 to a HEAD no handler lists.
+    One rule here rather than a HEAD handler beside each GET; a HEAD of a route without GET is still a 405.
+    The request metrics count it as a GET."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            return await super().__call__(scope, receive, send)
+
+        async def headers_only(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        # A copy: the server keeps its own scope saying HEAD, and so sends no body whatever it is given.
+        await super().__call__({**scope, "method": "GET"}, receive, headers_only)
+
+
 def create_app(config: Config, default_agent: str = DEFAULT_AGENT) -> Litestar:
     """The API for the main agent of `config` and its `agents.<id>`, answering for `default_agent` when a
     request names none; `api.key` (or MEMSIFT_API_KEY) set makes every `/v1` route require
@@ -90,7 +109,7 @@ def create_app(config: Config, default_agent: str = DEFAULT_AGENT) -> Litestar:
         before_request=strict_body,
         security=[{"bearer": []}] if key else None,
     )
-    return Litestar(
+    return _App(
         route_handlers=[
             memory,
             HealthController,

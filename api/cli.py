@@ -19,7 +19,7 @@ from typing import Any
 
 from api.schemas import MAX_LINES
 from core import Config, MemoryIndex, MemsiftError, load_config
-from core.config import FUSIONS, MODES, default, home_problem, memsift_home, read_number
+from core.config import FUSIONS, MODES, agent_id_problem, default, home_problem, memsift_home, read_number
 from core.estimate import summary
 from core.search import check_path_prefix, check_request
 from core.sources.memory import nothing_found
@@ -89,6 +89,14 @@ def _nonblank(text: str) -> str:
     return text
 
 
+def _agent(text: str) -> str:
+    """An argparse type for --agent: an id no configuration can have (`--agent " "`, `--agent "$AGENT"` with
+    the variable unset) is a usage error (exit 2), as a blank --config is; an unknown one is the config's."""
+    if why := agent_id_problem(text):
+        raise argparse.ArgumentTypeError(why)
+    return text
+
+
 def _prefix(text: str) -> str:
     """An argparse type for --path-prefix: one no hit can have (`/memory`, `../x`) is a usage error (exit 2)."""
     try:
@@ -133,7 +141,9 @@ def _parser() -> _Parser:
         default=argparse.SUPPRESS,
         help="TOML config (default: $MEMSIFT_CONFIG, <workspace>/memsift.toml)",
     )
-    common.add_argument("--agent", metavar="ID", default=argparse.SUPPRESS, help="agent id (default: main)")
+    common.add_argument(
+        "--agent", type=_agent, metavar="ID", default=argparse.SUPPRESS, help="agent id (default: main)"
+    )
     common.add_argument(
         "--workspace",
         type=_nonblank,
@@ -553,6 +563,8 @@ def cmd_get(args: argparse.Namespace) -> int:
     # text is for a person or a pipe (`| less`), and prints the rest of the file, as `cat` would.
     count = MAX_LINES if args.json and args.lines is None else args.lines
     doc = MemoryIndex(config).get(args.path, args.start, count)
+    if "warning" in doc:  # on stderr with --json too: U+FFFD in the text is otherwise silent
+        print(f"warning: {doc['path']}: {doc['warning']}", file=sys.stderr)
     if args.json:
         _print_json(doc)
     elif doc["lines"]:  # a range of blank lines prints them; only an empty range prints nothing

@@ -12,7 +12,7 @@ from http import HTTPStatus
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, Request, Response, get, head, post
+from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
@@ -220,16 +220,6 @@ class HealthController(Controller):
     def readyz(self, agents: NamedDependency[Agents]) -> Response[Readiness]:
         answer = _readiness(agents)
         return Response(answer, status_code=200 if answer.ready else 503)
-
-    # HEAD, as `wget --spider` (a container's health check where curl is missing) and `curl -I` send it: the
-    # status of GET without the body. Litestar answers 405 to a HEAD its route does not list.
-    @head("/healthz", sync_to_thread=False, include_in_schema=False)
-    def healthz_head(self) -> None:
-        return None
-
-    @head("/readyz", sync_to_thread=True, include_in_schema=False)
-    def readyz_head(self, agents: NamedDependency[Agents]) -> Response[None]:
-        return Response(None, status_code=200 if _readiness(agents).ready else 503)
 
     @get("/metrics", sync_to_thread=True, summary="Prometheus metrics", media_type=METRICS_MEDIA_TYPE)
     def metrics(self, metrics: NamedDependency[Metrics]) -> bytes:

@@ -29,7 +29,8 @@ AgentId = Annotated[
     Meta(
         min_length=1,  # "" is a client's bug, refused, not a request for the default agent
         max_length=MAX_AGENT_ID,
-        description="an agent of the configuration; default `main` (or `memsift --agent ID serve`'s)",
+        description="an agent of the configuration (letters, digits, '-', '_'); default `main` (or `memsift --agent "
+        "ID serve`'s)",
         examples=["main"],
     ),
 ]
@@ -177,6 +178,14 @@ class GetAnswer(msgspec.Struct):
     lines: int
     text: str
     totalLines: int
+    warning: (
+        Annotated[
+            str,
+            Meta(description="only when the file is not quite what `text` shows: invalid UTF-8, its bad bytes "
+                 "replaced with U+FFFD (as the index holds it), and on which lines"),
+        ]
+        | UnsetType
+    ) = UNSET  # fmt: skip
 
 
 class VectorState(msgspec.Struct):

@@ -41,7 +41,8 @@ class WatchedSyncs(CoalescedRuns[Run]):
 
     def _report(self, run: Run) -> None:
         """A line for a sync that failed, changed something or holds a rebuild back (a catch-up with nothing to
-        do stays quiet)."""
+        do stays quiet); one that changed something is followed by its warnings, as `memsift index` prints them
+        (a note written with invalid UTF-8, indexed with U+FFFD, was otherwise said nowhere)."""
         s = run.summary
         if run.state != "COMPLETED" or s is None:
             self._say(f"sync of {run.agent} {run.state.lower()}: {run.error}")
@@ -55,6 +56,8 @@ class WatchedSyncs(CoalescedRuns[Run]):
                 f"changed, {s['removed']} removed, {chunks} chunk{'' if chunks == 1 else 's'} embedded, "
                 f"{s['seconds']:.1f} s"
             )
+            for warning in s["warnings"]:
+                self._say(f"sync of {run.agent}: warning: {warning}")
 
     def _phase(self, run: Run) -> Phase:
         current = self._runs.get(run.id)

@@ -450,7 +450,7 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
             found[key] = (value, name)
         elif rest.lower().startswith("agents_"):  # agents.<id>.workspace, as MEMSIFT_AGENTS_<ID>_WORKSPACE
             agent = re.fullmatch(r"agents_(\w+)_workspace", rest, re.IGNORECASE)
-            if agent is None or not _valid_agent(agent[1]):
+            if agent is None or agent_id_problem(agent[1]):
                 raise ConfigError(f"{name}: no such configuration key (MEMSIFT_AGENTS_<ID>_WORKSPACE)")
             found[f"agents.{agent[1].lower()}.workspace"] = (value, name)
         elif rest.split("_")[0].lower() in _SECTIONS:
@@ -517,8 +517,8 @@ def load_config(
             parts = key.split(".")
             if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
                 raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
-            if not _valid_agent(parts[1]):  # else only `serve` refused it, blaming an `--agent` never given
-                raise ConfigError(f"{key}: {parts[1]!r} is not a valid agent id (letters, digits, '-', '_')")
+            if why := agent_id_problem(parts[1]):  # else only `serve` refused it, blaming an `--agent` never given
+                raise ConfigError(f"{key}: {why}")
             if not _str(key, value).strip():  # it named the config file's folder
                 raise ConfigError(f"{key}: must not be blank")
             agents[parts[1]] = _resolve(None if key in labels else source, value)
@@ -534,8 +534,8 @@ def load_config(
         top = _resolve(top_source, values["workspace"])
         if top.resolve() != agents["main"].resolve():
             raise ConfigError(f"agents.main.workspace: {agents['main']} differs from workspace: {top}; set one")
-    if not _valid_agent(agent):
-        raise ConfigError(f"--agent: {agent!r} is not a valid agent id (letters, digits, '-', '_')")
+    if why := agent_id_problem(agent):
+        raise ConfigError(f"--agent: {why}")
     named_by = "workspace"  # the setting an error names: the key (or variable) that chose the folder
     if workspace:
         ws = Path(workspace).expanduser()
@@ -630,5 +630,9 @@ def _resolve(source: Path | None, value: str) -> Path:
     return path
 
 
-def _valid_agent(agent: str) -> bool:
-    return bool(agent) and len(agent) <= 64 and all(c.isalnum() or c in "-_" for c in agent) and agent.isascii()
+def agent_id_problem(agent: str) -> str | None:
+    """Why `agent` can never name an agent (`" "`, `"a b"`, 65 characters), or None when it can: one rule for
+    the configuration's `agents.<id>`, `--agent` and the `agent` of a REST request."""
+    if agent and len(agent) <= 64 and all(c.isalnum() or c in "-_" for c in agent) and agent.isascii():
+        return None
+    return f"{agent!r} is not a valid agent id (letters, digits, '-', '_'; at most 64)"

@@ -5,7 +5,8 @@ discovery rules (only MEMORY.md, memory.md, memory/**/*.md and extraPaths; a fil
 workspace by its index name `extra/<h>/...`, and only once indexed), then on disk (no component may
 be a symlink, and the file is opened with O_NOFOLLOW). A memory file that does not exist yet reads as
 empty text, as OpenClaw's does; one whose name on disk differs from the path given only by Unicode
-normalisation (NFC and NFD) is that file. A transcript (`sessions/<name>.jsonl`, when sessions are a source) is read
+normalisation (NFC and NFD) is that file. A file with invalid UTF-8 reads as the index holds it, bad bytes as
+U+FFFD, and the answer's `warning` says so. A transcript (`sessions/<name>.jsonl`, when sessions are a source) is read
 from `sessions.dir` and returned as its rendering (core/sources/sessions.py), line for line with the JSONL.
 The path's source (`core.sources`) says which rules apply.
 """
@@ -107,4 +108,7 @@ def get_lines(
         raise GetError(422, f"path {path!r}: cannot be read as text: {problem}")
     lines = split_lines(source.render(text))
     chosen = lines[start - 1 : None if count is None else start - 1 + count]
-    return {"path": path, "from": start, "lines": len(chosen), "text": "\n".join(chosen), "totalLines": len(lines)}
+    doc = {"path": path, "from": start, "lines": len(chosen), "text": "\n".join(chosen), "totalLines": len(lines)}
+    if problem is not None:  # text read with a repair (invalid UTF-8 as U+FFFD): said, as the sync says it
+        doc["warning"] = problem
+    return doc

@@ -253,7 +253,8 @@ class MemoryIndex:
         now answers for the files as they are (or was never built: the search's first sync builds it); else
         why it may not, for a note: the configuration or model changed (a rebuild is `memsift index`'s to run,
         not a search's: it may take minutes) or another process is syncing this agent right now (rather than
-        wait for it: that sync catches the changes up)."""
+        wait for it: that sync catches the changes up); or the warnings of the sync it ran, as `memsift index`
+        prints them."""
         try:  # as a sync: with the provider down, its index still takes the new text through a stand-in
             embedder = self.require_embedder()
         except EmbedderUnavailable:
@@ -276,10 +277,11 @@ class MemoryIndex:
             return None
         try:
             with self._writing(lock_timeout=0) as notes:
-                self._tend_cache(self._sync_locked(False, None, plain_stage))
+                report = self._sync_locked(False, None, plain_stage)
+                self._tend_cache(report)
         except LockTimeout:
             return "another sync of this agent is running: the answers come from the index as it is"
-        return "; ".join(notes) or None
+        return "; ".join([*notes, *report.warnings]) or None  # what a sync says (a note indexed with U+FFFD)
 
     def _sync_locked(self, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
         record = self.fallback_record()

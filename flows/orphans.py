@@ -1,33 +1,39 @@
 """Flow runs left Running by a process that ended mid-run, marked Crashed.
 
-A `memsift-sync` run that rebuilds runs the `memsift-rebuild` flow as a subflow, in the same process. When that
-process is killed (`kill -9`, the out-of-memory killer), the Runner sees it exit and marks the sync run
-Crashed, but nothing reports on the subflow: it stayed Running in the UI for good, its progress artifact
-frozen mid-way. A subflow cannot outlive its parent (the parent's call waits for it), so a subflow of ours
-that is not final under a parent that is final is an orphan for sure, whoever runs the server and whatever
-else runs on it; `up` marks those Crashed at start, before its Runner starts a run (one query of the server,
-no result on a clean start).
+Each run of memsift's flows records its process as `host:pid` (`infrastructure_pid`, flows.sync). A `memsift up`
+killed with `kill -9`, or a machine that stops, takes the Runner with it, and nothing reports on the runs it ran:
+they stayed Running in the UI for good. A run whose recorded process on this host no longer exists is over
+for sure; one of another host (a shared server) or of a live process is left alone. A pid the system has since
+given to another process reads as alive: that run stays as it is, never wrongly marked.
 
-A process that exits on purpose mid-run without unwinding the flow (`memsift serve` stopped during an index
-run: it does not wait for an embedding request in flight) marks its own runs Crashed on the way out.
+A `memsift-sync` run that rebuilds runs the `memsift-rebuild` flow as a subflow, in the same process. When only
+that process is killed (`kill -9`, the out-of-memory killer), the Runner sees it exit and marks the sync run
+Crashed, but nothing reports on the subflow. A subflow cannot outlive its parent (the parent's call waits for
+it), so a subflow of ours that is not final under a parent that is final is an orphan for sure, whoever runs the
+server and whatever else runs on it (a run recorded before runs recorded their process, too).
+
+`up` marks both kinds Crashed at start, before its Runner starts a run (one query of the server, no result on a
+clean start). A process that exits on purpose mid-run without unwinding the flow (`memsift serve` stopped during
+an index run: it does not wait for an embedding request in flight) marks its own runs Crashed on the way out.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from uuid import UUID
 
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
     FlowFilter,
     FlowFilterName,
     FlowRunFilter,
     FlowRunFilterParentFlowRunId,
-    FlowRunFilterParentTaskRunId,
     FlowRunFilterState,
     FlowRunFilterStateType,
 )
-from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.states import Crashed
 
 from flows.sync import rebuild_flow, sync_flow
@@ -36,25 +42,45 @@ LIVE = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING, StateType.PA
 
 
 def crash_orphans(say: Callable[[str], None]) -> int:
-    """Mark Crashed every subflow run of memsift's flows whose parent run has ended; say each; how many."""
+    """Mark Crashed every live run of memsift's flows that nothing will finish: a subflow whose parent run has
+    ended, a run whose process on this host no longer exists; say each; how many."""
     marked = 0
     with get_client(sync_client=True) as client:
         candidates = client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=[sync_flow.name, rebuild_flow.name])),
-            flow_run_filter=FlowRunFilter(
-                parent_task_run_id=FlowRunFilterParentTaskRunId(is_null_=False),
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=LIVE)),
-            ),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=LIVE))),
         )
         for run in candidates:
-            parent = client.read_flow_run(client.read_task_run(run.parent_task_run_id).flow_run_id)
-            if parent.state is None or not parent.state.is_final():
+            why = _parent_ended(client, run) or _process_gone(run)
+            if why is None:
                 continue
-            why = f"its parent run {parent.name} ended {parent.state.name} while it ran (its process was killed)"
             client.set_flow_run_state(run.id, Crashed(message=f"{why}; marked by memsift up"), force=True)
             say(f"marked the orphaned run {run.name} Crashed: {why}")
             marked += 1
     return marked
+
+
+def _parent_ended(client: SyncPrefectClient, run: FlowRun) -> str | None:
+    if run.parent_task_run_id is None:
+        return None
+    parent = client.read_flow_run(client.read_task_run(run.parent_task_run_id).flow_run_id)
+    if parent.state is None or not parent.state.is_final():
+        return None
+    return f"its parent run {parent.name} ended {parent.state.name} while it ran (its process was killed)"
+
+
+def _process_gone(run: FlowRun) -> str | None:
+    """Why the run's recorded process (`host:pid`) cannot be running it: on this host, and gone."""
+    host, _, pid = (run.infrastructure_pid or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None  # not recorded (a run from before), or run elsewhere: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return f"its process (pid {pid}) ended while it ran (killed, or the machine stopped)"
+    except PermissionError:
+        pass  # alive, another user's
+    return None
 
 
 def crash_interrupted(run_ids: list[UUID], why: str) -> None:

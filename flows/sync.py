@@ -10,7 +10,9 @@ rebuild of 10,000 files took 74 s in the flow against 0.8 s in core before that;
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import socket
 from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -88,6 +90,7 @@ def sync_flow(
 ) -> dict[str, Any]:
     """Index one agent's workspace incrementally; hands over to the rebuild flow when forced or when the
     index identity (model, chunking, tokenizer, sources) changed."""
+    _record_process()
     if (started := _on_start.get()) is not None:
         from prefect.runtime import flow_run
 
@@ -108,10 +111,22 @@ def rebuild_flow(
 ) -> dict[str, Any]:
     """Re-index everything into a temp file (cached vectors reused) and swap it in atomically. `reason` (a
     slug such as `config-change`) only names the run."""
+    _record_process()
     with _open(agent, workspace, config_path, fan_out_embedding=True) as index:
         report = index.rebuild(progress=_progress_for(agent, "rebuild"), stage=_as_task)
     _publish(agent, "rebuild", report)
     return report.to_dict()
+
+
+def _record_process() -> None:
+    """This process in the flow run's `infrastructure_pid`, as `host:pid` (the form Prefect's process worker
+    gives it): a run left Running by a process killed mid-run (`kill -9` of `memsift up`, the machine stopping)
+    is then known for one by the next `up`, which marks it Crashed (flows.orphans). One small request a run."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    if context is not None and context.flow_run is not None:
+        context.client.update_flow_run(context.flow_run.id, infrastructure_pid=f"{socket.gethostname()}:{os.getpid()}")
 
 
 ARTIFACT_EVERY_SECONDS = 1.0  # a progress event comes per embedding request; the server hears at most this often

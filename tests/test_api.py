@@ -250,6 +250,23 @@ def test_get_answers_a_line_range(client) -> None:
     assert (missing["text"], missing["totalLines"]) == ("", 0)  # a memory file that does not exist yet
 
 
+def test_get_of_invalid_utf8_says_its_bytes_were_replaced(workspace, make_config, capsys) -> None:
+    """U+FFFD in the text, and nothing said: REST's answer has a `warning`, the CLI's a line on stderr."""
+    ws = workspace({"MEMORY.md": "# Memory\n"}, name="latin1")
+    (ws / "memory").mkdir()
+    (ws / "memory/latin1.md").write_bytes(b"# Notes\n- caf\xe9 au lait with Dana\n")
+    warning = "invalid UTF-8 on line 2, bad bytes replaced with U+FFFD"
+    with serving(make_config(ws)) as client:
+        doc = client.post("/v1/get", json={"path": "memory/latin1.md"}).json()
+        assert doc["text"] == "# Notes\n- caf\ufffd au lait with Dana" and doc["warning"] == warning
+        assert "warning" not in client.post("/v1/get", json={"path": "MEMORY.md"}).json()
+    assert cli_json(capsys, "--workspace", ws, "get", "memory/latin1.md", "--json") == doc
+    assert main(["--workspace", str(ws), "get", "memory/latin1.md"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "# Notes\n- caf\ufffd au lait with Dana\n"
+    assert err == f"warning: memory/latin1.md: {warning}\n"
+
+
 def test_get_without_lines_stops_at_the_limit(workspace, make_config, capsys) -> None:
     ws = workspace({"memory/long.md": "".join(f"{i}\n" for i in range(1, MAX_LINES + 101))}, name="long")
     with serving(make_config(ws)) as client:
@@ -342,6 +359,12 @@ def test_agents_each_have_their_index_and_unknown_is_404(workspace, tmp_path: Pa
         problem(client.post("/v1/get", json={"path": "MEMORY.md", "agent": ""}), 400, "agent")
         problem(client.get("/v1/status?agent="), 400, "agent")
         problem(client.post("/v1/index", json={"agent": ""}), 400, "agent")
+        # nor is an id no configuration can have (it was a 404, "not configured", as if it might be)
+        for bad in (" ", "\t", "main ", "a b", "../main"):
+            problem(client.post("/v1/search", json={"query": "x", "agent": bad}), 400, "agent:", "not a valid agent id")
+            problem(client.post("/v1/get", json={"path": "MEMORY.md", "agent": bad}), 400, "agent:", "not a valid")
+            problem(client.get("/v1/status", params={"agent": bad}), 400, "agent:", "not a valid agent id")
+            problem(client.post("/v1/index", json={"agent": bad}), 400, "agent:", "not a valid agent id")
 
 
 # ---------------------------------------------------------------- auth
@@ -361,6 +384,7 @@ def test_api_key_guards_v1_and_leaves_health_open(ws: Path, make_config, monkeyp
             problem(r, 401, "API key")
             assert r.headers["www-authenticate"].startswith("Bearer")
         problem(client.get("/v1/status"), 401)
+        assert client.head("/v1/status").status_code == 401  # HEAD is GET to the guard too
         problem(client.get(f"/v1/index/{uuid.uuid4()}"), 401)
         # The guard runs before the body is read: no validation detail leaks to a caller without the key.
         problem(client.post("/v1/search", json={"query": 1}), 401)
@@ -422,6 +446,29 @@ def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None
 def test_unknown_route_and_method_are_problems(client) -> None:
     problem(client.get("/v2/search"), 404, "/v2/search")
     problem(client.put("/v1/search", json={"query": "x"}), 405, "PUT")
+
+
+def test_head_answers_every_get_route_as_get_does_without_the_body(client) -> None:
+    """`curl -I`, `wget --spider` and load balancers' health checks send HEAD: the status and headers of GET, no
+    body (only /healthz and /readyz had a HEAD handler; /v1/status, /metrics and the others answered 405)."""
+    for path in (
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/v1/status",
+        "/v1/status?agent=nobody",
+        f"/v1/index/{uuid.uuid4()}",
+        "/schema",
+        "/schema/openapi.json",
+    ):
+        got, head = client.get(path), client.head(path)
+        assert (head.status_code, head.content) == (got.status_code, b""), path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+        if path in ("/healthz", "/schema/openapi.json"):  # the same body each time: the same length
+            assert head.headers["content-length"] == got.headers["content-length"] != "0", path
+    # a route without GET keeps its methods
+    r = client.head("/v1/search")
+    assert (r.status_code, r.content) == (405, b"") and "POST" in r.headers["allow"]
 
 
 def test_openapi_schema_and_offline_docs_page(client) -> None:

@@ -84,13 +84,13 @@ def test_serve_answers_over_http_and_stops_on_sigterm(server) -> None:
 
 def test_health_routes_answer_head_as_health_checks_send_it(server) -> None:
     """`wget --spider` (a container's health check where curl is missing) and `curl -I` send HEAD: the status
-    of GET, no body (it was 405)."""
+    of GET, no body (it was 405), on every GET route."""
     base, proc = server
     wait_for(proc, f"{base}/readyz")
-    for path in ("/healthz", "/readyz"):
+    for path in ("/healthz", "/readyz", "/v1/status", "/metrics"):
         r = httpx.head(f"{base}{path}", timeout=30)
         assert (r.status_code, r.content) == (200, b""), path
-    assert httpx.head(f"{base}/v1/status", timeout=30).status_code == 405  # the API's routes keep their methods
+    assert httpx.head(f"{base}/v1/search", timeout=30).status_code == 405  # a route without GET keeps its methods
 
 
 def test_index_with_no_body_starts_a_sync(server) -> None:
@@ -135,7 +135,10 @@ def test_serve_syncs_memory_files_as_they_change(workspace, memsift_home: Path) 
     try:
         wait_for(proc, f"{base}/readyz")
         poll(lambda: "memory/2026-05-01.md" in paths("zebra count"), 60, "the note written while no server ran")
-        (ws / "memory" / "2026-05-02.md").write_text("# 2026-05-02\n- The yak shaving ended on Tuesday.\n")
+        # with a byte of Latin-1 in it: indexed as U+FFFD, and the server says so
+        (ws / "memory" / "2026-05-02.md").write_bytes(b"# 2026-05-02\n- The yak shaving ended on Tuesday, caf\xe9.\n")
+        files = lambda: httpx.get(f"{base}/v1/status", timeout=30).json()["files"]  # noqa: E731
+        poll(lambda: files() == {"memory": 3}, 60, "the watcher's sync (before a search's catch-up syncs it)")
         poll(lambda: "memory/2026-05-02.md" in paths("yak shaving"), 60, "the note written while serving")
         (ws / "memory" / "2026-05-02.md").unlink()
         poll(lambda: "memory/2026-05-02.md" not in paths("yak shaving"), 60, "the deleted note to leave")
@@ -144,6 +147,7 @@ def test_serve_syncs_memory_files_as_they_change(workspace, memsift_home: Path) 
         err = proc.communicate(timeout=30)[1].decode()
     assert "watching main (debounce 100 ms)" in err, err
     assert "files changed: sync of main started here" in err and "sync of main done: 1 added" in err, err
+    assert "sync of main: warning: memory/2026-05-02.md: invalid UTF-8 on line 2, bad bytes replaced" in err, err
 
 
 def test_a_server_error_leaves_its_traceback_in_the_server_log(workspace, memsift_home: Path) -> None:

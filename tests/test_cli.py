@@ -138,6 +138,15 @@ def test_search_sees_notes_as_they_are_since_the_last_index(capsys, ws: Path) ->
     assert status["dirty"] is False and status["files"] == {"memory": 2}
 
 
+def test_a_search_that_syncs_a_note_with_invalid_utf8_says_so(capsys, ws: Path) -> None:
+    """The search's catch-up indexed a note written in Latin-1 with U+FFFD, in silence; `memsift index` warns."""
+    assert run(capsys, "--workspace", ws, "index", "--no-prefect")[0] == 0
+    (ws / "memory" / "2026-05-16.md").write_bytes(b"# 2026-05-16\n- The zebra caf\xe9 opened.\n")
+    code, out, err = run(capsys, "--workspace", ws, "--json", "search", "zebra", "--mode", "keyword")
+    assert code == 0 and json.loads(out)["results"][0]["snippet"].endswith("caf\ufffd opened."), err
+    assert err == "note: memory/2026-05-16.md: invalid UTF-8 on line 2, bad bytes replaced with U+FFFD\n"
+
+
 def test_search_says_when_the_configuration_changed_since_the_last_index(capsys, ws: Path, monkeypatch) -> None:
     """A new chunking (or extraPaths, model...) makes the index out of date until `memsift index` rebuilds it:
     the search answers from the index as it was and says so on stderr, naming what changed (it said nothing)."""
@@ -436,7 +445,6 @@ def test_unknown_agent_is_a_one_line_error(capsys, ws: Path, memsift_home: Path,
     monkeypatch.chdir(ws)  # no --workspace: the agent must be configured
     assert_one_line_error(*run(capsys, "--agent", "nobody", "status"), "unknown agent 'nobody'")
     assert_one_line_error(*run(capsys, "--agent", "nobody", "search", "x"), "nobody")
-    assert_one_line_error(*run(capsys, "--workspace", ws, "--agent", "../x", "status"), "--agent")
     assert not memsift_home.exists()
 
 
@@ -489,6 +497,10 @@ def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: 
         ("--workspace", " ", "search", "x"),
         ("--config", "", "status"),  # ignored in silence: the workspace's memsift.toml was read instead
         ("search", "x", "--path-prefix", "/memory"),  # no hit's path starts so: "No matches." in silence
+        # an id no configuration can have, as REST's 400: it was exit 1, unlike a blank --config
+        ("--agent", " ", "status"),
+        ("--agent", "", "status"),
+        ("search", "x", "--agent", "../x"),
     ],
 )
 def test_usage_errors_exit_2(capsys, ws: Path, memsift_home: Path, argv) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,7 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
+from conftest import stop_process, wait_for
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -31,7 +33,9 @@ from api.cli import main
 from core import ConfigError, SyncReport
 from core.config import db_path
 from core.progress import ProgressEvent
+from flows.orphans import crash_orphans
 from flows.sync import run_sync
+from tests.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -308,3 +312,45 @@ def test_runs_started_in_the_same_minute_have_distinct_names(workspace) -> None:
     names = [r.name for r in runs.new()]
     assert len(names) == 2 and len(set(names)) == 2, names
     assert all(RUN_NAME.match(n) for n in names), names
+
+
+# ---------------------------------------------------------------- runs of a killed process
+
+
+def test_a_run_whose_process_was_killed_is_marked_crashed_and_a_live_one_is_not(workspace, memsift_home: Path) -> None:
+    """`kill -9` of the process running a sync (`memsift up` with its Runner, or `memsift index`), or a machine
+    that stops: nothing reported on the run, Running in the UI for good. Each run records its process (`host:pid`),
+    and the next `up` (flows.orphans.crash_orphans, at its start) marks it Crashed once that process is gone."""
+    provider = FakeProvider(hold_at=2)  # the run's start-up probe, then its embedding request: held
+    toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+    ws = workspace(notes(3) | {"memsift.toml": toml})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSIFT_")}
+    env.update(MEMSIFT_HOME=str(memsift_home), PREFECT_API_URL=_api_url(), OPENAI_API_KEY="sk-test")
+    runs = Runs()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "index"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        assert provider.held.wait(120), proc.stderr
+        run = wait_for(
+            lambda: (r := runs.new()) and r[0].infrastructure_pid and r[0], 30, "the run to record its process"
+        )
+        assert run.state.is_running() and run.infrastructure_pid == f"{socket.gethostname()}:{proc.pid}"
+        said: list[str] = []
+        assert crash_orphans(said.append) == 0 and said == []  # its process is alive: still running it
+        proc.kill()
+        proc.wait(30)
+    finally:
+        provider.close()
+        stop_process(proc)
+    assert runs.one().state.is_running()  # what the killed process left
+    assert crash_orphans(said.append) == 1
+    marked = runs.one()
+    assert marked.state.is_crashed(), marked.state
+    assert (
+        marked.state.message
+        == f"its process (pid {proc.pid}) ended while it ran (killed, or the machine stopped); marked by memsift up"
+    )
+    assert said == [
+        f"marked the orphaned run {marked.name} Crashed: {marked.state.message.removesuffix('; marked by memsift up')}"
+    ]

@@ -170,6 +170,20 @@ def test_binary_memory_file_is_refused_not_dumped(workspace, make_config, open_i
     assert refused(index, "memory/blob.md") == 422
 
 
+def test_invalid_utf8_reads_as_indexed_and_says_so(workspace, make_config, open_index):
+    """A note with Latin-1 bytes in it read back with U+FFFD and nothing saying so: the answer's `warning` names
+    the lines, in the words of the sync's warning for the same file; a clean file has no `warning`."""
+    ws = workspace({"MEMORY.md": "clean\n"})
+    (ws / "memory").mkdir()
+    (ws / "memory/latin1.md").write_bytes(b"# Notes\ncaf\xe9 au lait\nfine\nna\xefve\n")
+    index = open_index(make_config(ws), embedder=None)
+    doc = index.get("memory/latin1.md", start=2, count=1)
+    assert doc["text"] == "caf\ufffd au lait"
+    assert doc["warning"] == "invalid UTF-8 on lines 2, 4, bad bytes replaced with U+FFFD"
+    assert f"memory/latin1.md: {doc['warning']}" in index.sync().warnings  # what indexing said about it
+    assert "warning" not in index.get("MEMORY.md")
+
+
 def test_a_name_given_in_another_unicode_normal_form_reads_the_file_search_cites(workspace, make_config, open_index):
     """Linux keeps names byte for byte: `memory/café.md` typed in NFD (e + U+0301, as macOS or a keyboard may
     give it) for a file named in NFC read as a missing file, empty text in silence. Both forms, in a folder

@@ -25,7 +25,7 @@ from uuid import UUID
 
 import httpx
 import pytest
-from conftest import MEMSIFT, Up, alive, descendants, wait_for
+from conftest import MEMSIFT, Up, alive, descendants, kill_all, wait_for
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -428,6 +428,47 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
     assert up.output.count("not valid TOML") == 1
     assert "agent main: the index identity changed (chunking); rebuild started" in up.output
     assert "agent second removed: deployments deleted" in up.output
+
+
+def test_a_restarted_up_marks_the_runs_of_a_killed_up_crashed(tmp_path: Path, workspace, memsift_home: Path) -> None:
+    """`kill -9` of `memsift up` and everything under it (what a machine that stops does) mid-run: no Runner is
+    left to report, and the sync run and its rebuild subflow stayed Running in the UI for good. The next `up`
+    marks both Crashed, saying their process is gone (each run records it: flows.sync, flows.orphans). One
+    server for both `up`s (PREFECT_API_URL), as in the test below."""
+    provider = FakeProvider()
+    toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+    ws = workspace(NOTES | {"memsift.toml": toml + "[sync]\nwatch = false\n"})
+    env = _env(memsift_home, tmp_path / "client-prefect")
+    args = ["--workspace", str(ws), "up", "--port", str(free_port())]
+    with closing(provider), PrefectServer(tmp_path / "server-prefect", free_port(), env=env) as server:
+        server.wait_healthy(120)
+        api = env["PREFECT_API_URL"] = server.api_url
+        with Up(args, env, tmp_path / "up.log") as up:
+            wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start")
+            with prefect_client(api) as c:
+                initial = lambda: (r := deployment_runs(c, "memsift-sync/main")) and all(finished(c, x.id) for x in r)  # noqa: E731
+                wait_for(initial, 120, "the initial sync")
+                provider.hold_at = len(provider.requests) + 2  # the run's start-up probe, then an embedding
+                deployment = c.read_deployment_by_name("memsift-sync/main")
+                run = c.create_flow_run_from_deployment(deployment.id, parameters={"force": True})
+                assert provider.held.wait(120), up.output
+                tree = {up.process.pid, *descendants(up.process.pid)}
+                (pid,) = flow_run_processes(up.process.pid)
+                kill_all(tree)
+                up.process.wait(30)
+                subflows = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]))
+                (rebuild,) = c.read_flow_runs(flow_run_filter=subflows)
+                left = [c.read_flow_run(run.id), rebuild]
+                assert all(r.state.is_running() and r.infrastructure_pid.endswith(f":{pid}") for r in left), left
+        with Up(args, env, tmp_path / "up2.log") as up:
+            wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start again")
+            assert up.process.poll() is None, up.output
+            with prefect_client(api) as c:
+                marked = [c.read_flow_run(r.id) for r in left]
+            for r in marked:
+                assert r.state.is_crashed() and f"its process (pid {pid}) ended while it ran" in r.state.message, r
+                assert f"marked the orphaned run {r.name} Crashed: its process (pid {pid})" in up.output
+            assert up.stop() == 0, up.output
 
 
 def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(

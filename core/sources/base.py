@@ -87,4 +87,19 @@ def decode(raw: bytes) -> tuple[str | None, str | None]:
     try:
         return raw.decode("utf-8-sig"), None
     except UnicodeDecodeError:
-        return raw.decode("utf-8-sig", errors="replace"), "invalid UTF-8, bad bytes replaced with U+FFFD"
+        return raw.decode(
+            "utf-8-sig", errors="replace"
+        ), f"invalid UTF-8 on {_bad_lines(raw)}, bad bytes replaced with U+FFFD"
+
+
+def _bad_lines(raw: bytes, named: int = 5) -> str:
+    """`line 2`, `lines 2, 7`, `lines 2, 7, 9, 12, 15 and 40 more`: where a person finds the bytes to fix. Line
+    numbers as `split_lines` counts them (a LF byte is never part of a UTF-8 sequence)."""
+    bad = []
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(number)
+    more = f" and {len(bad) - named} more" if len(bad) > named else ""
+    return f"line{'' if len(bad) == 1 else 's'} {', '.join(map(str, bad[:named]))}{more}"
