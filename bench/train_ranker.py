@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core import learned, ranker_training  # noqa: E402
+from core import learned, ranker_features, ranker_training  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.evaluate import METRICS, score_query  # noqa: E402
 
@@ -37,7 +37,7 @@ SETS = {  # from the checkout, as README's commands
     "web": Path("../shared/bench/cosqa-dev/queries.jsonl"),
     "ident": Path("../shared/bench/cosqa-dev/queries_ident.jsonl"),
 }
-COL = {name: i for i, name in enumerate(learned.FEATURES)}
+COL = {name: i for i, name in enumerate(ranker_features.FEATURES)}
 
 
 def load(path: Path, cache: Path) -> ranker_training.Dataset:
@@ -117,7 +117,7 @@ def without(x: np.ndarray, names: list[str]) -> np.ndarray:
     """`x` with the columns of the features named (or starting with a name given) set to 0: a constant column
     moves neither the regression nor the trees, so this is the model without those features, fitted on the
     same rows (an ablation from one cache)."""
-    drop = [i for i, f in enumerate(learned.FEATURES) if any(f.startswith(n) for n in names)]
+    drop = [i for i, f in enumerate(ranker_features.FEATURES) if any(f.startswith(n) for n in names)]
     if drop:
         x = x.copy()
         x[:, drop] = 0.0

@@ -1,7 +1,7 @@
 """Dates and periods named in a question, as one interval of days, and how close a dated note is to it.
 
 Agent memory is written day by day (`memory/YYYY-MM-DD.md`), and questions often say when: "on 4 August,
-2023", "in June", "the week before 23 January, 2023", "last week". The learned ranker (core/learned.py) uses
+2023", "in June", "the week before 23 January, 2023", "last week". The learned ranker (core/ranker_features.py) uses
 the interval as a signal, date affinity: measured over memsift's own candidates on locomo-dev it was worth
 +1.6 points of nDCG@10 on its own (issue 18). A year alone ("in 2022") is too coarse to help and yields no
 interval. Relative phrases are anchored on a date the question names, else on today.

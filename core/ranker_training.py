@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import learned
+from . import learned, ranker_features
 from .config import Config
 from .evaluate import load_queries, query_index
 from .memory import MemoryIndex
@@ -45,7 +45,7 @@ class Dataset:
 
     def stacked(self, keep: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         keep = list(range(len(self.x))) if keep is None else keep
-        width = len(learned.FEATURES)
+        width = len(ranker_features.FEATURES)
         x = np.vstack([self.x[i] for i in keep] or [np.zeros((0, width))])
         y = np.concatenate([self.y[i] for i in keep] or [np.zeros(0)])
         return x, y

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import calibration, learned, ranking, rerankers, threads, timefilter
+from . import calibration, learned, ranker_features, ranking, rerankers, threads, timefilter
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
@@ -327,7 +327,7 @@ def _learned_order(
     if problem:
         return pool, problem
     lines = np.array([by_id[c.id] for c in pool]) if by_id else None  # in the blend's order, as `pool` now is
-    x = learned.features(query, pool, rows, today, lines)
+    x = ranker_features.features(query, pool, rows, today, lines)
     if collect is not None:
         collect(pool, rows, x)
     for c, p in zip(pool, learned.model_for(config.rerank.rankerModel).predict(x)):

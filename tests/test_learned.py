@@ -10,11 +10,11 @@ from datetime import date
 import numpy as np
 import pytest
 
-from core import learned
+from core import learned, ranker_features
 from core.ranking import Candidate
 from core.store import ChunkRow
 
-COL = {name: i for i, name in enumerate(learned.FEATURES)}
+COL = {name: i for i, name in enumerate(ranker_features.FEATURES)}
 TODAY = date(2026, 12, 1)
 
 
@@ -40,8 +40,8 @@ def _pool() -> tuple[list[Candidate], dict[int, ChunkRow]]:
 
 def test_signals_of_the_pipeline_are_carried_over() -> None:
     cands, rows = _pool()
-    x = learned.features("What puppy did Caroline adopt on 4 August, 2023?", cands, rows, TODAY)
-    assert x.shape == (4, len(learned.FEATURES))
+    x = ranker_features.features("What puppy did Caroline adopt on 4 August, 2023?", cands, rows, TODAY)
+    assert x.shape == (4, len(ranker_features.FEATURES))
     assert list(x[:, COL["has_text"]]) == [1, 1, 0, 1]
     assert list(x[:, COL["bm25_norm"]]) == pytest.approx([1.0, 1 / 3, 0.0, 0.0])
     assert list(x[:, COL["rr_fused"]]) == pytest.approx([1.0, 0.5, 0.25, 1 / 3])
@@ -51,18 +51,18 @@ def test_signals_of_the_pipeline_are_carried_over() -> None:
 
 def test_date_affinity_follows_the_question_period() -> None:
     cands, rows = _pool()
-    x = learned.features("What puppy did Caroline adopt on 4 August, 2023?", cands, rows, TODAY)
+    x = ranker_features.features("What puppy did Caroline adopt on 4 August, 2023?", cands, rows, TODAY)
     assert list(x[:, COL["has_period"]]) == [1, 1, 1, 1]
     assert x[0, COL["date_affinity"]] == 1.0 and x[1, COL["date_affinity"]] == 1.0
     assert 0 < x[2, COL["date_affinity"]] < 1e-3  # five months earlier
     assert x[3, COL["date_affinity"]] == 0.0  # MEMORY.md is not dated
-    undated = learned.features("What puppy did Caroline adopt?", cands, rows, TODAY)
+    undated = ranker_features.features("What puppy did Caroline adopt?", cands, rows, TODAY)
     assert not undated[:, COL["has_period"]].any() and not undated[:, COL["date_affinity"]].any()
 
 
 def test_line_evidence_and_attribution() -> None:
     cands, rows = _pool()
-    x = learned.features("What puppy did Caroline adopt?", cands, rows, TODAY)
+    x = ranker_features.features("What puppy did Caroline adopt?", cands, rows, TODAY)
     # Terms: puppy, carol(ine), adopt. Chunk 1 holds all three on one line, said by Caroline herself.
     assert x[0, COL["line_best"]] == pytest.approx(1.0)
     assert x[0, COL["coverage_plain"]] == pytest.approx(1.0)
@@ -74,14 +74,14 @@ def test_line_evidence_and_attribution() -> None:
     # Chunk 3: no query term at all; attribution to someone the question does not name counts nothing.
     assert x[2, COL["line_best"]] == 0.0 and x[2, COL["coverage"]] == 0.0
     # Transcripts: `user:` lines count as the person asking in the first person.
-    mine = learned.features("What is my puppy called?", cands, rows, TODAY)
+    mine = ranker_features.features("What is my puppy called?", cands, rows, TODAY)
     assert mine[3, COL["attr_any"]] == 1 and mine[3, COL["attr_best"]] > 0
     assert mine[0, COL["attr_any"]] == 0  # nobody in chunk 1 is named by that question
 
 
 def test_file_context_comes_from_the_other_chunks_of_the_note() -> None:
     cands, rows = _pool()
-    x = learned.features("puppy", cands, rows, TODAY)
+    x = ranker_features.features("puppy", cands, rows, TODAY)
     assert x[0, COL["file_best_fused"]] == pytest.approx(0.6) and x[1, COL["file_best_fused"]] == pytest.approx(0.9)
     assert x[0, COL["file_best_maxsim"]] == pytest.approx(0.6)
     assert list(x[:, COL["file_rr"]]) == [1.0, 0.5, 1.0, 1.0]
@@ -90,7 +90,7 @@ def test_file_context_comes_from_the_other_chunks_of_the_note() -> None:
 
 def test_fit_learns_a_separable_signal_and_round_trips(tmp_path) -> None:
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(400, len(learned.FEATURES)))
+    x = rng.normal(size=(400, len(ranker_features.FEATURES)))
     y = (x[:, COL["maxsim"]] + 0.3 * rng.normal(size=400) > 0).astype(float)
     model = learned.fit(x, y, l2=1.0)
     p = model.predict(x)
@@ -121,17 +121,17 @@ def test_status_names_the_learned_ranker_it_scores_with(workspace, make_config, 
 def test_line_maxsim_and_query_shape_are_features() -> None:
     cands, rows = _pool()
     lines = np.array([[0.7, 0.5, 0.8], [0.6, 0.1, 0.6], [0.2, 0.0, 0.2], [0.3, 0.3, 0.4]])
-    x = learned.features("puppy", cands, rows, TODAY, lines)
+    x = ranker_features.features("puppy", cands, rows, TODAY, lines)
     assert list(x[:, COL["maxsim_line_best"]]) == [0.7, 0.6, 0.2, 0.3]
     assert list(x[:, COL["maxsim_window_best"]]) == [0.8, 0.6, 0.2, 0.4]
     assert list(x[:, COL["pool_maxsim_line_best"]]) == [0.7] * 4
-    assert not learned.features("puppy", cands, rows, TODAY)[:, COL["maxsim_line_best"]].any()  # none given
+    assert not ranker_features.features("puppy", cands, rows, TODAY)[:, COL["maxsim_line_best"]].any()  # none given
     # The shape of the query: a bare identifier, code words inside a sentence, or plain words.
     assert x[0, COL["query_ident"]] == 0 and x[0, COL["query_code_share"]] == 0
     for ident in ("parse_args", "os.path.join", "getUserName", "run()"):
-        assert learned.is_identifier(ident), ident
-    assert not learned.is_identifier("puppy") and not learned.is_identifier("parse the args")
-    mixed = learned.features("how does parse_args read sys.argv here", cands, rows, TODAY)
+        assert ranker_features.is_identifier(ident), ident
+    assert not ranker_features.is_identifier("puppy") and not ranker_features.is_identifier("parse the args")
+    mixed = ranker_features.features("how does parse_args read sys.argv here", cands, rows, TODAY)
     assert mixed[0, COL["query_ident"]] == 0 and mixed[0, COL["query_code_share"]] == pytest.approx(2 / 6)
     assert mixed[0, COL["query_words"]] == pytest.approx(6 / 20)
 
@@ -157,7 +157,7 @@ NESTED = [
 
 def test_trees_evaluate_a_hand_written_ensemble_in_numpy() -> None:
     trees = learned.Trees.from_nested(NESTED)
-    x = np.zeros((4, len(learned.FEATURES)))
+    x = np.zeros((4, len(ranker_features.FEATURES)))
     x[:, 0] = [0.5, 0.6, 0.6, -3.0]
     x[:, 1] = [9.0, 2.0, 2.1, 9.0]
     # Row 0 sits on the split point: `<=` goes left, as LightGBM does.
@@ -170,7 +170,7 @@ def test_trees_evaluate_a_hand_written_ensemble_in_numpy() -> None:
 
 def test_a_model_with_trees_adds_them_to_the_logit_and_round_trips(tmp_path) -> None:
     rng = np.random.default_rng(1)
-    x = rng.normal(size=(200, len(learned.FEATURES)))
+    x = rng.normal(size=(200, len(ranker_features.FEATURES)))
     y = (x[:, 0] > 0).astype(float)
     plain = learned.fit(x, y, l2=1.0)
     model = plain.with_trees(learned.Trees.from_nested(NESTED), {"trees": 2})
@@ -188,7 +188,7 @@ def test_numpy_trees_equal_lightgbm_on_a_fitted_model() -> None:
     from core.ranker_training import fit_trees
 
     rng = np.random.default_rng(2)
-    x = rng.normal(size=(2000, len(learned.FEATURES)))
+    x = rng.normal(size=(2000, len(ranker_features.FEATURES)))
     x[:, 5] = rng.integers(0, 3, size=2000)  # a few discrete values: splits fall between them
     y = ((x[:, 0] * x[:, 5] + np.sin(x[:, 1]) + 0.3 * rng.normal(size=2000)) > 0.2).astype(float)
     base = 0.1 * x[:, 2]
@@ -198,7 +198,7 @@ def test_numpy_trees_equal_lightgbm_on_a_fitted_model() -> None:
         lightgbm.Dataset(x, y, init_score=base, params={"verbose": -1}),
         num_boost_round=30,
     )
-    test = rng.normal(size=(500, len(learned.FEATURES)))
+    test = rng.normal(size=(500, len(ranker_features.FEATURES)))
     test[:, 5] = rng.integers(0, 3, size=500)
     assert np.allclose(trees.predict(test), booster.predict(test, raw_score=True), atol=1e-9)
     assert len(trees.feature) == 30
@@ -232,13 +232,13 @@ def test_words_of_ascii_lines_are_the_regex_words():
     texts += ["caroline: hi_there 2023-05-08\n\n- **user**: x.y(z) a\tb\r\nend", "", "\n", "café naïve\nplain"]
     for text in texts:
         low = text.lower()
-        assert learned._line_words(low) == [learned._WORD.findall(line) for line in low.split("\n")]
+        assert ranker_features._line_words(low) == [ranker_features._WORD.findall(line) for line in low.split("\n")]
 
 
 _FEATURES_OF_A_WIDE_POOL = """
 import hashlib, sys
 from datetime import date
-from core import learned
+from core import ranker_features
 from core.ranking import Candidate
 from core.store import ChunkRow
 words = "heron quorum relay pump bay sunrise puppy oscar beach proposal friday staging proxy".split()
@@ -247,7 +247,7 @@ for i in range(1, 14):  # each word in a different number of chunks: every idf d
     text = " ".join(w for k, w in enumerate(words) if i % (k + 2) == 0) + f" line{i}\\nmore {words[i % 13]}"
     rows[i] = ChunkRow(i, f"memory/2023-08-{i:02d}.md", "memory", 1, 2, text, f"h{i}")
     cands.append(Candidate(i, bm25=float(i), vector=0.5, score=1 / i, rerank=0.3, fused=1 / i))
-x = learned.features(" ".join(words), cands, rows, date(2026, 12, 1))
+x = ranker_features.features(" ".join(words), cands, rows, date(2026, 12, 1))
 print(hashlib.sha256(x.tobytes()).hexdigest())
 """
 
