@@ -127,11 +127,13 @@ class Agents:
         The notes changed since the last sync are synced first (api.catch_up), here: the one writer stays in
         this process."""
         with self.lease(agent) as index:
-            self.catch_ups.before_search(index)
-            if self.pool is None:
-                return index.config.agent, index.search(query, **options)
+            said = self.catch_ups.before_search(index)
             config = index.config
-        return config.agent, self.pool.search(config, query, options)
+            response = index.search(query, **options) if self.pool is None else None
+        if response is None:
+            response = self.pool.search(config, query, options)
+        response.warn(said)
+        return config.agent, response
 
     def warm_up(self) -> None:
         """Load the embedder and run it once (the first call sizes the ONNX session's buffers), then start the

@@ -19,14 +19,17 @@ class CatchUps:
         self.watching: MemoryWatching | None = None  # the server's file watcher, set by `serve`, `up`, `mcp`
         self._looked: dict[str, tuple[int, int]] = {}  # agent: the watcher's `seen` at the last look
 
-    def before_search(self, index: MemoryIndex) -> None:
+    def before_search(self, index: MemoryIndex) -> str | None:
+        """Sync what changed first; what that sync said, for the answer's `warning` (MemoryIndex.catch_up): its
+        warnings, why the answer may not cover the notes as they are, or why the sync failed."""
         agent = index.config.agent
         token = self.watching.seen(agent) if self.watching is not None else None
         if token is not None and self._looked.get(agent) == token:
-            return
+            return None
         try:
-            index.catch_up()  # another sync running: it, or the watcher's next one, syncs the change
-        except (MemsiftError, OSError):
-            return  # the search answers from the index as it is; the watcher says why its own sync fails
+            said = index.catch_up()  # another sync running: it, or the watcher's next one, syncs the change
+        except (MemsiftError, OSError) as exc:  # the search answers from the index as it is
+            return f"changed memory files not synced: {exc}"
         if token is not None:
             self._looked[agent] = token
+        return said

@@ -502,12 +502,12 @@ def _dry_run(args: argparse.Namespace, config: Any) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from api.catch_up import CatchUps
+
     config = _config(args)
     with MemoryIndex(config) as index:
-        try:  # files changed since the last sync: no hit may point at lines they no longer hold
-            unsynced = index.catch_up()
-        except (MemsiftError, OSError) as exc:  # the search still answers, from the index as it is
-            unsynced = f"changed memory files not synced: {exc}"
+        # files changed since the last sync: no hit may point at lines they no longer hold (REST's, MCP's too)
+        unsynced = CatchUps().before_search(index)
         index.before_first_index = lambda done: print(  # minutes for thousands of notes: not a silent wait
             f"note: the first index of agent {config.agent} was interrupted after {done} files: completing it "
             "before searching"
@@ -529,8 +529,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             rerank=args.rerank,
         )
         empty = not response.results and not response.partial and not sum(index.store.stats()["files"].values())
-    if unsynced:  # said once the search answered: a search that fails too says why in its own line
-        print(f"note: {unsynced}", file=sys.stderr)
+    response.warn(unsynced)
+    if response.warning:  # said once the search answered (a search that fails too says why in its own line);
+        print(f"note: {response.warning}", file=sys.stderr)  # on stderr with --json too, as get's warning
     if empty:  # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr)
         print(f"warning: {nothing_found(config.workspace)}", file=sys.stderr)
     if args.json:

@@ -4,8 +4,8 @@ Built on the `mcp` package's low-level `Server` rather than its decorator API: `
 named `from` (a Python keyword), and a tool call must never end in a protocol error. Every failure (a bad
 argument, an index that cannot be opened, a refused path) comes back as a tool result with `unavailable: true`
 and a `reason`, so the agent reads why and carries on. Results have the REST shapes (SPEC section 4): the
-search answer `{results, mode, provider, model, tookMs, degraded?, abstained?}` and the get answer `{path, from, lines,
-text, totalLines}`, as structured content and as JSON text.
+search answer `{results, mode, provider, model, tookMs, degraded?, abstained?, warning?}` and the get answer
+`{path, from, lines, text, totalLines, warning?}`, as structured content and as JSON text.
 
 One `MemoryIndex` serves every call (the embedder loads once); calls run in a worker thread, one at a time.
 With `sync.watch` on, memory files the agent writes are synced as they change (api.watching), so a note
@@ -158,7 +158,7 @@ class MemoryTools:
         max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
         min_score = _argument(args, SEARCH_SCHEMA, "minScore")
         evergreen = _argument(args, SEARCH_SCHEMA, "evergreen")
-        self.catch_ups.before_search(self.index)  # a note the agent just wrote, before the watcher's debounce
+        said = self.catch_ups.before_search(self.index)  # a note the agent just wrote, before the watcher's debounce
         response = self.index.search(
             query,
             max_results=max_results,
@@ -167,6 +167,7 @@ class MemoryTools:
             before=_argument(args, SEARCH_SCHEMA, "before"),
             evergreen=evergreen is not False,
         )
+        response.warn(said)
         return response.to_dict()
 
     def memory_get(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -4,10 +4,19 @@ The server runs in its own session (process group): a Ctrl-C on the terminal doe
 through a run, and stopping it signals the whole group by its process id, so no uvicorn worker or other
 child is left behind. Nothing here imports Prefect: the caller sets `PREFECT_API_URL` from `api_url` before
 Prefect reads its settings.
+
+A server outlives an `up` killed with `kill -9` (or a terminal closed hard): its own session is not signalled.
+Each server started here is recorded in its PREFECT_HOME (pid, port, start time), so the next `up` finds such
+a leftover and stops it before it starts its own: two servers on one SQLite database lock each other out and
+risk it, and nothing else would ever stop it. It is stopped rather than reused: it runs the code and settings of
+the `up` that started it (memsift or Prefect may have been upgraded since), and a server of one's own is the one
+Ctrl-C stops. The record names one process for good: a pid the system gave to another process since has
+another start time, and its command line must still be that server's.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -92,6 +101,8 @@ class PrefectServer:
                 env=child_env,
                 start_new_session=True,
             )
+        started = _start_time(self.process.pid)
+        record(home).write_text(json.dumps({"pid": self.process.pid, "port": port, "started": started}))
 
     @property
     def url(self) -> str:
@@ -125,12 +136,81 @@ class PrefectServer:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        _forget(self.home, self.process.pid)
 
     def __enter__(self) -> PrefectServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def record(home: Path) -> Path:
+    """Where a server started here is recorded, in its PREFECT_HOME: beside the database it uses."""
+    return home / "memsift-server.json"
+
+
+def _forget(home: Path, pid: int) -> None:
+    try:
+        if json.loads(record(home).read_text()).get("pid") == pid:
+            record(home).unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat): with its pid it names one process
+    for good. None when no such process runs; a zombie (ended, not yet reaped by its new parent) has ended."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _is_server(pid: int, port: int) -> bool:
+    """Whether `pid` is a `prefect server start ... --port <port>` leading its own process group (as started
+    here, so its group can be signalled as a whole)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        group = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return False
+    words = [a.decode(errors="replace") for a in argv]
+    try:
+        listens = words[words.index("--port") + 1]
+    except (ValueError, IndexError):
+        return False
+    return group == pid and "prefect server start" in " ".join(words) and listens == str(port)
+
+
+def stop_leftover(home: Path, timeout: float = 20.0) -> str | None:
+    """Stop the server recorded in `home` when it still runs (an `up` that was killed left it); what was done,
+    for `up` to say, or None when no server of ours was left. The caller holds this PREFECT_HOME for itself (no
+    live `up` uses that server)."""
+    try:
+        data = json.loads(record(home).read_text())
+        pid, port, started = int(data["pid"]), int(data["port"]), data["started"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable: nothing it names can be trusted
+        record(home).unlink(missing_ok=True)
+        return None
+    if started is None or _start_time(pid) != started or not _is_server(pid, port):
+        record(home).unlink(missing_ok=True)  # ended, or its pid now names another process
+        return None
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + timeout
+        while _start_time(pid) == started and time.monotonic() < deadline:
+            time.sleep(0.1)  # not our child: no wait() for its end, only its /proc entry
+        if _start_time(pid) != started:
+            break
+    record(home).unlink(missing_ok=True)
+    return f"stopped the Prefect server a killed memsift up left running (pid {pid}, port {port})"
 
 
 def advertisement(home: Path) -> Path:

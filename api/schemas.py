@@ -144,6 +144,16 @@ class SearchAnswer(msgspec.Struct):
         Annotated[str, Meta(description="no hits because every candidate scored under minScore: nothing relevant")]
         | UnsetType
     ) = UNSET
+    warning: (
+        Annotated[
+            str,
+            Meta(description="what the sync this search ran first said (memory files changed since the last sync, "
+                 "or an agent never indexed): a note indexed with U+FFFD in place of invalid UTF-8, on which lines; "
+                 "or why the answer may not cover the notes as they are now (another sync of the agent running, "
+                 "the configuration changed since the last index)"),
+        ]
+        | UnsetType
+    ) = UNSET  # fmt: skip
     timings: (
         Annotated[
             dict[str, float],

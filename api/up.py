@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from api.prefect_server import (
     advertisement,
     free_port,
     port_is_free,
+    stop_leftover,
     wait_healthy,
 )
 from core import Config, ConfigError, MemsiftError, load_config
@@ -109,27 +110,35 @@ def run_up(
 
 
 class AlreadyRunning(MemsiftError, RuntimeError):
-    """Another `memsift up` runs on this MEMSIFT_HOME; the message names its pid."""
+    """Another `memsift up` runs on this MEMSIFT_HOME, or on this PREFECT_HOME; the message names its pid."""
+
+
+def _only_up(home: Path) -> AbstractContextManager[None]:
+    """Hold an exclusive `flock` on `<home>/up.pid` for the life of this `up`, or refuse at once: a second `up`
+    would start a second Prefect server on the same database and remove the first one's advertisement."""
+    return _holding(
+        home / "up.pid",
+        lambda holder: (
+            f"memsift up is already running on {home} (pid {holder}); stop it first (Ctrl-C in its terminal, "
+            f"or kill {holder})"
+        ),
+    )
 
 
 @contextmanager
-def _only_up(home: Path) -> Iterator[None]:
-    """Hold an exclusive `flock` on `<home>/up.pid` for the life of this `up`, or refuse at once: a second `up`
-    would start a second Prefect server on the same database and remove the first one's advertisement. The
-    kernel drops the lock when its holder dies, so a crashed `up` never blocks the next one. The file stays
-    (unlinking a locked file would let a third `up` lock a fresh one beside the second)."""
-    path = home / "up.pid"
-    home.mkdir(parents=True, exist_ok=True)
+def _holding(path: Path, refusal: Callable[[str], str]) -> Iterator[None]:
+    """An exclusive `flock` on `path`, with this process's pid in it, until the block ends; AlreadyRunning
+    (`refusal` of the holder's pid) when another process holds it. The kernel drops the lock when its holder
+    dies, so a crashed `up` never blocks the next one. The file stays (unlinking a locked file would let a third
+    `up` lock a fresh one beside the second)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise AlreadyRunning(
-                f"memsift up is already running on {home} (pid {holder}); stop it first (Ctrl-C in its terminal, "
-                f"or kill {holder})"
-            ) from None
+            raise AlreadyRunning(refusal(holder)) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
@@ -154,11 +163,26 @@ def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
         if port is not None:  # it was ignored without a word
             _say(f"--prefect-port {port} is not used: PREFECT_API_URL names the Prefect server, so up starts none")
         return external.rstrip("/").removesuffix("/api")
+    prefect_home = Path(os.environ["PREFECT_HOME"])
+    # One `up` per database: a PREFECT_HOME another MEMSIFT_HOME's `up` uses is refused, not shared; under that
+    # lock, a server a killed `up` left running on it is stopped (api.prefect_server), whatever port it holds.
+    stack.enter_context(
+        _holding(
+            prefect_home / "memsift-up.pid",
+            lambda holder: (
+                f"PREFECT_HOME {prefect_home}: the memsift up with pid {holder} runs a Prefect server on its "
+                "database; two servers on one SQLite database lock each other out (set another PREFECT_HOME, or "
+                "PREFECT_API_URL to use that server)"
+            ),
+        )
+    )
+    if (stopped := stop_leftover(prefect_home)) is not None:
+        _say(stopped)
     if port is None:
         port = DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port()
     elif not port_is_free(port):
         raise ConfigError(f"--prefect-port: port {port} on 127.0.0.1 is in use")
-    server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
+    server = PrefectServer(prefect_home, port)
     stack.callback(_stop_server, server)
     _say(f"starting a Prefect server on {server.url} (pid {server.pid}, log {server.log})")
     seconds = server.wait_healthy(SERVER_START_TIMEOUT)

@@ -428,7 +428,7 @@ class MemoryIndex:
         check_request(query, *(options.get(k) for k in ("max_results", "min_score", "after", "before", "path_prefix")))
         if self.config.rerank.method == "learned":  # an unreadable model: one error before any indexing
             learned.model_for(self.config.rerank.rankerModel)
-        partial = self._first_index()
+        partial, said = self._first_index()
         embedder, error = self.embedder(), self.embedder_error
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
@@ -447,6 +447,7 @@ class MemoryIndex:
         if partial:
             response.degraded = f"{partial}; {response.degraded}" if response.degraded else partial
             response.partial = True
+        response.warn(said)
         return response
 
     def _held_rebuild(self, store: Store, embedder: Embedder | None, said: str) -> str | None:
@@ -463,30 +464,32 @@ class MemoryIndex:
             return None
         return f"{record['reason']}, which would embed: {record['summary']}; the answers come from the index as it was"
 
-    def _first_index(self) -> str | None:
+    def _first_index(self) -> tuple[str | None, str | None]:
         """SPEC section 5: a search of an agent never indexed syncs it first, and so does one whose first index
         was interrupted (its committed batches stay: the sync adds the rest). While another process or thread
         runs that first index (minutes for thousands of notes), the search does not wait for it: it answers
         from the batches committed so far, and this returns why the answer may miss files. Only until that run
         has committed its start (it scans the workspace first) is it waited for, `sync.lockTimeoutSeconds` at
-        most. None when the index is complete, or completed here."""
+        most. (why the answer may miss files, the warnings of the sync run here, as `memsift index` prints
+        them); (None, None) when the index is complete."""
         deadline = time.monotonic() + self.config.sync.lockTimeoutSeconds
         while True:
             if not self._unfinished():
-                return None
+                return None, None
             try:
-                with self._writing(lock_timeout=0):
-                    if self._unfinished():  # nobody finished it meanwhile
-                        if self.before_first_index is not None:
-                            self.before_first_index(sum(self.store.stats()["files"].values()))
-                        embedder = self.embedder() or self._stand_in(refused=True)  # keyword-only, vectors pending
-                        report = sync(self.store, self.config, embedder, estimator=estimate)
-                        self._tend_cache(report)
-                return None
+                with self._writing(lock_timeout=0) as notes:
+                    if not self._unfinished():  # somebody finished it meanwhile
+                        return None, None
+                    if self.before_first_index is not None:
+                        self.before_first_index(sum(self.store.stats()["files"].values()))
+                    embedder = self.embedder() or self._stand_in(refused=True)  # keyword-only, vectors pending
+                    report = sync(self.store, self.config, embedder, estimator=estimate)
+                    self._tend_cache(report)
+                    return None, "; ".join([*notes, *report.warnings]) or None
             except LockTimeout:
                 store = self.store
                 if store.identity() is not None or time.monotonic() >= deadline:
-                    return self._partial(store)
+                    return self._partial(store), None
             time.sleep(POLL_SECONDS)  # the running first index commits its start within moments
 
     def _unfinished(self) -> bool:

@@ -81,6 +81,15 @@ class SearchResponse:
     #: Not on the wire (`degraded` says it): the agent's first index is still running, the answer covers part
     #: of the memory only, so an empty one does not mean the workspace holds no memory file.
     partial: bool = False
+    #: What the sync this search ran first said: a first index's or a catch-up's warnings (a note indexed with
+    #: U+FFFD in place of invalid UTF-8), or why the answer may not cover the notes as they are now (another
+    #: sync running, the configuration changed since the last index).
+    warning: str | None = None
+
+    def warn(self, text: str | None) -> None:
+        """Add what a sync run before the search said (the caller's catch-up, api.catch_up) to `warning`."""
+        if text:
+            self.warning = f"{text}; {self.warning}" if self.warning else text
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -94,6 +103,8 @@ class SearchResponse:
             d["degraded"] = self.degraded
         if self.abstained:
             d["abstained"] = self.abstained
+        if self.warning:
+            d["warning"] = self.warning
         if self.explain and self.timings is not None:
             d["timings"] = self.timings
         return d

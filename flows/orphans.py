@@ -50,8 +50,10 @@ def crash_orphans(say: Callable[[str], None]) -> int:
             flow_filter=FlowFilter(name=FlowFilterName(any_=[sync_flow.name, rebuild_flow.name])),
             flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=LIVE))),
         )
-        for run in candidates:
-            why = _parent_ended(client, run) or _process_gone(run)
+        # Every reason is read before any run is marked: a subflow listed after the parent marked here would
+        # read "its parent run ended" instead of its own process, depending on the server's order.
+        reasons = [(run, _parent_ended(client, run) or _process_gone(run)) for run in candidates]
+        for run, why in reasons:
             if why is None:
                 continue
             client.set_flow_run_state(run.id, Crashed(message=f"{why}; marked by memsift up"), force=True)

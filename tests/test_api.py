@@ -231,6 +231,33 @@ def test_a_search_answers_for_the_notes_as_they_are_now(client, ws: Path) -> Non
     assert client.get("/v1/status").json()["dirty"] is False
 
 
+def test_a_search_whose_sync_replaced_invalid_utf8_says_so(workspace, make_config, capsys) -> None:
+    """The sync a search runs first, an agent's first index or the catch-up of a note changed since, indexed a
+    note written in Latin-1 with U+FFFD: REST (and MCP) said nothing, the CLI only on stderr after a catch-up,
+    nobody after a first index. The answer's `warning` says it, in REST and in the CLI's --json alike."""
+    ws = workspace({"MEMORY.md": "# Memory\n"}, name="latin1")
+    (ws / "memory").mkdir()
+    (ws / "memory/first.md").write_bytes(b"# Notes\n- The zebra caf\xe9 opened.\n")
+    said = "invalid UTF-8 on line 2, bad bytes replaced with U+FFFD"
+    body = {"query": "zebra", "mode": "keyword"}
+    with serving(make_config(ws)) as client:
+        first = client.post("/v1/search", json=body).json()  # the first index, run by the search
+        assert first["warning"] == f"memory/first.md: {said}", first
+        (ws / "memory/later.md").write_bytes(b"# Later\n- A zebra cr\xe8me.\n")
+        assert client.post("/v1/search", json=body).json()["warning"] == f"memory/later.md: {said}"
+        assert "warning" not in client.post("/v1/search", json=body).json()  # nothing synced: nothing said
+
+    (ws / "memory/cli.md").write_bytes(b"# CLI\n- A zebra na\xefve.\n")
+    cli = cli_json(capsys, "--workspace", ws, "search", "zebra", "--mode", "keyword", "--json")
+    assert cli["warning"] == f"memory/cli.md: {said}"
+    fresh = workspace({"memory/n.md": "# N\n"}, name="fresh")
+    (fresh / "memory/n.md").write_bytes(b"# N\n- The zebra caf\xe9.\n")
+    assert main(["--workspace", str(fresh), "search", "zebra", "--mode", "keyword", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["warning"] == f"memory/n.md: {said}"
+    assert err.endswith(f"note: memory/n.md: {said}\n"), err  # after the note that it indexes first
+
+
 # ---------------------------------------------------------------- get
 
 

@@ -269,6 +269,21 @@ def test_a_note_written_just_before_a_search_is_found_by_it(ws: Path, memsift_ho
     assert "Priya" not in " ".join(hit["snippet"] for hit in answer["results"])
 
 
+def test_a_search_whose_sync_replaced_invalid_utf8_says_so(ws: Path, memsift_home: Path) -> None:
+    """A note the agent wrote in Latin-1, synced by the search with U+FFFD: the answer's `warning` says so, as
+    REST's does (it said nothing)."""
+    (ws / "memory" / "2026-05-16.md").write_bytes(b"# 2026-05-16\n- The zebra caf\xe9 opened.\n")
+    tools = MemoryTools(load_config(workspace=ws))
+    try:
+        answer, failed = tools.call("memory_search", {"query": "zebra", "minScore": 0})
+        again, _ = tools.call("memory_search", {"query": "zebra", "minScore": 0})
+    finally:
+        tools.close()
+    assert not failed and answer["results"][0]["snippet"].endswith("caf\ufffd opened."), answer
+    assert answer["warning"] == "memory/2026-05-16.md: invalid UTF-8 on line 2, bad bytes replaced with U+FFFD"
+    assert "warning" not in again
+
+
 def test_memory_get_answers_at_most_the_rest_api_s_lines(workspace, memsift_home: Path) -> None:
     """Without `lines`, memory_get answers the rest of the file up to MAX_LINES, as POST /v1/get does; it
     answered the whole file (up to 8 MiB into the agent's context), and `lines` had no bound."""

@@ -8,6 +8,7 @@ process a test starts is stopped by its process id, and the test checks that non
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -40,7 +41,7 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from api.prefect_server import PrefectServer, free_port, port_is_free, wait_healthy
+from api.prefect_server import PrefectServer, free_port, port_is_free, record, stop_leftover, wait_healthy
 from core import MemoryIndex, MemsiftError, load_config
 from flows.deployments import agent_deployments, flow_parameters
 from flows.ratelimit import LIMIT_NAME
@@ -314,6 +315,30 @@ def test_up_refuses_before_starting_anything(tmp_path: Path, workspace, memsift_
     assert not (memsift_home / "prefect" / "server.log").exists()
 
 
+def test_up_refuses_a_prefect_home_another_up_runs_a_server_on(tmp_path: Path, workspace, memsift_home: Path) -> None:
+    """Two `up`s of different MEMSIFT_HOMEs with one PREFECT_HOME would run two servers on one SQLite database
+    (and the second would take the first one's live server for a leftover): the second refuses, naming the
+    first, before it starts a server. The lock is held here as a running `up` holds it."""
+    prefect_home = tmp_path / "shared-prefect"
+    prefect_home.mkdir()
+    env = {**_env(memsift_home, prefect_home), "MEMSIFT_API_PORT": str(free_port())}
+    fd = os.open(prefect_home / "memsift-up.pid", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, b"4242")
+        second = subprocess.run(
+            [MEMSIFT, "--workspace", str(workspace(NOTES)), "up"], capture_output=True, text=True, env=env, timeout=60
+        )
+    finally:
+        os.close(fd)
+    assert second.returncode == 1
+    assert second.stderr.startswith(
+        f"memsift: error: PREFECT_HOME {prefect_home}: the memsift up with pid 4242 runs a Prefect server on its "
+        "database; two servers on one SQLite database lock each other out"
+    ), second.stderr
+    assert not (prefect_home / "server.log").exists()
+
+
 def test_a_server_that_dies_at_start_is_one_clear_error(tmp_path: Path) -> None:
     """A Prefect server that exits while `up` waits for it is a MemsiftError (the CLI prints its message as one
     line, not `ServerError: ...`), and the message carries the tail of the server's log."""
@@ -323,6 +348,96 @@ def test_a_server_that_dies_at_start_is_one_clear_error(tmp_path: Path) -> None:
     dead.wait()
     with pytest.raises(MemsiftError, match=r"exited with code 3:\naddress already in use"):
         wait_healthy(f"http://127.0.0.1:{free_port()}/api", 30, dead, log)
+
+
+def _start_time(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan ended waits a moment for its new parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _servers_on(port: int) -> set[int]:
+    """The running `prefect server start ... --port <port>` processes, from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"prefect server start" in command and f"--port {port} ".encode() in command and _running(int(entry.name)):
+            found.add(int(entry.name))
+    return found
+
+
+def test_only_the_recorded_server_itself_is_stopped(tmp_path: Path) -> None:
+    """The record a server leaves in its PREFECT_HOME names one process: a pid the system has given to another
+    program, a process started after the recorded one, or a server on another port is left running; the
+    recorded process itself is stopped, with SIGTERM to its process group, and `up` is told what was done."""
+    sleep = "import time; time.sleep(120)"
+    server = subprocess.Popen(
+        [sys.executable, "-c", sleep, "prefect server start", "--port", "4321"], start_new_session=True
+    )
+    other = subprocess.Popen([sys.executable, "-c", sleep], start_new_session=True)
+    try:
+
+        def left(pid: int, started: int, port: int = 4321) -> str | None:
+            record(tmp_path).write_text(json.dumps({"pid": pid, "port": port, "started": started}))
+            return stop_leftover(tmp_path)
+
+        assert left(other.pid, _start_time(other.pid)) is None  # the pid now names another program
+        assert left(server.pid, _start_time(server.pid) - 1) is None  # another process than the one recorded
+        assert left(server.pid, _start_time(server.pid), port=4322) is None
+        assert _running(server.pid) and _running(other.pid) and not record(tmp_path).exists()
+        said = left(server.pid, _start_time(server.pid))
+        assert said == f"stopped the Prefect server a killed memsift up left running (pid {server.pid}, port 4321)"
+        assert server.wait(10) == -signal.SIGTERM and not record(tmp_path).exists()
+        assert _running(other.pid)
+    finally:
+        kill_all({server.pid, other.pid})
+        server.wait(10), other.wait(10)
+
+
+def test_up_after_a_killed_up_stops_the_server_it_left(tmp_path: Path, workspace, memsift_home: Path) -> None:
+    """`kill -9` of `memsift up` alone (its terminal closed hard) leaves its Prefect server running in its own
+    session. The next `up` stopped nothing: it found the port in use (the default 4200 moved to another port, a
+    second server on the same SQLite database; `--prefect-port P` refused). It now stops that server, says so,
+    and starts its own on the same port: one server, and Ctrl-C stops it."""
+    port = free_port()
+    ws = workspace(NOTES | {"memsift.toml": "[sync]\nwatch = false\n"})
+    env = _env(memsift_home, prefect_home=None)
+    args = ["--workspace", str(ws), "up", "--port", str(free_port()), "--prefect-port", str(port)]
+    started = re.compile(rf"starting a Prefect server on http://127\.0\.0\.1:{port} \(pid (\d+)")
+    left: set[int] = set()
+    try:
+        with Up(args, env, tmp_path / "up.log") as up:
+            wait_for(lambda: "Prefect server ready" in up.output or up.process.poll() is not None, 180, "the server")
+            old = int(started.search(up.output).group(1))
+            left.add(old)
+            up.process.kill()  # up alone, not its process group
+            up.process.wait(30)
+        assert _running(old) and port_is_free(port) is False  # the leftover server
+
+        with Up(args, env, tmp_path / "up2.log") as up:
+            wait_for(lambda: "Ctrl-C stops everything" in up.output or up.process.poll() is not None, 180, "up")
+            assert up.process.poll() is None, up.output
+            said = f"memsift up: stopped the Prefect server a killed memsift up left running (pid {old}, port {port})"
+            assert f"{said}\n" in up.output
+            assert not _running(old)
+            new = int(started.search(up.output).group(1))
+            left.add(new)
+            assert _servers_on(port) == {new}
+            assert up.api_url == f"http://127.0.0.1:{port}/api"
+            assert up.stop(signal.SIGINT) == 0, up.output
+        assert f"Prefect server (pid {new}) stopped" in up.output
+        assert not _running(new) and not record(memsift_home / "prefect").exists()
+    finally:
+        kill_all(left)  # a failed test leaves no server behind
 
 
 # ---------------------------------------------------------------- configuration changes under a running `up`
