@@ -76,7 +76,9 @@ def wait_healthy(
 class PrefectServer:
     """`prefect server start --host 127.0.0.1 --port P` with its own PREFECT_HOME, SQLite, analytics off."""
 
-    def __init__(self, home: Path, port: int, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, home: Path, port: int, env: Mapping[str, str] | None = None, *, recorded: bool = True) -> None:
+        """`recorded`: write the record a later `up` finds a leftover by (`stop_leftover`); only the `up` that
+        holds `home` does."""
         self.home = home
         self.port = port
         self.log = home / "server.log"
@@ -101,8 +103,9 @@ class PrefectServer:
                 env=child_env,
                 start_new_session=True,
             )
-        started = _start_time(self.process.pid)
-        record(home).write_text(json.dumps({"pid": self.process.pid, "port": port, "started": started}))
+        if recorded:
+            started = _start_time(self.process.pid)
+            record(home).write_text(json.dumps({"pid": self.process.pid, "port": port, "started": started}))
 
     @property
     def url(self) -> str:

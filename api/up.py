@@ -110,7 +110,7 @@ def run_up(
 
 
 class AlreadyRunning(MemsiftError, RuntimeError):
-    """Another `memsift up` runs on this MEMSIFT_HOME, or on this PREFECT_HOME; the message names its pid."""
+    """Another `memsift up` runs on this MEMSIFT_HOME (or holds this PREFECT_HOME); the message names its pid."""
 
 
 def _only_up(home: Path) -> AbstractContextManager[None]:
@@ -164,25 +164,26 @@ def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
             _say(f"--prefect-port {port} is not used: PREFECT_API_URL names the Prefect server, so up starts none")
         return external.rstrip("/").removesuffix("/api")
     prefect_home = Path(os.environ["PREFECT_HOME"])
-    # One `up` per database: a PREFECT_HOME another MEMSIFT_HOME's `up` uses is refused, not shared; under that
-    # lock, a server a killed `up` left running on it is stopped (api.prefect_server), whatever port it holds.
-    stack.enter_context(
-        _holding(
-            prefect_home / "memsift-up.pid",
-            lambda holder: (
-                f"PREFECT_HOME {prefect_home}: the memsift up with pid {holder} runs a Prefect server on its "
-                "database; two servers on one SQLite database lock each other out (set another PREFECT_HOME, or "
-                "PREFECT_API_URL to use that server)"
-            ),
+    # The `up` holding a PREFECT_HOME owns the server recorded there: under that lock, a server a killed `up`
+    # left running on it is stopped (api.prefect_server), whatever port it holds. Another MEMSIFT_HOME's `up` on
+    # the same PREFECT_HOME (one environment for several) starts a server of its own, unrecorded, as before: its
+    # runs never depend on a server the other `up` stops when it ends; it says what it shares.
+    try:
+        stack.enter_context(_holding(prefect_home / "memsift-up.pid", str))
+        owner = True
+    except AlreadyRunning as holder:
+        owner = False
+        _say(
+            f"PREFECT_HOME {prefect_home} is in use by the memsift up with pid {holder}: this up starts a second "
+            "Prefect server on its database (set another PREFECT_HOME to keep them apart)"
         )
-    )
-    if (stopped := stop_leftover(prefect_home)) is not None:
+    if owner and (stopped := stop_leftover(prefect_home)) is not None:
         _say(stopped)
     if port is None:
         port = DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port()
     elif not port_is_free(port):
         raise ConfigError(f"--prefect-port: port {port} on 127.0.0.1 is in use")
-    server = PrefectServer(prefect_home, port)
+    server = PrefectServer(prefect_home, port, recorded=owner)
     stack.callback(_stop_server, server)
     _say(f"starting a Prefect server on {server.url} (pid {server.pid}, log {server.log})")
     seconds = server.wait_healthy(SERVER_START_TIMEOUT)

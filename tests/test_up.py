@@ -315,28 +315,40 @@ def test_up_refuses_before_starting_anything(tmp_path: Path, workspace, memsift_
     assert not (memsift_home / "prefect" / "server.log").exists()
 
 
-def test_up_refuses_a_prefect_home_another_up_runs_a_server_on(tmp_path: Path, workspace, memsift_home: Path) -> None:
-    """Two `up`s of different MEMSIFT_HOMEs with one PREFECT_HOME would run two servers on one SQLite database
-    (and the second would take the first one's live server for a leftover): the second refuses, naming the
-    first, before it starts a server. The lock is held here as a running `up` holds it."""
+def test_a_second_up_on_a_prefect_home_in_use_leaves_the_first_ones_server_alone(
+    tmp_path: Path, workspace, memsift_home: Path
+) -> None:
+    """Two `up`s of different MEMSIFT_HOMEs with one PREFECT_HOME (one environment for several): the second
+    starts a server of its own and says so, and neither stops the first one's live server as a leftover nor
+    overwrites its record. The lock and the record are held here as a running `up` holds them, the record
+    naming a live process that reads as that server."""
     prefect_home = tmp_path / "shared-prefect"
     prefect_home.mkdir()
     env = {**_env(memsift_home, prefect_home), "MEMSIFT_API_PORT": str(free_port())}
+    port = free_port()
+    first = subprocess.Popen(  # the first up's server, as `stop_leftover` recognises one
+        [sys.executable, "-c", "import time; time.sleep(120)", "prefect server start", "--port", str(port)],
+        start_new_session=True,
+    )
+    held = json.dumps({"pid": first.pid, "port": port, "started": _start_time(first.pid)})
+    record(prefect_home).write_text(held)
     fd = os.open(prefect_home / "memsift-up.pid", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, b"4242")
-        second = subprocess.run(
-            [MEMSIFT, "--workspace", str(workspace(NOTES)), "up"], capture_output=True, text=True, env=env, timeout=60
-        )
+        with Up(["--workspace", str(workspace(NOTES)), "up"], env, tmp_path / "up.log") as up:
+            wait_for(lambda: "REST API: " in up.output, 120, "the second up to serve")
+            assert up.stop(signal.SIGINT) == 0, up.output
     finally:
         os.close(fd)
-    assert second.returncode == 1
-    assert second.stderr.startswith(
-        f"memsift: error: PREFECT_HOME {prefect_home}: the memsift up with pid 4242 runs a Prefect server on its "
-        "database; two servers on one SQLite database lock each other out"
-    ), second.stderr
-    assert not (prefect_home / "server.log").exists()
+        first.kill()
+        first.wait()
+    assert (
+        f"memsift up: PREFECT_HOME {prefect_home} is in use by the memsift up with pid 4242: this up starts a "
+        "second Prefect server on its database (set another PREFECT_HOME to keep them apart)\n"
+    ) in up.output
+    assert "stopped the Prefect server a killed memsift up left running" not in up.output
+    assert record(prefect_home).read_text() == held  # still the first one's
 
 
 def test_a_server_that_dies_at_start_is_one_clear_error(tmp_path: Path) -> None:
