@@ -557,11 +557,13 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
     assert "agent second removed: deployments deleted" in up.output
 
 
-def test_a_restarted_up_marks_the_runs_of_a_killed_up_crashed(tmp_path: Path, workspace, memsift_home: Path) -> None:
-    """`kill -9` of `memsift up` and everything under it (what a machine that stops does) mid-run: no Runner is
-    left to report, and the sync run and its rebuild subflow stayed Running in the UI for good. The next `up`
-    marks both Crashed, saying their process is gone (each run records it: flows.sync, flows.orphans). One
-    server for both `up`s (PREFECT_API_URL), as in the test below."""
+@contextmanager
+def _two_ups_on_one_server(
+    tmp_path: Path, workspace, memsift_home: Path
+) -> Iterator[tuple[list[str], dict[str, str], str, FakeProvider, Path]]:
+    """(up's arguments, its environment, the Prefect API, the fake provider, the workspace) for `up`s that use
+    one server started here (PREFECT_API_URL): an `up` with a server of its own finds the same runs in its
+    database again, and a test saves a start-up. The workspace embeds with the fake provider, no watcher."""
     provider = FakeProvider()
     toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
     ws = workspace(NOTES | {"memsift.toml": toml + "[sync]\nwatch = false\n"})
@@ -569,16 +571,36 @@ def test_a_restarted_up_marks_the_runs_of_a_killed_up_crashed(tmp_path: Path, wo
     args = ["--workspace", str(ws), "up", "--port", str(free_port())]
     with closing(provider), PrefectServer(tmp_path / "server-prefect", free_port(), env=env) as server:
         server.wait_healthy(120)
-        api = env["PREFECT_API_URL"] = server.api_url
+        env["PREFECT_API_URL"] = server.api_url
+        yield args, env, server.api_url, provider, ws
+
+
+def _hold_a_forced_sync(
+    c: SyncPrefectClient, up: Up, provider: FakeProvider, new_note: tuple[Path, str] | None = None
+) -> FlowRun:
+    """After up's initial sync (and `new_note` written), a forced run of its deployment, held by the provider
+    at its first embedding request."""
+    initial = lambda: (r := deployment_runs(c, "memsift-sync/main")) and all(finished(c, x.id) for x in r)  # noqa: E731
+    wait_for(initial, 120, "the initial sync")
+    if new_note is not None:
+        new_note[0].write_text(new_note[1])
+    provider.hold_at = len(provider.requests) + 2  # the run's start-up probe, then an embedding
+    deployment = c.read_deployment_by_name("memsift-sync/main")
+    run = c.create_flow_run_from_deployment(deployment.id, parameters={"force": True})
+    assert provider.held.wait(120), up.output
+    return run
+
+
+def test_a_restarted_up_marks_the_runs_of_a_killed_up_crashed(tmp_path: Path, workspace, memsift_home: Path) -> None:
+    """`kill -9` of `memsift up` and everything under it (what a machine that stops does) mid-run: no Runner is
+    left to report, and the sync run and its rebuild subflow stayed Running in the UI for good. The next `up`
+    marks both Crashed, saying their process is gone (each run records it: flows.sync, flows.orphans). One
+    server for both `up`s (PREFECT_API_URL), as in the test below."""
+    with _two_ups_on_one_server(tmp_path, workspace, memsift_home) as (args, env, api, provider, _):
         with Up(args, env, tmp_path / "up.log") as up:
             wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start")
             with prefect_client(api) as c:
-                initial = lambda: (r := deployment_runs(c, "memsift-sync/main")) and all(finished(c, x.id) for x in r)  # noqa: E731
-                wait_for(initial, 120, "the initial sync")
-                provider.hold_at = len(provider.requests) + 2  # the run's start-up probe, then an embedding
-                deployment = c.read_deployment_by_name("memsift-sync/main")
-                run = c.create_flow_run_from_deployment(deployment.id, parameters={"force": True})
-                assert provider.held.wait(120), up.output
+                run = _hold_a_forced_sync(c, up, provider)
                 tree = {up.process.pid, *descendants(up.process.pid)}
                 (pid,) = flow_run_processes(up.process.pid)
                 kill_all(tree)
@@ -605,24 +627,12 @@ def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
     the Runner marks the sync run Crashed and nothing reported on the subflow, Running for good. The next `up`
     marks it Crashed before it starts a run (flows/orphans.py). Both `up`s use one server (PREFECT_API_URL): an
     `up` with a server of its own finds the same runs in its database again, and the test saves a start-up."""
-    provider = FakeProvider()
-    toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
-    ws = workspace(NOTES | {"memsift.toml": toml + "[sync]\nwatch = false\n"})
-    env = _env(memsift_home, tmp_path / "client-prefect")
-    args = ["--workspace", str(ws), "up", "--port", str(free_port())]
-    with closing(provider), PrefectServer(tmp_path / "server-prefect", free_port(), env=env) as server:
-        server.wait_healthy(120)
-        api = env["PREFECT_API_URL"] = server.api_url
+    with _two_ups_on_one_server(tmp_path, workspace, memsift_home) as (args, env, api, provider, ws):
         with Up(args, env, tmp_path / "up.log") as up:
             wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start")
             with prefect_client(api) as c:
-                initial = lambda: (r := deployment_runs(c, "memsift-sync/main")) and all(finished(c, x.id) for x in r)  # noqa: E731
-                wait_for(initial, 120, "the initial sync")
-                (ws / "memory" / "2026-11-26.md").write_text("# 2026-11-26\n- The heron pipeline shipped.\n")
-                provider.hold_at = len(provider.requests) + 2  # the run's start-up probe, then an embedding
-                deployment = c.read_deployment_by_name("memsift-sync/main")
-                run = c.create_flow_run_from_deployment(deployment.id, parameters={"force": True})
-                assert provider.held.wait(120), up.output
+                new_note = ws / "memory" / "2026-11-26.md", "# 2026-11-26\n- The heron pipeline shipped.\n"
+                run = _hold_a_forced_sync(c, up, provider, new_note)
                 (pid,) = flow_run_processes(up.process.pid)
                 os.kill(pid, signal.SIGKILL)
                 crashed = wait_for(lambda: finished(c, run.id), 60, "the Runner to see its run killed")
