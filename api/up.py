@@ -169,7 +169,7 @@ def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
     # the same PREFECT_HOME (one environment for several) starts a server of its own, unrecorded, as before: its
     # runs never depend on a server the other `up` stops when it ends; it says what it shares.
     try:
-        stack.enter_context(_holding(prefect_home / "memsift-up.pid", str))
+        stack.enter_context(_holding(prefect_home / "memsift-up.pid", lambda pid: pid))  # its message: the pid
         owner = True
     except AlreadyRunning as holder:
         owner = False

@@ -165,8 +165,8 @@ def tiny_sets(here: Path, web: list[dict[str, Any]], groups: list[str], asked: i
     rng = random.Random(20)
     tiny = load_queries(here / "tiny.jsonl")
     offtopic = load_queries(here / "offtopic.jsonl")
-    spaces = sorted({q["workspace"] for q in tiny})
-    group = {ws: groups[i % len(groups)] for i, ws in enumerate(spaces)}
+    group = tiny_groups(tiny, groups)
+    spaces = sorted(group)
     people = {q["workspace"]: q["people"] for q in tiny}
     made = [q | {"kind": "tiny", "group": group[q["workspace"]]} for q in tiny]
     for ws in spaces:
@@ -182,6 +182,12 @@ def tiny_sets(here: Path, web: list[dict[str, Any]], groups: list[str], asked: i
     return made
 
 
+def tiny_groups(tiny: list[dict[str, Any]], groups: list[str]) -> dict[str, str]:
+    """The CV fold of each tiny workspace: workspace i (in name order) falls in locomo-dev conversation
+    `groups[i % len(groups)]`'s, with every question asked of it."""
+    return {ws: groups[i % len(groups)] for i, ws in enumerate(sorted({q["workspace"] for q in tiny}))}
+
+
 def short_sets(here: Path, small_dir: Path, groups: list[str]) -> list[dict[str, Any]]:
     """Questions of one to three words, as people type them into a search box: bench/calibration/short.jsonl
     (kind "short", answerable: a word of the notes or another word for it, "brakes", "EV charger") and
@@ -190,10 +196,9 @@ def short_sets(here: Path, small_dir: Path, groups: list[str]) -> list[dict[str,
     question was a bare keyword, and over examples/workspace "zebra" scored 0.57 and "Who is Alice?" 0.52."""
     short = load_queries(here / "short.jsonl")
     offtopic = load_queries(here / "offtopic_short.jsonl")
-    spaces = sorted({q["workspace"] for q in load_queries(here / "tiny.jsonl")})
-    group = {ws: groups[i % len(groups)] for i, ws in enumerate(spaces)}
+    group = tiny_groups(load_queries(here / "tiny.jsonl"), groups)
     made = [q | {"kind": "short", "group": group[q["workspace"]]} for q in short]
-    for ws in spaces:
+    for ws in sorted(group):
         made += [q | {"workspace": ws, "kind": "tiny-other", "group": group[ws]} for q in offtopic]
     for ws in sorted(p for p in small_dir.iterdir() if p.is_dir()):
         space = next(g for g in groups if ws.name.startswith(Path(g).name + "-"))
