@@ -30,7 +30,7 @@ from litestar.types import Guard
 
 from api.agents import DEFAULT_AGENT, Agents
 from api.docs import DESCRIPTION, STATIC_DIR, STATIC_PATH, OfflineRedoc, docs_page
-from api.metrics import Metrics, request_metrics
+from api.metrics import HEAD_AS_GET, Metrics, request_metrics
 from api.routes import PROBLEM_MEDIA_TYPE, HealthController, MemoryController
 from api.runs import IndexRuns
 from api.schemas import Problem
@@ -66,7 +66,7 @@ class _App(Litestar):
     """Litestar, with HEAD answered as GET is, headers (Content-Length included) and no body: `curl -I`, `wget
     --spider` and load balancers' health checks send it, and Litestar answers 405 to a HEAD no handler lists.
     One rule here rather than a HEAD handler beside each GET; a HEAD of a route without GET is still a 405.
-    The request metrics count it as a GET."""
+    The request metrics count it as the HEAD it is (api.metrics.request_metrics)."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "HEAD":
@@ -78,7 +78,7 @@ class _App(Litestar):
             await send(message)
 
         # A copy: the server keeps its own scope saying HEAD, and so sends no body whatever it is given.
-        await super().__call__({**scope, "method": "GET"}, receive, headers_only)
+        await super().__call__({**scope, "method": "GET", HEAD_AS_GET: True}, receive, headers_only)
 
 
 def create_app(config: Config, default_agent: str = DEFAULT_AGENT) -> Litestar:

@@ -34,10 +34,23 @@ SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 Lease = Callable[[str], AbstractContextManager[MemoryIndex]]
 
 
+#: Set in the scope of a HEAD request the app answers as a GET (api.app._App), for the `method` label.
+HEAD_AS_GET = "memsift.head_as_get"
+
+
 def request_metrics() -> PrometheusConfig:
-    """The request middleware's settings: `memsift_requests_total`, `memsift_request_duration_seconds`."""
+    """The request middleware's settings: `memsift_requests_total`, `memsift_request_duration_seconds`.
+
+    `method` is the method the client sent. The app answers a HEAD as a GET without the body, but counted as a
+    GET, a load balancer's HEAD probe of /readyz every few seconds swelled the GET series (and their latencies,
+    which include a body) with traffic no client sent; a HEAD 503 is a failing probe to alert on, not to hide."""
     return PrometheusConfig(
-        app_name="memsift", prefix="memsift", group_path=True, exclude_unhandled_paths=True, buckets=SEARCH_BUCKETS
+        app_name="memsift",
+        prefix="memsift",
+        group_path=True,
+        exclude_unhandled_paths=True,
+        buckets=SEARCH_BUCKETS,
+        labels={"method": lambda request: "HEAD" if request.scope.get(HEAD_AS_GET) else request.method},
     )
 
 

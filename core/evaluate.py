@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import statistics
+import unicodedata
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -109,14 +110,22 @@ def _own_extra_paths(ws: Path) -> tuple[str, ...]:
         raise ConfigError(f"{own}: {exc}") from None
 
 
+def _same_name(path: str) -> str:
+    """A path as evaluation compares it: `./memory/x.md` names memory/x.md, and `memory/café.md` is one file in
+    either Unicode normal form. Hits name a file as the disk spells it (Linux keeps names byte for byte), a query
+    file as its editor wrote it (macOS: NFD): compared as written, every metric was 0, in silence."""
+    return unicodedata.normalize("NFC", as_typed(path))
+
+
 def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict[str, float]:
-    wanted = {(as_typed(r["path"]), int(r["line"])) for r in relevant}  # `./memory/x.md` names memory/x.md
+    wanted = {(_same_name(r["path"]), int(r["line"])) for r in relevant}
     covered: set[tuple[str, int]] = set()
     first = 0
     dcg = 0.0
     recall_at: dict[int, float] = {}
     for rank, hit in enumerate(hits[:k], start=1):
-        new = {(p, line) for p, line in wanted - covered if p == hit.path and hit.startLine <= line <= hit.endLine}
+        path = _same_name(hit.path)
+        new = {(p, line) for p, line in wanted - covered if p == path and hit.startLine <= line <= hit.endLine}
         if new:
             first = first or rank
             dcg += 1.0 / math.log2(rank + 1)

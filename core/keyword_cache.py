@@ -23,10 +23,18 @@ of `memsift serve`; all of them together hold at most `CACHE_BYTES` of arrays, l
 first. Used from `CACHE_MIN_CHUNKS` chunks up (bench/keyword_leg.py, bench/README.md "Issue 17"). Its lock
 guards the dictionaries and nothing else: SQL runs outside it, so concurrent searches are never serialised by
 one of them reading a new phrase (at 100,000 chunks that read takes tens of milliseconds).
+
+Keyword-only searches (asked for, or degraded to) score with Lucene's idf instead, `log(1 + (N - n + 0.5) /
+(n + 0.5))`, positive and falling as n grows: FTS5 floors the idf of a phrase in half the rows or more at 1e-6,
+so in an index of 1-3 chunks (a first workspace) every hit scored about 0.000 and ties ordered at random. Each
+phrase's term is rescaled by the ratio of the two idfs (`lucene_idf_ratio`, from its row count n and the chunk
+count N), through this cache at any index size. Hybrid search keeps FTS5's scores: the learned ranker and the
+calibration were trained on them (docs/search-and-ranking.md "Keyword score").
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
@@ -84,11 +92,13 @@ class KeywordCaches:
         limit: int,
         allowed: Callable[[], Collection[int]] | None = None,
         min_chunks: int = CACHE_MIN_CHUNKS,
+        positive_idf: bool = False,
     ) -> list[tuple[int, float]] | None:
         """(chunk id, bm25) best first, as FTS5's `ORDER BY bm25(chunks_fts) LIMIT limit` over the OR of
         `phrases` answers, or None when the index at `path` has fewer than `min_chunks` chunks (FTS5 answers).
         `chunk_ids` (every chunk id, ascending) runs only when the tag changed, `phrase_scores` only for a phrase
-        not cached; `allowed`: the chunk ids a search's filters leave, scored before the cut."""
+        not cached; `allowed`: the chunk ids a search's filters leave, scored before the cut; `positive_idf`:
+        each phrase's term with Lucene's idf in place of FTS5's (`lucene_idf_ratio`)."""
         index = self._index(path, tag, chunk_ids)
         if len(index.ids) < min_chunks:
             return None
@@ -96,10 +106,9 @@ class KeywordCaches:
         ids = index.ids
         if not parts:
             return []
+        terms = [p.terms * lucene_idf_ratio(len(ids), len(p.rows)) if positive_idf else p.terms for p in parts]
         # bincount adds each row's terms in array order, i.e. phrase by phrase from 0.0, as fts5Bm25Function does.
-        scores = np.bincount(
-            np.concatenate([p.rows for p in parts]), np.concatenate([p.terms for p in parts]), minlength=len(ids)
-        )
+        scores = np.bincount(np.concatenate([p.rows for p in parts]), np.concatenate(terms), minlength=len(ids))
         found = np.flatnonzero(scores)  # every matched row has a term > 0 (idf >= 1e-6, at least one hit)
         if allowed is not None:
             found = found[np.isin(ids[found], np.fromiter(allowed(), dtype=np.int64))]
@@ -189,6 +198,18 @@ class KeywordCaches:
         with self._lock:
             self._indexes.clear()
             self._bytes = 0
+
+
+def lucene_idf_ratio(rows: int, matched: int) -> float:
+    """Lucene's idf over FTS5's for a phrase matching `matched` of `rows` rows: what turns the phrase's FTS5 term
+    into Lucene's (the rest of the term, the phrase's saturated frequency in the row, is the same in both).
+    FTS5 (fts5_aux.c) takes idf = log((N - n + 0.5) / (n + 0.5)) and 1e-6 where that is <= 0, i.e. from n = N/2
+    on; Lucene's log(1 + (N - n + 0.5) / (n + 0.5)) is positive and falls as n grows, so a common phrase never
+    outweighs a rarer one (replacing only the floored idfs would weigh a phrase in 50% of the rows log 2 = 0.69,
+    one in 45% of them FTS5's 0.20)."""
+    odds = (rows - matched + 0.5) / (matched + 0.5)
+    fts5 = math.log(odds)
+    return math.log1p(odds) / (fts5 if fts5 > 0 else 1e-6)
 
 
 def _best(ids: np.ndarray, rows: np.ndarray, scores: np.ndarray, limit: int) -> list[tuple[int, float]]:

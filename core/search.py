@@ -171,7 +171,9 @@ def search(
         if not phrases:
             return []
         with clock.stage("keyword"):
-            return store.keyword_search(phrases, fetch, scope)
+            # Keyword-only: Lucene's idf, which FTS5 floors to 1e-6 in tiny indexes (every hit scored 0.000).
+            # Hybrid keeps FTS5's bm25: the learned ranker and the calibration were trained on it.
+            return store.keyword_search(phrases, fetch, scope, positive_idf=mode == "keyword")
 
     text_hits = keyword_leg() if mode != "vector" else []
 
@@ -186,8 +188,8 @@ def search(
             problem = f"embedding the query failed ({type(exc).__name__}: {exc})"
         if problem:  # a zero vector has no direction: no cosine (sqlite-vec answers NULL distances)
             degraded = f"{problem}; keyword results only"
-            text_hits = keyword_leg() if mode == "vector" else text_hits
             mode = "keyword"
+            text_hits = keyword_leg()  # scored as keyword-only (a hybrid search's leg had FTS5's idf)
         if mode != "keyword":
             with clock.stage("vector"):
                 vector_hits = store.vec_search(qvec, fetch, cache_key(embedder), scope)

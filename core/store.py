@@ -549,14 +549,17 @@ class Store:
         return [(int(r), float(s)) for r, s in self.conn.execute(sql, args)]
 
     def keyword_search(
-        self, phrases: list[str], limit: int, paths: Collection[str] | None = None
+        self, phrases: list[str], limit: int, paths: Collection[str] | None = None, positive_idf: bool = False
     ) -> list[tuple[int, float]]:
         """`fts_search` of the OR of `phrases` (each quoted, core.query.fts_phrases), the same ids, order and
-        scores: from the cached scores of each phrase in large indexes (core.keyword_cache), else FTS5's."""
+        scores: from the cached scores of each phrase in large indexes (core.keyword_cache), else FTS5's.
+        `positive_idf` (keyword-only searches): each phrase's idf Lucene's rather than FTS5's, whose floor at
+        1e-6 scored every hit of a tiny index about 0; always from the cached phrases, whatever the size."""
         match = " OR ".join(phrases)
-        # A small index never reaches the process-wide cache (nor its lock): its largest chunk id bounds its
-        # chunk count from above, one index lookup, so FTS5 answers it as before.
-        if (self.conn.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0) < CACHE_MIN_CHUNKS:
+        # A small index's FTS5 scores never reach the process-wide cache (nor its lock): its largest chunk id
+        # bounds its chunk count from above, one index lookup, so FTS5 answers it as before.
+        small = (self.conn.execute("SELECT max(id) FROM chunks").fetchone()[0] or 0) < CACHE_MIN_CHUNKS
+        if small and not positive_idf:
             return self.fts_search(match, limit, paths)
         listed = None if paths is None else json.dumps(list(paths))
         found = KEYWORD_CACHES.search(
@@ -569,7 +572,8 @@ class Store:
             ),
             limit=limit,
             allowed=None if listed is None else lambda: self._ids_of(listed),
-            min_chunks=CACHE_MIN_CHUNKS,
+            min_chunks=0 if positive_idf else CACHE_MIN_CHUNKS,
+            positive_idf=positive_idf,
         )
         return self.fts_search(match, limit, paths) if found is None else found
 

@@ -498,6 +498,27 @@ def test_head_answers_every_get_route_as_get_does_without_the_body(client) -> No
     assert (r.status_code, r.content) == (405, b"") and "POST" in r.headers["allow"]
 
 
+def test_metrics_count_a_head_as_head(client) -> None:
+    """A HEAD is answered as a GET, and was counted as one: a load balancer's HEAD probes swelled the GET series
+    of /healthz and /readyz. Counted by the method sent, a HEAD probe's 503 shows as such."""
+
+    def count(method: str, path: str, status: int) -> float:
+        series = f'method="{method}",path="{path}",status_code="{status}"'
+        found = re.search(
+            r"memsift_requests_total\{[^}]*" + re.escape(series) + r"[^}]*\} (\S+)", client.get("/metrics").text
+        )
+        return float(found[1]) if found else 0.0
+
+    gets, heads = count("GET", "/healthz", 200), count("HEAD", "/healthz", 200)
+    assert client.head("/healthz").status_code == client.head("/healthz").status_code == 200
+    assert (count("GET", "/healthz", 200), count("HEAD", "/healthz", 200)) == (gets, heads + 2)
+    assert client.get("/healthz").status_code == 200
+    assert (count("GET", "/healthz", 200), count("HEAD", "/healthz", 200)) == (gets + 1, heads + 2)
+    assert re.search(
+        r'memsift_request_duration_seconds_count\{[^}]*method="HEAD",path="/healthz"', client.get("/metrics").text
+    )
+
+
 def test_openapi_schema_and_offline_docs_page(client) -> None:
     schema = client.get("/schema/openapi.json").json()
     assert schema["openapi"].startswith("3.1")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
 from sample import NOTES
 
 from api.cli import main
-from core.evaluate import score_query
+from core.evaluate import METRICS, score_query
 from core.search import Hit
 
 
@@ -36,6 +37,22 @@ def test_a_relevant_path_as_a_shell_completes_it_is_the_same_file():
         hits, [{"path": "memory/a.md", "line": 3}], 10
     )
     assert score_query(hits, [{"path": "./memory/a.md", "line": 3}], 10)["R@10"] == 1.0
+
+
+@pytest.mark.parametrize(("on_disk", "in_file"), [("NFC", "NFD"), ("NFD", "NFC")])
+def test_a_relevant_path_in_either_unicode_form_names_the_same_note(capsys, tmp_path, workspace, on_disk, in_file):
+    """A query file saved on macOS spells `café` decomposed (NFD), a Linux folder keeps the name as written
+    (NFC, mostly): the hit and the relevant path never matched, R@10 0 for a note found first."""
+    name = "memory/café.md"
+    ws = workspace({unicodedata.normalize(on_disk, name): "# Café\n\nThe espresso machine is descaled on Mondays.\n"})
+    row = {
+        "query": "espresso machine descaled",
+        "relevant": [{"path": unicodedata.normalize(in_file, name), "line": 3}],
+    }
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert main(["--workspace", str(ws), "eval", str(queries), "--json", "--no-rerank"]) == 0
+    assert json.loads(capsys.readouterr().out)["overall"] == {m: 1.0 for m in METRICS} | {"n": 1}
 
 
 @pytest.fixture

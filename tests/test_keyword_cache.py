@@ -4,14 +4,16 @@ OR of the query's phrases, under every tokenizer, with filters, and never stale 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import threading
+from collections import defaultdict
 
 import numpy as np
 import pytest
 
 from core import MemoryIndex
-from core.keyword_cache import KEYWORD_CACHES, KeywordCaches
+from core.keyword_cache import KEYWORD_CACHES, KeywordCaches, lucene_idf_ratio
 from core.query import fts_phrases
 from core.store import Store
 
@@ -138,6 +140,33 @@ def test_a_filtered_search_still_gets_limit_candidates(store: Store, large) -> N
     _same(cached, fts)
     rows = store.chunks_by_ids(c for c, _ in cached)
     assert len(cached) == 20 and all(rows[c].path in paths for c, _ in cached)
+
+
+def test_lucene_idf_replaces_fts5s_floored_and_positive_idf() -> None:
+    """FTS5's idf is floored at 1e-6 from n = N/2 on; Lucene's log(1 + (N - n + 0.5) / (n + 0.5)) never is."""
+    assert lucene_idf_ratio(2, 1) == math.log(2) / 1e-6  # a first workspace: N = 2, FTS5's idf log(1) = 0
+    assert lucene_idf_ratio(100, 10) == math.log1p(90.5 / 10.5) / math.log(90.5 / 10.5)
+    idf = [lucene_idf_ratio(100, n) * max(math.log((100.5 - n) / (n + 0.5)), 1e-6) for n in range(1, 101)]
+    assert all(a > b > 0 for a, b in zip(idf, idf[1:]))  # a commoner phrase never weighs more, whatever n
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_keyword_only_scores_are_fts5s_terms_with_lucene_idf(store: Store, filtered: bool) -> None:
+    """`positive_idf` at any index size (600 chunks: under the cache's threshold): each phrase's FTS5 term in a
+    row times Lucene's idf over FTS5's, added in query order; the order is theirs, ties by ascending id."""
+    rows = store.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    paths = [f"memory/{i:04d}.md" for i in range(0, 600, 3)] if filtered else None
+    allowed = None if paths is None else {c for c, p in store.conn.execute("SELECT id, path FROM chunks") if p in paths}
+    for query in QUERIES:
+        phrases = fts_phrases(query)
+        expected: dict[int, float] = defaultdict(float)
+        for phrase in phrases:
+            sql = "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+            found = store.conn.execute(sql, (phrase,)).fetchall()
+            for rowid, bm25 in found:
+                expected[rowid] += bm25 * lucene_idf_ratio(rows, len(found))
+        ranked = sorted((s, c) for c, s in expected.items() if allowed is None or c in allowed)[:30]
+        assert store.keyword_search(phrases, 30, paths, positive_idf=True) == [(c, s) for s, c in ranked], query
 
 
 def test_small_indexes_are_answered_by_fts5(store: Store) -> None:

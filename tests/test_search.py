@@ -7,8 +7,11 @@ import re
 from datetime import date, timedelta
 
 import pytest
+from conftest import CountingEmbedder
 
 from core import SearchError
+from core.query import fts_phrases
+from core.ranking import bm25_score
 from core.store import Store
 
 NOTES = {
@@ -132,6 +135,57 @@ def test_indexed_agent_with_a_broken_provider_degrades(workspace, make_config, o
     response = index.search("Lisbon conference")
     assert response.mode == "keyword" and "openai" in response.degraded
     assert paths(response) == ["memory/trips.md"]
+
+
+# A newcomer's first workspace: two chunks. FTS5 floors the idf of a term in half the rows or more at 1e-6, so
+# every keyword-only hit scored 2e-06 (shown as 0.000) and said nothing; Lucene's idf (core/keyword_cache.py).
+TINY = {
+    "MEMORY.md": "# Memory\n\nThe deploy key lives in vault under ops/deploy.\n",
+    "memory/2026-11-30.md": "Met Priya about the ledger migration to Postgres.\n",
+}
+
+
+class QueryFailingEmbedder(CountingEmbedder):
+    """The real model for documents; every query embedding fails (a provider down between sync and search)."""
+
+    def embed_query(self, text: str):
+        raise ConnectionError("provider unreachable")
+
+
+def _keyword_only(workspace, make_config, open_index, how: str):
+    ws = workspace(TINY)
+    if how == "no embedder":
+        index = open_index(make_config(ws, **{"embedding.provider": "none"}))
+        return index, lambda query: index.search(query, explain=True)
+    if how == "query embedding failed":
+        index = open_index(make_config(ws), embedder=QueryFailingEmbedder())
+        return index, lambda query: index.search(query, explain=True)
+    index = open_index(make_config(ws), embedder=CountingEmbedder())
+    return index, lambda query: index.search(query, mode="keyword", explain=True)
+
+
+@pytest.mark.parametrize("how", ["mode keyword", "no embedder", "query embedding failed"])
+def test_keyword_only_scores_say_something_on_a_tiny_index(workspace, make_config, open_index, how):
+    _, search = _keyword_only(workspace, make_config, open_index, how)
+    response = search("deploy key")
+    assert response.mode == "keyword" and (how == "mode keyword") == (response.degraded is None)
+    [hit] = response.results
+    assert hit.path == "MEMORY.md" and hit.score == hit.scores["text"] > 0.5  # 2e-06 before
+    # Both notes match: the one holding `deploy` twice first, and each score tells them apart.
+    both = search("ledger deploy").results
+    assert [h.path for h in both] == ["MEMORY.md", "memory/2026-11-30.md"]
+    assert both[0].score > both[1].score > 0.3
+    assert [h.path for h in search("deploy ledger vault").results] == ["MEMORY.md", "memory/2026-11-30.md"]
+
+
+def test_hybrid_keeps_fts5_bm25_on_a_tiny_index(workspace, make_config, open_index):
+    """The learned ranker and the calibration were trained on FTS5's bm25: hybrid search feeds them that, floor
+    and all, so its results do not move (only keyword-only searches take Lucene's idf)."""
+    index = open_index(make_config(workspace(TINY)), embedder=CountingEmbedder())
+    index.sync()
+    [(_, raw)] = index.store.fts_search(" OR ".join(fts_phrases("deploy key")), 10)
+    hit = next(h for h in index.search("deploy key", explain=True, min_score=0).results if h.path == "MEMORY.md")
+    assert hit.scores["text"] == round(bm25_score(raw), 6) < 1e-5
 
 
 @pytest.mark.parametrize("query", ["", "   ", "\n\t"])
