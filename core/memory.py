@@ -10,10 +10,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
-from . import calibration, learned, rerankers
+from . import learned, rerankers
 from .binding import check_workspace
 from .config import Config, EmbeddingConfig
 from .embedders import (
@@ -31,27 +30,23 @@ from .indexer import (
     REBUILD_HELD,
     SHARED_CACHE,
     UNFINISHED,
-    VECTORS_PENDING,
     Progress,
     Stage,
     SyncReport,
     identity_changes,
-    identity_key,
     identity_matches,
     index_identity,
     plain_stage,
     plan_sync,
     provisional,
     sync,
-    vectorless,
 )
 from .legacy import adopt_legacy
 from .locking import POLL_SECONDS, writer_lock, writer_pid
 from .rebuild import rebuild, remove_orphans
-from .rerankers.local import LOCAL_DEFAULT, token_capture
-from .rerankers.shortlist import wanted
 from .search import SearchResponse, check_request, search
-from .shared_cache import SharedCache, cache_path
+from .shared_cache import SharedCache
+from .status import iso, status_document
 from .store import Store, StoreError, UnreadableIndex, set_aside
 
 _CONFIGURED: Any = object()
@@ -378,7 +373,7 @@ class MemoryIndex:
             "from": self.config.embedding.provider,
             "to": to,
             "reason": f"{type(error).__name__}: {error}",
-            "at": _iso(time.time()),
+            "at": iso(time.time()),
         }
         store = self.store
         with store.transaction():
@@ -531,121 +526,8 @@ class MemoryIndex:
         embedder_error = self.embedder_error
         if not self._indexed():  # never indexed: read an empty index in memory, as asking must write nothing
             with Store.empty(use_vec=self._use_vec) as empty:
-                return self._status(empty, fallback, embedder, embedder_error, deep=deep)
-        return self._status(self.store, fallback, embedder, embedder_error, deep=deep)
-
-    def _status(
-        self,
-        store: Store,
-        fallback: dict[str, Any] | None,
-        embedder: Embedder | None,
-        embedder_error: str | None,
-        *,
-        deep: bool,
-    ) -> dict[str, Any]:
-        identity = store.identity()
-        stats = store.stats()
-        dirty_reason = None
-        unfinished = json.loads(store.get_meta(UNFINISHED) or "null")
-        if identity is None:
-            dirty_reason = "never indexed"
-        elif unfinished is not None:
-            done = sum(stats["files"].values())
-            dirty_reason = (
-                f"the first index is not finished: {done} of {unfinished['files']} files indexed (the sync running "
-                "now, or the next one, completes it)"
-            )
-        elif not identity_matches(identity, index_identity(self.config, embedder)):
-            held = self._rebuild_held(embedder)
-            dirty_reason = (
-                f"{held['reason']}; it would embed: {held['summary']}"
-                if held
-                else "the configuration or model changed: the next sync rebuilds"
-            )
-        else:
-            plan = plan_sync(store, self.config, embedder, SyncReport())
-            if plan.to_check or plan.removed:
-                n = len(plan.to_check)
-                dirty_reason = f"{n} file{'' if n == 1 else 's'} new or modified, {len(plan.removed)} removed"
-        pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
-        waiting, refused = vectorless(store, identity_key(identity), waiting=bool(pending)) if identity else (0, 0)
-        if pending:
-            pending["chunks"] = waiting
-        if pending and dirty_reason is None:
-            dirty_reason = (
-                f"{pending['chunks']} of {sum(stats['chunks'].values())} chunks have no vector: the embedder failed "
-                f"({pending['reason']}); keyword search finds them, the next sync embeds them"
-                + (f" ({refused} more the provider refused stay keyword-only)" if refused else "")
-            )
-        last = store.get_meta("last_sync")
-        doc: dict[str, Any] = {
-            "agent": self.config.agent,
-            "workspace": str(self.config.workspace),
-            "dbPath": str(self.config.db_path),
-            "provider": (identity or {}).get("provider") or (embedder.provider if embedder else "none"),
-            "model": (identity or {}).get("model") or (embedder.model if embedder else None),
-            "dims": (identity or {}).get("dims"),
-            # Every configured source is counted, 0 included: a note with no text (or no sync yet) is {"memory": 0}
-            # chunks, as a client reading `chunks.memory` expects, not a missing key.
-            "files": {**dict.fromkeys(self.config.sources, 0), **stats["files"]},
-            "chunks": {**dict.fromkeys(self.config.sources, 0), **stats["chunks"]},
-            "dirty": dirty_reason is not None,
-            "dirtyReason": dirty_reason,
-            "vector": {
-                "enabled": bool((identity or {}).get("dims")),
-                "backend": "sqlite-vec" if store.vec_available else "numpy",
-                "error": store.vec_error if not store.vec_available else None,
-                # chunks the provider refused on their own (HTTP 400 naming them): keyword search only, for good
-                "refused": refused,
-            },
-            "fts": {"enabled": identity is not None, "tokenizer": self.config.store.fts_tokenize},
-            "cacheEntries": stats["cacheEntries"],
-            "sharedCache": self._shared_cache_status(),
-            "lastSync": _iso(float(last)) if last else None,
-            "embedderError": embedder_error,
-            "fallback": fallback,
-            "vectorsPending": {**pending, "at": _iso(pending["at"])} if pending else None,  # reason, at, chunks
-            "rerank": self._rerank_status(store, embedder),
-        }
-        if deep:
-            doc["probe"] = self._probe(embedder)
-        return doc
-
-    def _shared_cache_status(self) -> dict[str, Any]:
-        """The home's shared embedding cache: where, and how many vectors (0 before any sync made it)."""
-        path = cache_path(self.config.home)
-        if not path.exists():
-            return {"path": str(path), "entries": 0}
-        with SharedCache(path) as cache:
-            return {"path": str(path), "entries": cache.count()}
-
-    def _rerank_status(self, store: Store, embedder: Embedder | None) -> dict[str, Any]:
-        """Whether searches rerank by default, with what, and how many chunks have MaxSim token bits."""
-        r = self.config.rerank
-        capture = token_capture(self.config, embedder)
-        return {
-            "enabled": r.enabled,
-            "active": wanted(self.config, None, embedder),
-            "provider": r.provider,
-            "model": r.model or (LOCAL_DEFAULT if r.provider == "local" else None),
-            "candidates": r.candidates,
-            "weight": r.weight,
-            "method": r.method,
-            "ranker": _ranker_identity(r.rankerModel) if r.method == "learned" else None,
-            "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,
-            # what hybrid scores are calibrated with: part of what a score means, as the ranker is
-            "calibration": calibration.default_model().fingerprint,
-        }
-
-    def _probe(self, embedder: Embedder | None) -> dict[str, Any]:
-        if embedder is None:
-            return {"ok": False, "error": self.embedder_error or "no embedder configured"}
-        started = time.perf_counter()
-        try:
-            vec = embedder.embed_query("memsift probe")
-        except Exception as exc:
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        return {"ok": True, "dims": int(vec.shape[0]), "ms": round((time.perf_counter() - started) * 1000, 1)}
+                return status_document(self, empty, fallback, embedder, embedder_error, deep=deep)
+        return status_document(self, self.store, fallback, embedder, embedder_error, deep=deep)
 
 
 def _on_fallback(report: SyncReport, record: dict[str, Any]) -> SyncReport:
@@ -656,15 +538,3 @@ def _on_fallback(report: SyncReport, record: dict[str, Any]) -> SyncReport:
         f"({record['reason']}); `memsift index --force` tries {record['from']!r} again"
     )
     return report
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
-
-
-def _ranker_identity(path: str | None) -> str:
-    """The learned ranker's fingerprint (what searches are scored with), or why its model cannot be read."""
-    try:
-        return learned.model_for(path).fingerprint
-    except learned.RankerModelError as exc:
-        return f"unreadable: {exc}"

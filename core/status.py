@@ -1,0 +1,165 @@
+"""`memsift status`: what an agent's index holds, whether a sync is due and why, and what searches use.
+
+Read from one `Store` (the index, or an empty one in memory before the first sync: asking writes nothing),
+so a rebuild swapping the file mid-way cannot mix two states of the index in one answer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from . import calibration, learned
+from .config import Config
+from .embedders import Embedder
+from .indexer import (
+    UNFINISHED,
+    VECTORS_PENDING,
+    SyncReport,
+    identity_key,
+    identity_matches,
+    index_identity,
+    plan_sync,
+    vectorless,
+)
+from .rerankers.local import LOCAL_DEFAULT, token_capture
+from .rerankers.shortlist import wanted
+from .shared_cache import SharedCache, cache_path
+from .store import Store
+
+if TYPE_CHECKING:
+    from .memory import MemoryIndex
+
+
+def status_document(
+    index: MemoryIndex,
+    store: Store,
+    fallback: dict[str, Any] | None,
+    embedder: Embedder | None,
+    embedder_error: str | None,
+    *,
+    deep: bool,
+) -> dict[str, Any]:
+    """The document of `memsift status` (SPEC section 3), read from `store` alone: one state of the index."""
+    config = index.config
+    identity = store.identity()
+    stats = store.stats()
+    dirty_reason = None
+    unfinished = json.loads(store.get_meta(UNFINISHED) or "null")
+    if identity is None:
+        dirty_reason = "never indexed"
+    elif unfinished is not None:
+        done = sum(stats["files"].values())
+        dirty_reason = (
+            f"the first index is not finished: {done} of {unfinished['files']} files indexed (the sync running "
+            "now, or the next one, completes it)"
+        )
+    elif not identity_matches(identity, index_identity(config, embedder)):
+        held = index._rebuild_held(embedder)
+        dirty_reason = (
+            f"{held['reason']}; it would embed: {held['summary']}"
+            if held
+            else "the configuration or model changed: the next sync rebuilds"
+        )
+    else:
+        plan = plan_sync(store, config, embedder, SyncReport())
+        if plan.to_check or plan.removed:
+            n = len(plan.to_check)
+            dirty_reason = f"{n} file{'' if n == 1 else 's'} new or modified, {len(plan.removed)} removed"
+    pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
+    waiting, refused = vectorless(store, identity_key(identity), waiting=bool(pending)) if identity else (0, 0)
+    if pending:
+        pending["chunks"] = waiting
+    if pending and dirty_reason is None:
+        dirty_reason = (
+            f"{pending['chunks']} of {sum(stats['chunks'].values())} chunks have no vector: the embedder failed "
+            f"({pending['reason']}); keyword search finds them, the next sync embeds them"
+            + (f" ({refused} more the provider refused stay keyword-only)" if refused else "")
+        )
+    last = store.get_meta("last_sync")
+    doc: dict[str, Any] = {
+        "agent": config.agent,
+        "workspace": str(config.workspace),
+        "dbPath": str(config.db_path),
+        "provider": (identity or {}).get("provider") or (embedder.provider if embedder else "none"),
+        "model": (identity or {}).get("model") or (embedder.model if embedder else None),
+        "dims": (identity or {}).get("dims"),
+        # Every configured source is counted, 0 included: a note with no text (or no sync yet) is {"memory": 0}
+        # chunks, as a client reading `chunks.memory` expects, not a missing key.
+        "files": {**dict.fromkeys(config.sources, 0), **stats["files"]},
+        "chunks": {**dict.fromkeys(config.sources, 0), **stats["chunks"]},
+        "dirty": dirty_reason is not None,
+        "dirtyReason": dirty_reason,
+        "vector": {
+            "enabled": bool((identity or {}).get("dims")),
+            "backend": "sqlite-vec" if store.vec_available else "numpy",
+            "error": store.vec_error if not store.vec_available else None,
+            # chunks the provider refused on their own (HTTP 400 naming them): keyword search only, for good
+            "refused": refused,
+        },
+        "fts": {"enabled": identity is not None, "tokenizer": config.store.fts_tokenize},
+        "cacheEntries": stats["cacheEntries"],
+        "sharedCache": _shared_cache_status(config),
+        "lastSync": iso(float(last)) if last else None,
+        "embedderError": embedder_error,
+        "fallback": fallback,
+        "vectorsPending": {**pending, "at": iso(pending["at"])} if pending else None,  # reason, at, chunks
+        "rerank": _rerank_status(config, store, embedder),
+    }
+    if deep:
+        doc["probe"] = _probe(embedder, embedder_error)
+    return doc
+
+
+def _shared_cache_status(config: Config) -> dict[str, Any]:
+    """The home's shared embedding cache: where, and how many vectors (0 before any sync made it)."""
+    path = cache_path(config.home)
+    if not path.exists():
+        return {"path": str(path), "entries": 0}
+    with SharedCache(path) as cache:
+        return {"path": str(path), "entries": cache.count()}
+
+
+def _rerank_status(config: Config, store: Store, embedder: Embedder | None) -> dict[str, Any]:
+    """Whether searches rerank by default, with what, and how many chunks have MaxSim token bits."""
+    r = config.rerank
+    capture = token_capture(config, embedder)
+    return {
+        "enabled": r.enabled,
+        "active": wanted(config, None, embedder),
+        "provider": r.provider,
+        "model": r.model or (LOCAL_DEFAULT if r.provider == "local" else None),
+        "candidates": r.candidates,
+        "weight": r.weight,
+        "method": r.method,
+        "ranker": _ranker_identity(r.rankerModel) if r.method == "learned" else None,
+        "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,
+        # what hybrid scores are calibrated with: part of what a score means, as the ranker is
+        "calibration": calibration.default_model().fingerprint,
+    }
+
+
+def _probe(embedder: Embedder | None, embedder_error: str | None) -> dict[str, Any]:
+    if embedder is None:
+        return {"ok": False, "error": embedder_error or "no embedder configured"}
+    started = time.perf_counter()
+    try:
+        vec = embedder.embed_query("memsift probe")
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {"ok": True, "dims": int(vec.shape[0]), "ms": round((time.perf_counter() - started) * 1000, 1)}
+
+
+def iso(ts: float) -> str:
+    """A Unix time as status shows times (UTC, seconds)."""
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
+
+
+def _ranker_identity(path: str | None) -> str:
+    """The learned ranker's fingerprint (what searches are scored with), or why its model cannot be read."""
+    try:
+        return learned.model_for(path).fingerprint
+    except learned.RankerModelError as exc:
+        return f"unreadable: {exc}"
