@@ -11,7 +11,9 @@ before any work, and fail the run when that server is slow to start); the run id
 state is kept here. One worker thread: a sync is the index's one writer
 (the agent's writer lock would serialise two anyway), and runs queue behind it as PENDING.
 
-Runs are kept in memory, the newest `MAX_KEPT`: after a restart their ids are unknown (404).
+Runs are kept in memory, the newest `MAX_KEPT`: after a restart their ids are unknown (404), unless the Prefect
+server has them. A `memsift-sync` flow run this process did not start (`memsift index` prints its id, and so do
+`up`'s watcher and schedules) is read from that server, so its id answers here too.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class Run:
     id: str
     agent: str
     state: str
-    deployment: str | None = None  # set when the run went through a served deployment
+    deployment: str | None = None  # set when its state is Prefect's: the served deployment, "" if started elsewhere
     flow_run: UUID | None = None  # a run of this process's worker recorded in Prefect, once it started
     summary: dict[str, Any] | None = None
     error: str | None = None
@@ -90,6 +92,11 @@ class IndexRuns:
     def get(self, run_id: str) -> Run | None:
         with self._lock:
             run = self._runs.get(run_id)
+        if run is None and (run := _started_elsewhere(run_id)) is not None:
+            with self._lock:
+                run = self._runs.setdefault(run.id, run)
+                while len(self._runs) > MAX_KEPT:
+                    self._runs.popitem(last=False)
         if run is not None and run.deployment is not None and run.state not in FINAL:
             if not _refresh_from_prefect(run):
                 return None  # deleted on the server
@@ -162,16 +169,11 @@ def served_deployment(agent: str) -> str | None:
     worker within `SERVED_WITHIN` seconds (the server's UTC timestamp against this machine's clock)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
-    from prefect.settings import PREFECT_API_URL
 
     from flows.sync import sync_flow
 
-    url = PREFECT_API_URL.value()
-    if not url:
-        return None
-    try:  # without the client's retries, which would hold the request for tens of seconds
-        httpx.get(f"{url.rstrip('/')}/health", timeout=PROBE_SECONDS)
-    except httpx.HTTPError:
+    url = _answering_prefect()
+    if url is None:
         return None
     try:
         with get_client(sync_client=True) as client:
@@ -182,6 +184,49 @@ def served_deployment(agent: str) -> str | None:
     if not names:
         return None
     return f"{sync_flow.name}/{agent if agent in names else names[0]}"
+
+
+def _answering_prefect() -> str | None:
+    """PREFECT_API_URL when that server answers within `PROBE_SECONDS` (asked without the client's retries,
+    which would hold the request for tens of seconds), else None."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        return None
+    try:
+        httpx.get(f"{url.rstrip('/')}/health", timeout=PROBE_SECONDS)
+    except httpx.HTTPError:
+        return None
+    return url
+
+
+def _started_elsewhere(run_id: str) -> Run | None:
+    """The `memsift-sync` flow run of this id on the Prefect server, started by another process (`memsift
+    index`, `up`'s watcher or schedules); None when no server answers or it has no such run."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    from flows.sync import sync_flow
+
+    try:
+        flow_run_id = UUID(run_id)
+    except ValueError:
+        return None
+    if _answering_prefect() is None:
+        return None
+    try:
+        with get_client(sync_client=True) as client:
+            flow_run = client.read_flow_run(flow_run_id)
+            flow = client.read_flow(flow_run.flow_id)
+    except ObjectNotFound:
+        return None
+    except httpx.HTTPError as exc:
+        raise PrefectUnavailable(f"run {run_id}: the Prefect server does not answer ({exc})") from exc
+    agent = flow_run.parameters.get("agent")
+    if flow.name != sync_flow.name or not isinstance(agent, str):
+        return None
+    return Run(id=str(flow_run.id), agent=agent, state="SCHEDULED", deployment="")
 
 
 def _polled_recently(deployment: Any) -> bool:

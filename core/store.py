@@ -347,6 +347,9 @@ class Store:
     def file_rows(self) -> dict[str, tuple[int, int, str]]:
         return {p: (s, m, h) for p, s, m, h in self.conn.execute("SELECT path, size, mtime_ns, hash FROM files")}
 
+    def file_count(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM files").fetchone()[0]
+
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?", (size, mtime_ns, path))
 

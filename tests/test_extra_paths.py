@@ -7,13 +7,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from test_api_server import free_port, wait_for
+
+from core import load_config
+from core.errors import GetError
+from core.memory import MemoryIndex
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 HIT_PATH = re.compile(r"^extra/[0-9a-f]{8}/")
@@ -137,3 +143,24 @@ def test_rest_get_reads_indexed_external_files_and_refuses_the_rest(tmp_path: Pa
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
         proc.stderr.close()
+
+
+def test_an_indexed_external_file_deleted_since_reads_as_empty_text(tmp_path: Path, memsift_home: Path) -> None:
+    """SPEC: a memory file that does not exist returns empty text. An entry deleted after the index (a single
+    file, or a folder) was refused as "not a memory file ... extraPaths" (403), the entry configured all along,
+    where a deleted file of a folder still there read as empty text. Once a sync has dropped them, both are "not in the
+    index" (404), as a file the index never held."""
+    ws, shared = _setup(tmp_path)
+    with MemoryIndex(load_config(workspace=ws)) as index:
+        index.sync()
+        indexed = sorted(p for p in index.store.file_rows() if HIT_PATH.match(p))
+        wifi, rotate = sorted(indexed, key=lambda p: not p.endswith("/wifi.md"))
+        (shared / "wifi.md").unlink()
+        shutil.rmtree(shared / "runbooks")  # a folder entry gone whole
+        for path in (wifi, rotate):
+            assert index.get(path) == {"path": path, "from": 1, "lines": 0, "text": "", "totalLines": 0}
+        index.sync()
+        for path in (wifi, rotate):
+            with pytest.raises(GetError, match="not in the index") as refused:
+                index.get(path)
+            assert refused.value.status == 404

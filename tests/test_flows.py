@@ -238,6 +238,27 @@ def _api_url() -> str:
     return url
 
 
+def test_rest_answers_for_a_sync_run_another_process_started(workspace, capsys, monkeypatch) -> None:
+    """`memsift index` under `up` prints its flow run (and so do `up`'s watcher and schedules), but `GET
+    /v1/index/{runId}` knew only the runs its own `POST /v1/index` started: 404 "runs are kept in memory"
+    for a sync the Prefect server holds. Any other id is still unknown."""
+    from api.runs import IndexRuns
+
+    monkeypatch.setenv("PREFECT_API_URL", _api_url())
+    runs = Runs()
+    assert main(["--workspace", str(workspace(notes(3))), "index"]) == 0
+    capsys.readouterr()
+    recorded = str(runs.one().id)
+    rest = IndexRuns()
+    try:
+        run = rest.get(recorded)
+        assert run is not None and (run.id, run.agent, run.state) == (recorded, "main", "COMPLETED"), run
+        assert run.summary is not None and run.summary["added"] == 3, run.summary
+        assert rest.get("00000000-0000-0000-0000-000000000000") is None and rest.get("not-a-uuid") is None
+    finally:
+        rest.close()
+
+
 def test_cli_index_runs_the_flow(workspace, capsys, monkeypatch) -> None:
     monkeypatch.setenv("PREFECT_API_URL", _api_url())
     ws = workspace(notes(3))

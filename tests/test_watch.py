@@ -11,17 +11,19 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.states import Completed, Running
 from watchfiles import Change
 
+from api.agents import Agents
 from core import MemoryIndex
 from core.config import Config
-from core.watching import changed_agents, watch
+from core.watching import MemoryWatching, changed_agents, watch
 from flows.deployments import agent_deployments, flow_parameters
 from flows.watch import SyncRuns
 
@@ -204,8 +206,6 @@ def test_serve_leaves_a_first_index_to_the_first_search(workspace, make_config, 
 def test_a_watch_that_fails_says_why_and_ends(workspace, make_config) -> None:
     """A workspace gone (or the inotify limit reached) ends the watching with a line saying so, not a thread's
     traceback; the server goes on."""
-    from core.watching import MemoryWatching
-
     config = make_config(workspace({"MEMORY.md": "x\n"}))
     shutil.rmtree(config.workspace)
     said: list[str] = []
@@ -261,16 +261,13 @@ def test_serve_syncs_an_agent_whose_settings_changed(workspace, memsift_home) ->
 # ---------------------------------------------------------------- a server's search and its watcher
 
 
-def test_a_server_search_syncs_first_exactly_when_its_watcher_saw_a_change(workspace, make_config) -> None:
-    """`serve` and `up` sync the notes changed since the last sync before a search, but a stat of every note on
-    every search costs 84 ms at 10,000 notes: while the watcher covers the agent, only a change it saw (or a
-    restart of its watches, which may have missed one) makes the search look. Its batches only queue here, so
-    nothing but the search syncs."""
-    from api.agents import Agents
-    from core.watching import MemoryWatching
-
+@pytest.fixture
+def watched_agents(
+    workspace, make_config
+) -> Iterator[tuple[Agents, MemoryWatching, queue.Queue[set[str]], Callable[[Config], None]]]:
+    """(Agents over a synced one-note workspace, its MemoryWatching, the watcher's batches, start(config)): the
+    batches only queue, so nothing but a search syncs."""
     ws = workspace({"memory/2026-01-01.md": "- The heron count was 12.\n"})
-    decoy = workspace({"memory/d.md": "d\n"}, name="decoy")
     config = make_config(ws)
     config = replace(config, sync=replace(config.sync, watchDebounceMs=100))
     with MemoryIndex(config) as index:
@@ -287,29 +284,60 @@ def test_a_server_search_syncs_first_exactly_when_its_watcher_saw_a_change(works
             ticks.get_nowait()
         ticks.get(timeout=WAIT)  # the new thread's first tick: its watches are in place
 
-    def first_hit(query: str) -> str | None:
-        results = agents.search(None, query, {"min_score": 0})[1].results
-        return results[0].path if results else None
-
     try:
-        assert watching.seen("main") is None  # not watching yet: a search must look for itself
-        start(config)
-        assert watching.seen("main") is not None
-        assert first_hit("heron count") == "memory/2026-01-01.md"
-        (ws / "memory" / "2026-01-02.md").write_text("- The otter count was 7.\n")
-        assert batches.get(timeout=WAIT) == {"main"}  # seen within SEEN_MS, long before this batch
-        assert first_hit("otter count") == "memory/2026-01-02.md"
-
-        # The same agent watched over another folder: a change of this one goes unseen, and the search trusts
-        # the watcher, except once after the restart (a change between two watches is seen by neither).
-        start(replace(config, workspace=decoy.resolve()))
-        (ws / "memory" / "2026-01-03.md").write_text("- The marten count was 3.\n")
-        assert first_hit("marten count") == "memory/2026-01-03.md"  # the restart's catch-up
-        (ws / "memory" / "2026-01-04.md").write_text("- The badger count was 5.\n")
-        assert first_hit("badger count") != "memory/2026-01-04.md"  # no stat of each note: nothing was seen
-        watching.stop()
-        assert watching.seen("main") is None
-        assert first_hit("badger count") == "memory/2026-01-04.md"  # no watcher: every search looks
+        yield agents, watching, batches, start
     finally:
         watching.stop()
         agents.close()
+
+
+def _first_hit(agents: Agents, query: str) -> str | None:
+    results = agents.search(None, query, {"min_score": 0})[1].results
+    return results[0].path if results else None
+
+
+def test_a_server_search_finds_a_note_written_the_moment_before(watched_agents) -> None:
+    """A note written and searched for at once, before the watcher has heard of the write (50-100 ms later):
+    the search trusted the watcher's count of changes, unchanged yet, and missed the note (0 of 5 through
+    `memsift serve`). A small memory is cheap to look at on every search."""
+    agents, watching, batches, start = watched_agents
+    start(agents.configs["main"])
+    assert _first_hit(agents, "heron count") == "memory/2026-01-01.md"  # a look: the watcher's count noted
+    ws = agents.configs["main"].workspace
+    for n, animal in enumerate(["otter", "badger", "marten"], start=2):
+        (ws / "memory" / f"2026-01-0{n}.md").write_text(f"- The {animal} count was {n}.\n")
+        assert _first_hit(agents, f"{animal} count") == f"memory/2026-01-0{n}.md"
+
+
+def test_a_server_search_syncs_first_exactly_when_its_watcher_saw_a_change(
+    watched_agents, workspace, monkeypatch
+) -> None:
+    """`serve` and `up` sync the notes changed since the last sync before a search, but a stat of every note on
+    every search costs 84 ms at 10,000 notes: while the watcher covers a large memory (here: any, by
+    `LOOK_ALWAYS_FILES`), only a change it saw (or a restart of its watches, which may have missed one) makes
+    the search look. Its batches only queue here, so nothing but the search syncs."""
+    monkeypatch.setattr("api.catch_up.LOOK_ALWAYS_FILES", 0)
+    agents, watching, batches, start = watched_agents
+    config = agents.configs["main"]
+    ws = config.workspace
+    decoy = workspace({"memory/d.md": "d\n"}, name="decoy")
+    first_hit = partial(_first_hit, agents)
+
+    assert watching.seen("main") is None  # not watching yet: a search must look for itself
+    start(config)
+    assert watching.seen("main") is not None
+    assert first_hit("heron count") == "memory/2026-01-01.md"
+    (ws / "memory" / "2026-01-02.md").write_text("- The otter count was 7.\n")
+    assert batches.get(timeout=WAIT) == {"main"}  # seen within SEEN_MS, long before this batch
+    assert first_hit("otter count") == "memory/2026-01-02.md"
+
+    # The same agent watched over another folder: a change of this one goes unseen, and the search trusts
+    # the watcher, except once after the restart (a change between two watches is seen by neither).
+    start(replace(config, workspace=decoy.resolve()))
+    (ws / "memory" / "2026-01-03.md").write_text("- The marten count was 3.\n")
+    assert first_hit("marten count") == "memory/2026-01-03.md"  # the restart's catch-up
+    (ws / "memory" / "2026-01-04.md").write_text("- The badger count was 5.\n")
+    assert first_hit("badger count") != "memory/2026-01-04.md"  # no stat of each note: nothing was seen
+    watching.stop()
+    assert watching.seen("main") is None
+    assert first_hit("badger count") == "memory/2026-01-04.md"  # no watcher: every search looks

@@ -313,7 +313,8 @@ def scan_external(config: Config, seen: set[tuple[int, int]] | None = None) -> S
 
 def external_file(config: Config, rel: str) -> Path | None:
     """The file outside the workspace that an index path `extra/<h>/...` names by the rules above, or None
-    (no such entry, not Markdown, in an `exclude` folder, or through a symlink)."""
+    (no such entry, not Markdown, in an `exclude` folder, or through a symlink). An entry gone since it was
+    indexed still names its files (`get` reads them only while the index holds them, as empty text)."""
     if not rel.startswith(EXTERNAL):
         return None
     for root in external_roots(config):
@@ -321,9 +322,11 @@ def external_file(config: Config, rel: str) -> Path | None:
             continue
         inner = rel[len(root.prefix) + 1 :]
         st = lstat(root.path)
-        if st is None or statmod.S_ISLNK(st.st_mode) or not inner.lower().endswith(".md"):
+        if (st is not None and statmod.S_ISLNK(st.st_mode)) or not inner.lower().endswith(".md"):
             return None
-        if statmod.S_ISREG(st.st_mode):
+        if st is None and inner == root.path.name:
+            return root.path  # a single-file entry deleted (a folder entry's file of its name: gone as well)
+        if st is not None and statmod.S_ISREG(st.st_mode):
             return root.path if inner == root.path.name else None
         parts = inner.split("/")
         if any(p in config.exclude for p in parts[:-1]) or has_symlink(root.path, inner):
