@@ -212,6 +212,7 @@ def search(
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
     # The model reads both legs: a keyword or vector search (asked for, or degraded to) gets the blend.
     learned_order = use_learned and mode == "hybrid" and bool(cands)
+    by_model = False  # whether the learned ranker's probabilities made the order (calibration reads them)
     # With `search.calibrate` (the default), hybrid scores are calibrated after the order is made and the floor
     # acts on them. Otherwise, and in keyword- or vector-only search, the floor acts on each hit's retrieval
     # scores: a hit the keyword leg found is kept, a vector-only hit needs cosine >= minScore.
@@ -221,6 +222,7 @@ def search(
             cands, problem = _learned_order(
                 store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
             )
+        by_model = problem is None  # without MaxSim the fused order stood: its scores are not probabilities
         if not calibrated:  # after the model ordered the whole pool, so the order does not depend on the floor
             cands = [c for c in cands if ranking.passes_floor(c, floor)]
         if problem:
@@ -254,7 +256,7 @@ def search(
             cands, abstained = [], ONE_COMMON_WORD.format(terms[0])
         elif calibrated and cands:
             cands, abstained = _calibrate(
-                store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank)
+                store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank), by_model
             )
         if pool and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
             best_cosine = max((c.vector for c in pool if c.vector is not None), default=0.0)
@@ -286,6 +288,7 @@ def _calibrate(
     floor: float,
     collect: CalibrationCollector | None,
     maxsim: bool,
+    learned: bool,
 ) -> tuple[list[ranking.Candidate], str | None]:
     """Each hit's score made the calibrated estimate that it is relevant (the order stays), then the floor:
     the scores never increase down the order, so the floor keeps a prefix of it. Returns the hits kept and,
@@ -293,7 +296,9 @@ def _calibrate(
     inputs = calibration.inputs(store, query, ordered, rows, maxsim)
     if collect is not None:
         collect(inputs, ordered, rows)
-    for c, p in zip(ordered, calibration.scores(calibration.default_model(), inputs)):
+    # The model's probabilities, before calibration and before temporal decay (which orders, never drops).
+    ranker = [c.score / c.decay if c.decay else c.score for c in ordered] if learned else None
+    for c, p in zip(ordered, calibration.scores(calibration.default_model(), inputs, ranker)):
         c.ranker, c.score = c.score, p
     kept = [c for c in ordered if c.score >= floor]
     if kept:

@@ -136,6 +136,33 @@ def test_notes_without_a_named_identifier_fall_under_the_floor(index, query: str
     assert len(everything) == 3 and all(h.score < 0.35 for h in everything[1:])
 
 
+@pytest.mark.parametrize(
+    ("query", "path"),
+    [
+        ("why did the deploy fail", "memory/2026-05-14.md"),
+        ("what does Dana drink in the morning", "MEMORY.md"),
+        ("Marco on-call", "memory/2026-05-15.md"),
+    ],
+)
+def test_notes_the_ranker_rates_far_below_the_answer_fall_under_the_floor(index, query: str, path: str) -> None:
+    """No identifier to tell them apart: the learned ranker rates the two other notes under 1/1000 of the
+    answer, yet the 3/4 lift scored them 0.75-0.80 (examples/workspace, `make run`'s own question)."""
+    assert [h.path for h in index.search(query).results] == [path]
+    everything = index.search(query, min_score=0, explain=True).results  # the floor removed them, not the order
+    assert len(everything) == 3 and all(h.score < 0.35 for h in everything[1:])
+    first = everything[0].scores["ranker"]
+    assert all(h.scores["ranker"] < calibration.OUTRANKED * first for h in everything[1:])
+
+
+def test_only_hits_far_below_the_first_by_the_ranker_are_outranked() -> None:
+    assert list(calibration.outranked([0.8, 0.01, 0.0007, 1e-5])) == [False, False, True, True]
+    inp = _asked("Would Caroline enjoy Dr. Seuss books?", 1000)  # three hits
+    plain = calibration.scores(calibration.default_model(), inp)
+    ranked = calibration.scores(calibration.default_model(), inp, [0.8, 0.01, 1e-5])
+    assert ranked[:2] == plain[:2]  # the first hit, and so abstention, never moves
+    assert ranked[2] < plain[2] and ranked[2] <= calibration.ABSENT_IDENTIFIER * plain[0]
+
+
 def test_a_holder_below_a_note_without_the_identifier_keeps_its_lift() -> None:
     """Only the hits past the last one (of the head) holding the identifier are lowered: a floor keeps a
     prefix of the order, so lowering a hit above a holder would cut the holder too."""
