@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from api import arguments
 from api.app import create_app
-from api.cli import _parser
 from core.config import _SCHEMA
 
 DOCS = "\n".join(p.read_text(encoding="utf-8") for p in sorted((Path(__file__).parent.parent / "docs").glob("*.md")))
@@ -38,7 +38,7 @@ def test_every_configuration_key_is_documented(key: str) -> None:
     assert f"`{key}`" in DOCS
 
 
-@pytest.mark.parametrize("command", _commands(_parser()))
+@pytest.mark.parametrize("command", _commands(arguments.parser()))
 def test_every_cli_command_is_documented(command: str) -> None:
     assert command in DOCS
 
@@ -51,5 +51,5 @@ def test_every_rest_route_is_documented(workspace, make_config) -> None:
 
 def test_the_commands_and_routes_are_found():
     """The lists the tests walk are the real ones (a parser or app change cannot empty them silently)."""
-    commands = _commands(_parser())
+    commands = _commands(arguments.parser())
     assert "memsift model build" in commands and "memsift search" in commands and len(commands) == 11

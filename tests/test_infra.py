@@ -109,14 +109,14 @@ def _command_lines() -> list[tuple[str, list[str]]]:
 
 
 def test_every_memsift_command_parses() -> None:
-    from api.cli import _parser
+    from api import arguments
 
     seen = set()
     for where, argv in _command_lines():
         if argv[0] != "memsift":
             continue
         try:
-            args = _parser().parse_args(argv[1:])
+            args = arguments.parser().parse_args(argv[1:])
         except SystemExit:
             raise AssertionError(f"{where}: {shlex.join(argv)} is not a memsift command") from None
         seen.add((args.command, getattr(args, "model_command", None)))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from api.cli import _parser
+from api import arguments
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
@@ -48,7 +48,7 @@ def test_the_readme_has_memsift_commands() -> None:
 
 @pytest.mark.parametrize("argv", memsift_commands(), ids=" ".join)
 def test_each_memsift_command_parses(argv: list[str]) -> None:
-    args = _parser().parse_args(argv)  # a usage error would exit 2
+    args = arguments.parser().parse_args(argv)  # a usage error would exit 2
     if args.workspace:  # the README's commands run in a fresh clone: the folders they name are in it
         assert (ROOT / args.workspace).is_dir(), args.workspace
     if getattr(args, "path", None):

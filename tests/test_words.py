@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from sample import NOTES
 
-from api.cli import _parser
+from api import arguments
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 
@@ -102,7 +102,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
 
 
 def test_every_option_says_what_it_does_and_its_default() -> None:
-    for parser in _subparsers(_parser()):
+    for parser in _subparsers(arguments.parser()):
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction | argparse._HelpAction):
                 continue
