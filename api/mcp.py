@@ -30,7 +30,7 @@ from mcp.server import Server
 from mcp.shared.message import SessionMessage
 
 from api.catch_up import CatchUps
-from api.schemas import MAX_LINES, has_lone_surrogate
+from api.schemas import MAX_LINES, MAX_QUERY_BYTES, has_lone_surrogate
 from core import Config, ConfigError, MemsiftError
 from core.memory import MemoryIndex
 
@@ -107,7 +107,9 @@ TOOLS = [
 
 
 class ToolArgumentError(MemsiftError, ValueError):
-    """An argument is missing, unknown or of the wrong type; the message names it."""
+    """An argument is missing, unknown, of the wrong type or out of REST's bounds; the message names it."""
+
+    status = 400  # as REST answers the same argument
 
 
 _KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
@@ -155,6 +157,8 @@ class MemoryTools:
     def memory_search(self, args: dict[str, Any]) -> dict[str, Any]:
         _check_names(args, SEARCH_SCHEMA)
         query = _argument(args, SEARCH_SCHEMA, "query")
+        if (size := len(query.encode(errors="surrogatepass"))) > MAX_QUERY_BYTES:  # REST's 413: the same bound
+            raise ToolArgumentError(f"query: {size} bytes, over the limit of {MAX_QUERY_BYTES}")
         max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
         min_score = _argument(args, SEARCH_SCHEMA, "minScore")
         evergreen = _argument(args, SEARCH_SCHEMA, "evergreen")

@@ -358,3 +358,21 @@ def test_stdio_from_a_terminal_takes_requests_over_4_kib_and_ctrl_d_still_ends_i
             proc.wait()
         os.close(master)
         os.close(slave)
+
+
+def test_memory_search_refuses_a_query_over_rest_s_4_kib_with_a_status(workspace, memsift_home: Path) -> None:
+    """REST answers a query over 4 KiB 413 and a wrong type 400; memory_search searched the first and gave the
+    second no status."""
+    from api.schemas import MAX_QUERY_BYTES
+
+    tools = MemoryTools(load_config(workspace=workspace({"MEMORY.md": "- Dana drinks a flat white.\n"})))
+    try:
+        answer, failed = tools.call("memory_search", {"query": "é" * (MAX_QUERY_BYTES // 2 + 1)})
+        assert failed and answer["results"] == [] and answer["status"] == 400
+        assert answer["reason"] == f"query: {MAX_QUERY_BYTES + 2} bytes, over the limit of {MAX_QUERY_BYTES}"
+        answer, failed = tools.call("memory_search", {"query": "flat white", "maxResults": "five"})
+        assert failed and answer["status"] == 400 and "maxResults: expected integer" in answer["reason"]
+        answer, failed = tools.call("memory_search", {"query": "é" * (MAX_QUERY_BYTES // 2)})  # at the limit
+        assert not failed
+    finally:
+        tools.close()
