@@ -388,6 +388,8 @@ def check_path_prefix(path_prefix: str) -> None:
         raise SearchError(
             f"pathPrefix: {path_prefix!r} is not workspace-relative; give it as hits name paths (memory/)"
         )
+    if "//" in path_prefix:  # `memory//`, a typo or two joined parts: no indexed path holds an empty name
+        raise SearchError(f"pathPrefix: {path_prefix!r} has an empty folder name (//); give it as hits name paths")
 
 
 def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:

@@ -93,6 +93,7 @@ def test_durations_count_back_from_now(index):
         ({"path_prefix": "/memory"}, "^pathPrefix: '/memory' is not workspace-relative"),
         ({"path_prefix": "~/agent/memory"}, "^pathPrefix: '~/agent/memory' is not workspace-relative"),
         ({"path_prefix": "memory/../MEMORY"}, "^pathPrefix: 'memory/../MEMORY' is not workspace-relative"),
+        ({"path_prefix": "memory//"}, r"^pathPrefix: 'memory//' has an empty folder name \(//\)"),
     ],
 )
 def test_bad_bounds_are_search_errors(index, options, message):
