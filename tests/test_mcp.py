@@ -343,7 +343,7 @@ def test_stdio_from_a_terminal_takes_requests_over_4_kib_and_ctrl_d_still_ends_i
         send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
         assert answer()["id"] == 1
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        query = "flat white " + " ".join(f"word{i}" for i in range(3000))  # ~26 KiB
+        query = "flat white " + "é" * 2000  # 4,011 bytes, under the 4 KiB bound; as JSON (\u00e9) a 12 KiB line
         call = {"name": "memory_search", "arguments": {"query": query, "minScore": 0}}
         send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
         found = answer()
