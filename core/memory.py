@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from . import learned, rerankers
@@ -524,10 +525,15 @@ class MemoryIndex:
         fallback = self.fallback_record()
         embedder = self.embedder() or (self._stand_in() if fallback is None else None)
         embedder_error = self.embedder_error
+
+        def document(store: Store) -> dict[str, Any]:
+            held = partial(self._rebuild_held, embedder)  # asked only when the identity changed
+            return status_document(self.config, store, fallback, embedder, embedder_error, deep=deep, rebuild_held=held)
+
         if not self._indexed():  # never indexed: read an empty index in memory, as asking must write nothing
             with Store.empty(use_vec=self._use_vec) as empty:
-                return status_document(self, empty, fallback, embedder, embedder_error, deep=deep)
-        return status_document(self, self.store, fallback, embedder, embedder_error, deep=deep)
+                return document(empty)
+        return document(self.store)
 
 
 def _on_fallback(report: SyncReport, record: dict[str, Any]) -> SyncReport:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import calibration, learned
 from .config import Config
@@ -29,21 +30,19 @@ from .rerankers.shortlist import wanted
 from .shared_cache import SharedCache, cache_path
 from .store import Store
 
-if TYPE_CHECKING:
-    from .memory import MemoryIndex
-
 
 def status_document(
-    index: MemoryIndex,
+    config: Config,
     store: Store,
     fallback: dict[str, Any] | None,
     embedder: Embedder | None,
     embedder_error: str | None,
     *,
     deep: bool,
+    rebuild_held: Callable[[], dict[str, Any] | None],
 ) -> dict[str, Any]:
-    """The document of `memsift status` (SPEC section 3), read from `store` alone: one state of the index."""
-    config = index.config
+    """The document of `memsift status` (SPEC section 3), read from `store` alone: one state of the index.
+    `rebuild_held`: why a rebuild the identity calls for waits for a forced run, if it does."""
     identity = store.identity()
     stats = store.stats()
     dirty_reason = None
@@ -57,7 +56,7 @@ def status_document(
             "now, or the next one, completes it)"
         )
     elif not identity_matches(identity, index_identity(config, embedder)):
-        held = index._rebuild_held(embedder)
+        held = rebuild_held()
         dirty_reason = (
             f"{held['reason']}; it would embed: {held['summary']}"
             if held
