@@ -26,6 +26,7 @@ class Candidate:
     rerank: float | None = None  # the reranker's raw score; None: not reranked
     fused: float | None = None  # the retrieval score (after decay) a rerank blended with; None: not reranked
     ranker: float | None = None  # the score the order was made by, before calibration; None: not calibrated
+    probability: float | None = None  # the learned ranker's, before decay; None: the model did not order it
 
     @property
     def text(self) -> float | None:

@@ -212,7 +212,6 @@ def search(
             _apply_decay(store, cands, rows, s.halfLifeDays, now)
     # The model reads both legs: a keyword or vector search (asked for, or degraded to) gets the blend.
     learned_order = use_learned and mode == "hybrid" and bool(cands)
-    by_model = False  # whether the learned ranker's probabilities made the order (calibration reads them)
     # With `search.calibrate` (the default), hybrid scores are calibrated after the order is made and the floor
     # acts on them. Otherwise, and in keyword- or vector-only search, the floor acts on each hit's retrieval
     # scores: a hit the keyword leg found is kept, a vector-only hit needs cosine >= minScore.
@@ -222,7 +221,6 @@ def search(
             cands, problem = _learned_order(
                 store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
             )
-        by_model = problem is None  # without MaxSim the fused order stood: its scores are not probabilities
         if not calibrated:  # after the model ordered the whole pool, so the order does not depend on the floor
             cands = [c for c in cands if ranking.passes_floor(c, floor)]
         if problem:
@@ -256,7 +254,7 @@ def search(
             cands, abstained = [], ONE_COMMON_WORD.format(terms[0])
         elif calibrated and cands:
             cands, abstained = _calibrate(
-                store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank), by_model
+                store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank)
             )
         if pool and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
             best_cosine = max((c.vector for c in pool if c.vector is not None), default=0.0)
@@ -288,7 +286,6 @@ def _calibrate(
     floor: float,
     collect: CalibrationCollector | None,
     maxsim: bool,
-    learned: bool,
 ) -> tuple[list[ranking.Candidate], str | None]:
     """Each hit's score made the calibrated estimate that it is relevant (the order stays), then the floor:
     the scores never increase down the order, so the floor keeps a prefix of it. Returns the hits kept and,
@@ -296,8 +293,9 @@ def _calibrate(
     inputs = calibration.inputs(store, query, ordered, rows, maxsim)
     if collect is not None:
         collect(inputs, ordered, rows)
-    # The model's probabilities, before calibration and before temporal decay (which orders, never drops).
-    ranker = [c.score / c.decay if c.decay else c.score for c in ordered] if learned else None
+    # The model's probabilities, before temporal decay (which orders, never drops); none when the fused order
+    # or the blend stood.
+    ranker = [c.probability for c in ordered] if ordered[0].probability is not None else None
     for c, p in zip(ordered, calibration.scores(calibration.default_model(), inputs, ranker)):
         c.ranker, c.score = c.score, p
     kept = [c for c in ordered if c.score >= floor]
@@ -351,7 +349,8 @@ def _learned_order(
     for c, p in zip(pool, learned.model_for(config.rerank.rankerModel).predict(x)):
         # Temporal decay scales the model's probability as it scaled the fused score: the model was trained
         # without decay and reads `fused` among forty signals, so a note 30 half-lives old came first.
-        c.score = float(p) * (c.decay if c.decay is not None else 1.0)
+        c.probability = float(p)
+        c.score = c.probability * (c.decay if c.decay is not None else 1.0)
     return sorted(pool, key=lambda c: (-c.score, c.id)), None
 
 
