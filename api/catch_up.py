@@ -24,20 +24,22 @@ LOOK_ALWAYS_FILES = 200
 class CatchUps:
     def __init__(self) -> None:
         self.watching: MemoryWatching | None = None  # the server's file watcher, set by `serve`, `up`, `mcp`
-        self._looked: dict[str, tuple[int, int]] = {}  # agent: the watcher's `seen` at the last look
+        # agent: the watcher's `seen` at the last look, and the indexed files then (a sync changes it, and the
+        # watcher sees the change), so a search the watcher covers asks the index nothing
+        self._looked: dict[str, tuple[tuple[int, int], int]] = {}
 
     def before_search(self, index: MemoryIndex) -> str | None:
         """Sync what changed first; what that sync said, for the answer's `warning` (MemoryIndex.catch_up): its
         warnings, why the answer may not cover the notes as they are, or why the sync failed."""
         agent = index.config.agent
         token = self.watching.seen(agent) if self.watching is not None else None
+        looked = self._looked.get(agent)
+        if token is not None and looked is not None and looked[0] == token and looked[1] > LOOK_ALWAYS_FILES:
+            return None  # trust the watcher: nothing seen since the last look
         try:
-            if token is not None and self._looked.get(agent) == token:
-                if index.store.file_count() > LOOK_ALWAYS_FILES:
-                    return None  # trust the watcher: nothing seen since the last look
             said = index.catch_up()  # another sync running: it, or the watcher's next one, syncs the change
+            if token is not None:
+                self._looked[agent] = (token, index.store.file_count())
         except (MemsiftError, OSError) as exc:  # the search answers from the index as it is
             return f"changed memory files not synced: {exc}"
-        if token is not None:
-            self._looked[agent] = token
         return said
