@@ -71,15 +71,18 @@ def _split_long(line: str, budget: int) -> Iterator[str]:
 
 
 def split_lines(text: str) -> list[str]:
-    """Lines as editors number them: split on LF, a CR before it dropped; no empty line after a final LF.
+    """Lines as editors number them: a line ends at LF, CRLF or a lone CR (old Mac files, which editors and
+    Python's universal newlines read as lines); no empty line after a final break.
 
     `str.splitlines` is not used: it also splits on form feeds, U+2028 and others, which would shift line
     numbers against what a person sees and what `get` returns.
     """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
 
 
 def chunk_text(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:

@@ -98,7 +98,14 @@ def test_crlf_lines_are_split_without_carriage_returns():
     assert split_lines("a\r\nb\r\n\r\nc") == ["a", "b", "", "c"]
     assert split_lines("a\nb\n") == ["a", "b"]
     assert split_lines("") == []
-    assert split_lines("a\fb\u2028c\n") == ["a\fb\u2028c"]  # only LF ends a line
+    assert split_lines("a\fb\u2028c\n") == ["a\fb\u2028c"]  # form feeds and U+2028 end no line
+
+
+def test_a_lone_carriage_return_ends_a_line_as_editors_show_it():
+    assert split_lines("old\rmac\rfile\r") == ["old", "mac", "file"]
+    assert split_lines("a\r\r\nb\n\rc") == ["a", "", "b", "", "c"]  # CR, CRLF, LF, CR: four breaks
+    chunks = chunk_text("# Notes\r- first\r- second\r", tokens=400)
+    assert [(c.start_line, c.end_line, c.text) for c in chunks] == [(1, 3, "# Notes\n- first\n- second")]
     [chunk] = chunk_text("one\r\ntwo\r\nthree\r\n")
     assert (chunk.start_line, chunk.end_line, chunk.text) == (1, 3, "one\ntwo\nthree")
 

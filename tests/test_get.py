@@ -67,6 +67,20 @@ def test_crlf_file_lines_have_no_carriage_return(index):
     assert (doc["text"], doc["totalLines"]) == ("b", 3)
 
 
+def test_a_file_of_lone_carriage_returns_is_read_line_by_line(workspace, make_config, open_index):
+    """An old Mac file (CR only) read as one line: its hit spanned line 1 and `get` of line 2 was empty. Its
+    lines are what an editor shows, in the hit, in `get`, and in the lines a bad byte is said to be on."""
+    ws = workspace({"MEMORY.md": "clean\n"})
+    (ws / "memory").mkdir()
+    (ws / "memory/oldmac.md").write_bytes(b"# Old Mac\r- caf\xe9 with the okapi\r- second\r- na\xefve okapi\r")
+    index = open_index(make_config(ws), embedder=None)
+    assert "memory/oldmac.md: invalid UTF-8 on lines 2, 4, bad bytes replaced with U+FFFD" in index.sync().warnings
+    [hit] = [h for h in index.search("okapi", min_score=0).results if h.path == "memory/oldmac.md"]
+    assert (hit.startLine, hit.endLine) == (1, 4)
+    doc = index.get("memory/oldmac.md", start=3, count=1)
+    assert (doc["text"], doc["totalLines"]) == ("- second", 4)
+
+
 def test_extra_path_file_is_readable(index):
     assert index.get("extra/e.md")["text"] == "extra line"
 

@@ -94,9 +94,9 @@ def decode(raw: bytes) -> tuple[str | None, str | None]:
 
 def _bad_lines(raw: bytes, named: int = 5) -> str:
     """`line 2`, `lines 2, 7`, `lines 2, 7, 9, 12, 15 and 40 more`: where a person finds the bytes to fix. Line
-    numbers as `split_lines` counts them (a LF byte is never part of a UTF-8 sequence)."""
+    numbers as `split_lines` counts them (a CR or LF byte is never part of a UTF-8 sequence)."""
     bad = []
-    for number, line in enumerate(raw.split(b"\n"), 1):
+    for number, line in enumerate(raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"), 1):
         try:
             line.decode("utf-8")
         except UnicodeDecodeError:
