@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import logistic
 from .errors import ConfigError
 from .query import is_hex_prefix, query_terms, term_match
 from .ranking import Candidate
@@ -221,25 +222,9 @@ def fit(
     iters: int = 60,
     weight: np.ndarray | None = None,
 ) -> Model:
-    """L2-regularised logistic regression by Newton's method on standardised features (numpy only); `weight`
-    per row (default 1) sets what share of the rows the fit sees as positive, hence its prior."""
-    weight = np.ones(len(y)) if weight is None else weight
-    mean = x.mean(axis=0)
-    std = x.std(axis=0)
-    std[std < 1e-9] = 1.0
-    z = np.hstack([np.ones((len(x), 1)), (x - mean) / std])
-    w = np.zeros(z.shape[1])
-    reg = np.full(z.shape[1], l2)
-    reg[0] = 0.0
-    for _ in range(iters):
-        p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -40, 40)))
-        grad = z.T @ (weight * (p - y)) + reg * w
-        hess = (z * (weight * p * (1 - p))[:, None]).T @ z + np.diag(reg + 1e-9)
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.abs(step).max() < 1e-8:
-            break
-    return Model(features, mean, std, w[1:], float(w[0]))
+    """L2-regularised logistic regression (core/logistic.py); `weight` per row (default 1) sets what share of
+    the rows the fit sees as positive, hence its prior."""
+    return Model(features, *logistic.newton(x, y, l2=l2, iters=iters, weight=weight))
 
 
 def size_weight(chunks: int) -> float:

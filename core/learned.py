@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import logistic
 from .errors import ConfigError
 from .ranker_features import FEATURES
 
@@ -240,22 +241,5 @@ def model_for(path: str | None) -> Model:
 
 
 def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, meta: dict | None = None) -> Model:
-    """Logistic regression by Newton's method with an L2 penalty on the standardised weights (not the bias).
-
-    A handful of iterations over a few thousand rows: numpy only, no training library."""
-    mean = x.mean(axis=0)
-    std = x.std(axis=0)
-    std[std < 1e-9] = 1.0
-    z = np.hstack([np.ones((len(x), 1)), (x - mean) / std])
-    w = np.zeros(z.shape[1])
-    penalty = np.full(z.shape[1], l2)
-    penalty[0] = 0.0
-    for _ in range(50):
-        p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -40, 40)))
-        grad = z.T @ (p - y) + penalty * w
-        hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty + 1e-9)
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.max(np.abs(step)) < 1e-8:
-            break
-    return Model(FEATURES, mean, std, w[1:], float(w[0]), dict(meta or {}))
+    """Logistic regression with an L2 penalty on the standardised weights (core/logistic.py)."""
+    return Model(FEATURES, *logistic.newton(x, y, l2=l2, iters=50), dict(meta or {}))
