@@ -210,8 +210,8 @@ _SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "rerank.candidates": (30, _number(int, 1, 200)),
     # The reranker's share of the blend; 1.0 replaces the retrieval order (measured: docs/search-and-ranking.md).
     "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
-    # How a MaxSim rerank orders hits: the blend above (default), or the learned ranker over all candidates,
-    # whose score is a probability (docs/search-and-ranking.md "Learned ranker": not yet the default).
+    # How a MaxSim rerank orders hits: the learned ranker over all candidates (default), whose score is a
+    # probability (docs/search-and-ranking.md "Learned ranker (default)"), or the blend above.
     "rerank.method": ("learned", _choice("learned", "blend")),
     # The learned ranker's model file (`memsift train-ranker --out`); unset: the one shipped in the package.
     "rerank.rankerModel": (None, _optional(_str)),
