@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from core import processes
 from core.errors import MemsiftError
 
 HOST = "127.0.0.1"
@@ -164,19 +165,17 @@ def _forget(home: Path, pid: int) -> None:
 def _start_time(pid: int) -> int | None:
     """When process `pid` started (clock ticks since boot, /proc/<pid>/stat): with its pid it names one process
     for good. None when no such process runs; a zombie (ended, not yet reaped by its new parent) has ended."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else int(fields[19])
+    fields = processes.stat_fields(pid)
+    return None if fields is None or fields[0] in ("Z", "X") else int(fields[19])
 
 
 def _is_server(pid: int, port: int) -> bool:
     """Whether `pid` is a `prefect server start ... --port <port>` leading its own process group (as started
     here, so its group can be signalled as a whole)."""
+    fields = processes.stat_fields(pid)
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        group = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
+        group = int(fields[2]) if fields else None
     except (OSError, IndexError, ValueError):
         return False
     words = [a.decode(errors="replace") for a in argv]

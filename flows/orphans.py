@@ -19,7 +19,6 @@ an index run: it does not wait for an embedding request in flight) marks its own
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable
 from uuid import UUID
@@ -36,6 +35,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.states import Crashed
 
+from core import processes
 from flows.sync import rebuild_flow, sync_flow
 
 LIVE = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING, StateType.PAUSED]
@@ -76,12 +76,8 @@ def _process_gone(run: FlowRun) -> str | None:
     host, _, pid = (run.infrastructure_pid or "").rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return None  # not recorded (a run from before), or run elsewhere: not ours to judge
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
+    if processes.ended(int(pid)):  # a zombie too: killed with its parent, not yet reaped by init
         return f"its process (pid {pid}) ended while it ran (killed, or the machine stopped)"
-    except PermissionError:
-        pass  # alive, another user's
     return None
 
 

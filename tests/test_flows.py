@@ -30,7 +30,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun, TaskRun
 
 from api.cli import main
-from core import ConfigError, SyncReport
+from core import ConfigError, SyncReport, processes
 from core.config import db_path
 from core.progress import ProgressEvent
 from flows.orphans import crash_orphans
@@ -360,12 +360,15 @@ def test_a_run_whose_process_was_killed_is_marked_crashed_and_a_live_one_is_not(
         said: list[str] = []
         assert crash_orphans(said.append) == 0 and said == []  # its process is alive: still running it
         proc.kill()
+        # Not reaped yet, a zombie, as a killed `up`'s children are until init reaps them: os.kill(pid, 0) reads
+        # it as running, and the run stayed Running.
+        wait_for(lambda: (processes.stat_fields(proc.pid) or ["?"])[0] == "Z", 30, "the killed process to be a zombie")
+        assert runs.one().state.is_running()  # what the killed process left
+        assert crash_orphans(said.append) == 1
         proc.wait(30)
     finally:
         provider.close()
         stop_process(proc)
-    assert runs.one().state.is_running()  # what the killed process left
-    assert crash_orphans(said.append) == 1
     marked = runs.one()
     assert marked.state.is_crashed(), marked.state
     assert (
