@@ -1,22 +1,34 @@
 """Configuration: TOML file, then `MEMSIFT_<SECTION>_<KEY>` environment overrides, then validation.
 
-Every key is declared once in `_SCHEMA` with its default and its parser, so an unknown key or a bad value
-is an error that names the key before any work starts (SPEC section 2).
+Every key is declared once in `_SCHEMA` with its default and its parser (core/config_values.py), so an unknown
+key or a bad value is an error that names the key before any work starts (SPEC section 2).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config_values import (
+    Parser,
+    Text,
+    boolean,
+    boolean_or_auto,
+    choice,
+    number,
+    on_off,
+    optional,
+    secret,
+    text,
+    text_list,
+    text_map,
+)
 from .embedders import PROVIDERS
 from .errors import ConfigError
 from .ranking import FUSIONS
@@ -29,108 +41,8 @@ LOCAL_GRAPHS = ("optimized", "shipped")
 DIALECTS = ("cohere", "jina", "voyage", "tei")  # the hosted reranker's request shapes (core/rerankers/cohere.py)
 
 
-def _str(key: str, v: Any) -> str:
-    if not isinstance(v, str):
-        raise ConfigError(f"{key}: expected a string, got {v!r}")
-    return v
-
-
-def _secret(key: str, v: Any) -> str:
-    """A key's string, or an error that names its type only: a mistyped secret (`key = ["sk-..."]`) must not
-    reach a terminal or a log through the error (SPEC section 2)."""
-    if not isinstance(v, str):
-        raise ConfigError(f"{key}: expected a string, got a {type(v).__name__} (not shown: the key is a secret)")
-    return v
-
-
-class _Text(str):
-    """A value given as text (an environment variable, an override such as eval's `--set`): number and boolean
-    keys parse it. A TOML file's values are typed, so a string there where a number or a boolean is due
-    (`minScore = "0.3"`) is a type error naming the key, as it is in a REST body (api/strict.py)."""
-
-
-def _typed(key: str, v: Any, expected: str) -> None:
-    if isinstance(v, str) and not isinstance(v, _Text):
-        raise ConfigError(f"{key}: expected {expected}, got the string {v!r}")
-
-
-def _bool(key: str, v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    _typed(key, v, "true or false")
-    if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        return v.strip().lower() in ("1", "true", "yes", "on")
-    raise ConfigError(f"{key}: expected true or false, got {v!r}")
-
-
-def _bool_or_auto(key: str, v: Any) -> bool | str:
-    return "auto" if isinstance(v, str) and v.strip().lower() == "auto" else _bool(key, v)
-
-
-def read_number(kind: type, text: str) -> Any:
-    """`kind(text)` for the numbers people write: ValueError for those only Python reads (`int("2_0")` is 20,
-    `int("٢")` is 2), from the environment as from the command line."""
-    if "_" in text or not text.isascii():
-        raise ValueError(text)
-    return kind(text)
-
-
-def _number(kind: type, lo: float | None = None, hi: float | None = None) -> Callable[[str, Any], Any]:
-    def parse(key: str, v: Any) -> Any:
-        expected = "an integer" if kind is int else "a number"
-        if isinstance(v, bool):
-            raise ConfigError(f"{key}: expected {expected}, got {v!r}")
-        _typed(key, v, expected)
-        try:
-            n = read_number(kind, v) if isinstance(v, str) else kind(v)
-        except (TypeError, ValueError, OverflowError):  # int() of "nan" or inf
-            raise ConfigError(f"{key}: expected {expected}, got {v!r}") from None
-        if not math.isfinite(n):  # TOML has nan and inf: NaN passes every range check, and no key means infinity
-            raise ConfigError(f"{key}: expected a finite number, got {v!r}")
-        if kind is int and isinstance(v, float) and v != n:
-            raise ConfigError(f"{key}: expected an integer, got {v!r}")
-        if (lo is not None and n < lo) or (hi is not None and n > hi):
-            raise ConfigError(f"{key}: {n} is out of range [{lo}, {hi if hi is not None else '∞'}]")
-        return n
-
-    return parse
-
-
-def _optional(parse: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
-    return lambda key, v: None if v is None or v == "" else parse(key, v)
-
-
-def _choice(*options: str) -> Callable[[str, Any], str]:
-    def parse(key: str, v: Any) -> str:
-        if v not in options:
-            raise ConfigError(f"{key}: {v!r} is not one of {', '.join(options)}")
-        return v
-
-    return parse
-
-
-def _on_off(key: str, v: Any) -> str:
-    """`on` or `off` (SPEC section 2), or a TOML boolean: `citations = false` is the file's natural spelling."""
-    if isinstance(v, bool) or (isinstance(v, _Text) and v.strip().lower() in ("true", "false", "yes", "no")):
-        return "on" if _bool(key, v) else "off"  # MEMSIFT_SEARCH_CITATIONS=false as the file's `false`
-    return _choice("on", "off")(key, v)
-
-
-def _str_list(key: str, v: Any) -> tuple[str, ...]:
-    if isinstance(v, _Text):  # from the environment: comma separated
-        v = [s.strip() for s in v.split(",") if s.strip()]
-    elif isinstance(v, str):  # a TOML string is no list: "a,b" was split at its comma, "docs" taken as a list
-        name = key.rsplit(".", 1)[-1]
-        raise ConfigError(f"{key}: expected a list of strings, got the string {v!r}; write {name} = [{_toml(v)}]")
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
-    if any(not s.strip() for s in v):  # extraPaths [""] indexed every .md of the workspace, README.md and all
-        raise ConfigError(f"{key}: an entry is blank, got {v!r}")
-    return tuple(v)
-
-
 def _sources(key: str, v: Any) -> tuple[str, ...]:
-    sources = _str_list(key, v)
+    sources = text_list(key, v)
     for name in sources:
         if name not in SOURCES:
             raise ConfigError(f"{key}: {name!r} is not one of {', '.join(SOURCES)}")
@@ -139,107 +51,92 @@ def _sources(key: str, v: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(sources))
 
 
-def _toml(text: str) -> str:
-    """`text` as a TOML basic string (JSON's escapes are TOML's)."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _str_map(key: str, v: Any) -> dict[str, str]:
-    # Header values are often secrets: errors name the header, never its value.
-    if not isinstance(v, dict):
-        raise ConfigError(f"{key}: expected a table of strings")
-    for name, value in v.items():
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}.{name}: expected a string")
-    return dict(v)
-
-
 # dotted key -> (default, parser). Defaults match SPEC section 2 unless docs/ says why not
 # (docs/configuration.md lists every key; tests/test_docs.py checks it).
-_SCHEMA: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
-    "workspace": (None, _optional(_str)),
-    "extraPaths": ((), _str_list),
-    "exclude": (DEFAULT_EXCLUDE, _str_list),
-    "embedding.provider": ("auto", _choice(*PROVIDERS)),
-    "embedding.model": (None, _optional(_str)),
-    "embedding.baseUrl": (None, _optional(_str)),
-    "embedding.headers": ({}, _str_map),
-    "embedding.apiKey": (None, _optional(_secret)),  # a secret: else the provider's variable (OPENAI_API_KEY...)
-    "embedding.dimensions": (None, _optional(_number(int, 1, 65536))),
-    "embedding.queryPrefix": (None, _optional(_str)),
-    "embedding.documentPrefix": (None, _optional(_str)),
-    "embedding.fallback": ("none", _choice(*PROVIDERS)),
-    "embedding.batchMaxBytes": (8000, _number(int, 1)),
-    "embedding.batchMaxInputs": (96, _number(int, 1, 4096)),
-    "embedding.concurrency": (None, _optional(_number(int, 1, 64))),
-    "embedding.requestsPerMinute": (None, _optional(_number(float, 0.001))),
-    "embedding.tokensPerMinute": (None, _optional(_number(float, 1))),
-    "embedding.timeoutSeconds": (None, _optional(_number(float, 0.001))),
-    "embedding.retries": (3, _number(int, 0, 20)),
-    "embedding.localGraph": ("optimized", _choice(*LOCAL_GRAPHS)),
+_SCHEMA: dict[str, tuple[Any, Parser]] = {
+    "workspace": (None, optional(text)),
+    "extraPaths": ((), text_list),
+    "exclude": (DEFAULT_EXCLUDE, text_list),
+    "embedding.provider": ("auto", choice(*PROVIDERS)),
+    "embedding.model": (None, optional(text)),
+    "embedding.baseUrl": (None, optional(text)),
+    "embedding.headers": ({}, text_map),
+    "embedding.apiKey": (None, optional(secret)),  # a secret: else the provider's variable (OPENAI_API_KEY...)
+    "embedding.dimensions": (None, optional(number(int, 1, 65536))),
+    "embedding.queryPrefix": (None, optional(text)),
+    "embedding.documentPrefix": (None, optional(text)),
+    "embedding.fallback": ("none", choice(*PROVIDERS)),
+    "embedding.batchMaxBytes": (8000, number(int, 1)),
+    "embedding.batchMaxInputs": (96, number(int, 1, 4096)),
+    "embedding.concurrency": (None, optional(number(int, 1, 64))),
+    "embedding.requestsPerMinute": (None, optional(number(float, 0.001))),
+    "embedding.tokensPerMinute": (None, optional(number(float, 1))),
+    "embedding.timeoutSeconds": (None, optional(number(float, 0.001))),
+    "embedding.retries": (3, number(int, 0, 20)),
+    "embedding.localGraph": ("optimized", choice(*LOCAL_GRAPHS)),
     # What the hosted provider charges, for the cost `memsift index --dry-run` and every run's plan show.
-    "embedding.pricePerMillionTokens": (None, _optional(_number(float, 0.0))),
-    "chunking.tokens": (400, _number(int, 16, 8192)),
-    "chunking.overlap": (80, _number(int, 0, 4096)),
-    "search.maxResults": (6, _number(int, 1, 100)),
-    "search.minScore": (0.35, _number(float, 0.0, 1.0)),
-    "search.calibrate": (True, _bool),
-    "search.mode": ("hybrid", _choice(*MODES)),
-    "search.fusion": ("minmax", _choice(*FUSIONS)),
-    "search.vectorWeight": (None, _optional(_number(float, 0.0, 1.0))),
-    "search.textWeight": (None, _optional(_number(float, 0.0, 1.0))),
-    "search.rrfK": (60, _number(int, 1, 10000)),
-    "search.candidatePool": (40, _number(int, 1, 200)),
-    "search.candidateMultiplier": (4, _number(int, 1, 50)),
-    "search.temporalDecay.enabled": (False, _bool),
-    "search.temporalDecay.halfLifeDays": (30.0, _number(float, 0.001)),
-    "search.mmr.enabled": (False, _bool),
-    "search.mmr.lambda": (0.7, _number(float, 0.0, 1.0)),
-    "search.snippetChars": (700, _number(int, 20, 100000)),
-    "search.citations": ("on", _on_off),
-    "store.fts.tokenizer": ("unicode61", _choice("unicode61", "trigram")),
-    "store.fts.stemmer": ("porter", _choice("porter", "none")),
+    "embedding.pricePerMillionTokens": (None, optional(number(float, 0.0))),
+    "chunking.tokens": (400, number(int, 16, 8192)),
+    "chunking.overlap": (80, number(int, 0, 4096)),
+    "search.maxResults": (6, number(int, 1, 100)),
+    "search.minScore": (0.35, number(float, 0.0, 1.0)),
+    "search.calibrate": (True, boolean),
+    "search.mode": ("hybrid", choice(*MODES)),
+    "search.fusion": ("minmax", choice(*FUSIONS)),
+    "search.vectorWeight": (None, optional(number(float, 0.0, 1.0))),
+    "search.textWeight": (None, optional(number(float, 0.0, 1.0))),
+    "search.rrfK": (60, number(int, 1, 10000)),
+    "search.candidatePool": (40, number(int, 1, 200)),
+    "search.candidateMultiplier": (4, number(int, 1, 50)),
+    "search.temporalDecay.enabled": (False, boolean),
+    "search.temporalDecay.halfLifeDays": (30.0, number(float, 0.001)),
+    "search.mmr.enabled": (False, boolean),
+    "search.mmr.lambda": (0.7, number(float, 0.0, 1.0)),
+    "search.snippetChars": (700, number(int, 20, 100000)),
+    "search.citations": ("on", on_off),
+    "store.fts.tokenizer": ("unicode61", choice("unicode61", "trigram")),
+    "store.fts.stemmer": ("porter", choice("porter", "none")),
     # Read by the parts that use them (the REST API, the watcher and scheduler, the reranker); validated here
     # so that a file setting them is checked before any work.
     # auto: rerank when it is cheap, i.e. local MaxSim over an index the local model built
     # (docs/search-and-ranking.md, "Rerankers").
-    "rerank.enabled": ("auto", _bool_or_auto),
-    "rerank.provider": ("local", _choice(*RERANKERS)),
-    "rerank.model": (None, _optional(_str)),
-    "rerank.baseUrl": (None, _optional(_str)),
-    "rerank.candidates": (30, _number(int, 1, 200)),
+    "rerank.enabled": ("auto", boolean_or_auto),
+    "rerank.provider": ("local", choice(*RERANKERS)),
+    "rerank.model": (None, optional(text)),
+    "rerank.baseUrl": (None, optional(text)),
+    "rerank.candidates": (30, number(int, 1, 200)),
     # The reranker's share of the blend; 1.0 replaces the retrieval order (measured: docs/search-and-ranking.md).
-    "rerank.weight": (0.4, _number(float, 0.0, 1.0)),
+    "rerank.weight": (0.4, number(float, 0.0, 1.0)),
     # How a MaxSim rerank orders hits: the learned ranker over all candidates (default), whose score is a
     # probability (docs/search-and-ranking.md "Learned ranker (default)"), or the blend above.
-    "rerank.method": ("learned", _choice("learned", "blend")),
+    "rerank.method": ("learned", choice("learned", "blend")),
     # The learned ranker's model file (`memsift train-ranker --out`); unset: the one shipped in the package.
-    "rerank.rankerModel": (None, _optional(_str)),
+    "rerank.rankerModel": (None, optional(text)),
     # The hosted reranker (docs/search-and-ranking.md): a search waits for it, so a shorter timeout than embeddings'.
-    "rerank.dialect": ("cohere", _choice(*DIALECTS)),
-    "rerank.headers": ({}, _str_map),
-    "rerank.timeoutSeconds": (10.0, _number(float, 0.001)),
-    "rerank.retries": (1, _number(int, 0, 20)),
-    "sync.watch": (True, _bool),
-    "sync.watchDebounceMs": (1500, _number(int, 0, 3_600_000)),
-    "sync.intervalMinutes": (0, _number(float, 0)),
-    "sync.lockTimeoutSeconds": (10.0, _number(float, 0)),
-    "sync.taskRunner": ("inline", _choice("inline", "thread", "dask")),
-    "sync.daskAddress": (None, _optional(_str)),
+    "rerank.dialect": ("cohere", choice(*DIALECTS)),
+    "rerank.headers": ({}, text_map),
+    "rerank.timeoutSeconds": (10.0, number(float, 0.001)),
+    "rerank.retries": (1, number(int, 0, 20)),
+    "sync.watch": (True, boolean),
+    "sync.watchDebounceMs": (1500, number(int, 0, 3_600_000)),
+    "sync.intervalMinutes": (0, number(float, 0)),
+    "sync.lockTimeoutSeconds": (10.0, number(float, 0)),
+    "sync.taskRunner": ("inline", choice("inline", "thread", "dask")),
+    "sync.daskAddress": (None, optional(text)),
     # When a changed index identity (model, chunking...) rebuilds without `--force`: "local" only when the
     # embedder costs nothing (the local model, or none), "always", or "never" (SPEC section 1).
-    "sync.autoRebuild": ("local", _choice("local", "always", "never")),
-    "cache.maxEntries": (None, _optional(_number(int, 1))),
-    "api.host": ("127.0.0.1", _str),
-    "api.port": (8000, _number(int, 1, 65535)),
-    "api.key": (None, _optional(_secret)),
+    "sync.autoRebuild": ("local", choice("local", "always", "never")),
+    "cache.maxEntries": (None, optional(number(int, 1))),
+    "api.host": ("127.0.0.1", text),
+    "api.port": (8000, number(int, 1, 65535)),
+    "api.key": (None, optional(secret)),
     # Processes that run searches (api/search_pool.py); 0: in the server's threads, one core's worth of Python.
-    "api.workers": (0, _number(int, 0, 64)),
+    "api.workers": (0, number(int, 0, 64)),
     # Session transcripts (docs/indexing-and-prefect.md); OpenClaw's delta defaults.
     "sources": (("memory",), _sources),
-    "sessions.dir": (None, _optional(_str)),
-    "sessions.deltaBytes": (100_000, _number(int, 0)),
-    "sessions.deltaMessages": (50, _number(int, 0)),
+    "sessions.dir": (None, optional(text)),
+    "sessions.deltaBytes": (100_000, number(int, 0)),
+    "sessions.deltaMessages": (50, number(int, 0)),
 }
 
 
@@ -504,8 +401,8 @@ def load_config(
     # An agent the file names is overridden whatever the case of its id (MEMSIFT_AGENTS_WORK_WORKSPACE, [agents.Work]).
     spelled = {key.lower(): key for key in raw if key.startswith("agents.")}
     from_env = {spelled.get(key.lower(), key): given for key, given in from_env.items()}
-    raw.update({key: _Text(value) for key, (value, _) in from_env.items()})
-    raw.update({key: _Text(v) if isinstance(v, str) else v for key, v in (overrides or {}).items()})
+    raw.update({key: Text(value) for key, (value, _) in from_env.items()})
+    raw.update({key: Text(v) if isinstance(v, str) else v for key, v in (overrides or {}).items()})
     # A value from the environment is validated under its variable's name: "MEMSIFT_SEARCH_MAXRESULTS
     # (search.maxResults): expected an integer, got 'abc'".
     labels = {key: f"{name} ({key})" for key, (_, name) in from_env.items() if key not in (overrides or {})}
@@ -519,14 +416,14 @@ def load_config(
                 raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
             if why := agent_id_problem(parts[1]):  # else only `serve` refused it, blaming an `--agent` never given
                 raise ConfigError(f"{key}: {why}")
-            if not _str(key, value).strip():  # it named the config file's folder
+            if not text(key, value).strip():  # it named the config file's folder
                 raise ConfigError(f"{key}: must not be blank")
             agents[parts[1]] = _resolve(None if key in labels else source, value)
             continue
         if key not in _SCHEMA:
             raise ConfigError(f"{key}: {_not_a_key(key)}")
         parsed = _SCHEMA[key][1](labels.get(key, key), value)
-        values[key] = str(parsed) if isinstance(parsed, _Text) else parsed  # plain str on: msgspec encodes no subclass
+        values[key] = str(parsed) if isinstance(parsed, Text) else parsed  # plain str on: msgspec encodes no subclass
 
     top_source = None if "workspace" in labels else source  # MEMSIFT_WORKSPACE: relative to the current folder
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
