@@ -40,6 +40,7 @@ from api.schemas import MAX_LINES, MAX_QUERY_BYTES
 from core import MemoryIndex, load_config
 from core.config import Config
 from core.indexer import SyncReport
+from core.sources.memory import external_roots
 
 NOTES = SAMPLE | {"notes.txt": "not a memory file\n"}
 PROBLEM_KEYS = {"type", "title", "status", "detail"}
@@ -445,6 +446,23 @@ def test_readiness_503_when_the_index_cannot_be_opened(ws: Path, make_config, me
         assert client.head("/readyz").status_code == 503  # HEAD, as `wget --spider` checks it
         assert client.get("/healthz").status_code == 200
         problem(client.post("/v1/search", json={"query": "deploy"}), 503, config.db_path.name)
+
+
+def test_every_503_a_route_answers_is_in_the_openapi_document(ws: Path, make_config, tmp_path: Path) -> None:
+    """A client generated from the schema must expect the 503s: `get` of an extraPaths file outside the workspace
+    asks the index whether it holds the file (an index that cannot be opened: 503), and `POST /v1/index` answers
+    503 when the Prefect server holding the deployment does not start the run (api.runs.PrefectUnavailable)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "runbook.md").write_text("# Runbook\n\nrestart the pager\n", encoding="utf-8")
+    config = make_config(ws, extraPaths=[str(outside)])
+    config.db_path.mkdir(parents=True)  # a folder where the index file should be
+    [root] = external_roots(config)
+    with serving(config) as client:
+        problem(client.post("/v1/get", json={"path": f"{root.prefix}/runbook.md"}), 503, config.db_path.name)
+        paths = client.get("/schema/openapi.json").json()["paths"]
+    assert "503" in paths["/v1/get"]["post"]["responses"]
+    assert "503" in paths["/v1/index"]["post"]["responses"]
 
 
 def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None:
