@@ -128,7 +128,8 @@ def create_app(config: Config, default_agent: str = DEFAULT_AGENT, *, loopback_o
             HTTPException: _http_problem,
             **{kind: _problem_of for kind in (MemsiftError, Exception)},
         },
-        middleware=[request_metrics().middleware, *([local_only] if loopback_only else [])],
+        middleware=[request_metrics().middleware],
+        guards=[local_only] if loopback_only else None,
         logging_config=None,  # the server's (uvicorn's) logging stays as it is; the app adds no handlers
         request_max_body_size=MAX_BODY_BYTES,
         on_startup=[start],

@@ -14,30 +14,25 @@ cannot know it), and a reverse proxy may pass its own Host through, so nothing i
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from litestar.datastructures import Headers
+from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, PermissionDeniedException
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.handlers import BaseRouteHandler
 
 
 class MisdirectedRequest(HTTPException):
     status_code = 421
 
 
-def local_only(app: ASGIApp) -> ASGIApp:
-    """The middleware: every HTTP request's Host and Origin checked before its route runs."""
-
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            check(Headers.from_scope(scope))
-        await app(scope, receive, send)
-
-    return middleware
+def local_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """The guard, on every route, before the API key's: its refusals are answered and counted as any error."""
+    check(connection.headers)
 
 
-def check(headers: Any) -> None:
+def check(headers: Mapping[str, str]) -> None:
     host = headers.get("host")
     if host is not None and not is_local(_hostname(f"//{host}")):
         raise MisdirectedRequest(

@@ -285,6 +285,8 @@ def test_a_server_on_loopback_without_a_key_refuses_a_web_pages_requests(
         for ok in [{}, {"Host": "localhost:8000"}, {"Host": "[::1]:8000"}, {"Origin": "http://127.0.0.1:8000"}]:
             assert client.post("/v1/get", json={"path": "MEMORY.md"}, headers=ok).status_code == 200, ok
             assert client.get("/docs", headers=ok).status_code == 200, ok
+        refused = f'memsift_requests_total{{app_name="memsift",method="POST",path="/v1/get",status_code="{status}"}}'
+        assert refused in client.get("/metrics").text  # counted as any error (Prometheus' counts are per process)
 
 
 def test_a_server_with_a_key_or_beyond_loopback_checks_no_host(ws: Path, make_config) -> None:
