@@ -232,6 +232,21 @@ def test_a_search_answers_for_the_notes_as_they_are_now(client, ws: Path) -> Non
     assert client.get("/v1/status").json()["dirty"] is False
 
 
+def test_a_search_keeps_the_index_of_a_workspace_gone_and_says_so(ws: Path, make_config, tmp_path: Path) -> None:
+    """A workspace moved, deleted or on a volume not mounted: the search's catch-up read it as every note
+    deleted and emptied the index, in silence (`POST /v1/index` refuses, "is not a folder"). Its notes are not
+    known to be gone: the answer comes from the index as it was, and `warning` says why."""
+    with serving(make_config(ws)) as client:
+        body = {"query": "Priya offline mode"}
+        found = [hit["path"] for hit in client.post("/v1/search", json=body).json()["results"]]  # indexes first
+        ws.rename(tmp_path / "moved")
+        doc = client.post("/v1/search", json=body).json()
+        assert [hit["path"] for hit in doc["results"]] == found, doc
+        assert f"the workspace {ws} is not a folder" in doc["warning"], doc
+        (tmp_path / "moved").rename(ws)
+        assert "warning" not in client.post("/v1/search", json=body).json()
+
+
 def test_a_search_whose_sync_replaced_invalid_utf8_says_so(workspace, make_config, capsys) -> None:
     """The sync a search runs first, an agent's first index or the catch-up of a note changed since, indexed a
     note written in Latin-1 with U+FFFD: REST (and MCP) said nothing, the CLI only on stderr after a catch-up,
