@@ -565,6 +565,17 @@ def test_openapi_schema_and_offline_docs_page(client) -> None:
         "evergreen",
     } == set(props)
     assert "from" in schema["components"]["schemas"]["GetRequest"]["properties"]
+    # Every bound the server enforces, 0 included (Litestar drops a bound of 0: `minScore: -0.1` passed a client
+    # generated from the schema and met a 400)
+    bounds = {
+        ("SearchRequest", "maxResults"): (1, 100),
+        ("SearchRequest", "minScore"): (0, 1),
+        ("GetRequest", "from"): (1, None),
+        ("GetRequest", "lines"): (0, MAX_LINES),
+    }
+    for (name, field), (low, high) in bounds.items():
+        prop = schema["components"]["schemas"][name]["properties"][field]
+        assert (prop.get("minimum"), prop.get("maximum")) == (low, high), (name, field, prop)
     # POST /v1/index takes no body as `{}` (SPEC: every field optional); the others need theirs.
     assert schema["paths"]["/v1/index"]["post"]["requestBody"]["required"] is False
     assert schema["paths"]["/v1/search"]["post"]["requestBody"]["required"] is True
