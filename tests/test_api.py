@@ -152,6 +152,20 @@ def test_search_validation_errors_name_the_field(client, body: dict[str, Any], f
     problem(client.post("/v1/search", json=body), 400, field)
 
 
+def test_an_integer_written_with_a_fraction_of_zero_is_that_integer(client) -> None:
+    """JSON has one kind of number, and JSON Schema's (OpenAPI 3.1's) `integer` is one with no fraction: 2.0
+    and 1e2 are integers, as a client that keeps every number a float (JavaScript, an LLM's tool call) sends
+    them. They were 400 "Expected `int`, got `float`"; 2.5 still is."""
+    body = {"query": "Priya offline mode", "minScore": 0}
+    assert len(client.post("/v1/search", json=body | {"maxResults": 1.0}).json()["results"]) == 1
+    assert client.post("/v1/search", json=body | {"maxResults": 1e2}).status_code == 200
+    doc = client.post("/v1/get", json={"path": "MEMORY.md", "from": 2.0, "lines": 1.0}).json()
+    assert (doc["from"], doc["lines"]) == (2, 1), doc
+    problem(client.post("/v1/search", json=body | {"maxResults": 2.5}), 400, "maxResults")
+    problem(client.post("/v1/search", json=body | {"maxResults": 1e3}), 400, "maxResults", "<= 100")
+    problem(client.post("/v1/get", json={"path": "MEMORY.md", "from": 0.0}), 400, "from", ">= 1")
+
+
 @pytest.mark.parametrize(
     ("route", "body"),
     [("/v1/search", {"query": "Priya"}), ("/v1/get", {"path": "MEMORY.md"}), ("/v1/index", {})],
