@@ -164,6 +164,9 @@ def test_an_integer_written_with_a_fraction_of_zero_is_that_integer(client) -> N
     problem(client.post("/v1/search", json=body | {"maxResults": 2.5}), 400, "maxResults")
     problem(client.post("/v1/search", json=body | {"maxResults": 1e3}), 400, "maxResults", "<= 100")
     problem(client.post("/v1/get", json={"path": "MEMORY.md", "from": 0.0}), 400, "from", ">= 1")
+    problem(client.post("/v1/search", json={"query": "x", "agent": 2.0}), 400, "agent", "got `float`")
+    huge = b'{"query": "x", "maxResults": 1e400}'
+    problem(client.post("/v1/search", content=huge, headers={"content-type": "application/json"}), 400, "maxResults")
 
 
 @pytest.mark.parametrize(
