@@ -30,6 +30,7 @@ from litestar.types import Guard
 
 from api.agents import DEFAULT_AGENT, Agents
 from api.docs import DESCRIPTION, STATIC_DIR, STATIC_PATH, OfflineRedoc, docs_page
+from api.local_only import local_only
 from api.metrics import HEAD_AS_GET, Metrics, request_metrics
 from api.routes import PROBLEM_MEDIA_TYPE, HealthController, MemoryController
 from api.runs import IndexRuns
@@ -81,10 +82,11 @@ class _App(Litestar):
         await super().__call__({**scope, "method": "GET", HEAD_AS_GET: True}, receive, headers_only)
 
 
-def create_app(config: Config, default_agent: str = DEFAULT_AGENT) -> Litestar:
+def create_app(config: Config, default_agent: str = DEFAULT_AGENT, *, loopback_only: bool = False) -> Litestar:
     """The API for the main agent of `config` and its `agents.<id>`, answering for `default_agent` when a
     request names none; `api.key` (or MEMSIFT_API_KEY) set makes every `/v1` route require
-    `Authorization: Bearer <key>`."""
+    `Authorization: Bearer <key>`. `loopback_only` (a server on loopback without a key) refuses requests a web
+    page sent (api.local_only)."""
     metrics = Metrics()
     agents = Agents(config, default_agent)
     if config.api.workers:
@@ -127,6 +129,7 @@ def create_app(config: Config, default_agent: str = DEFAULT_AGENT) -> Litestar:
             **{kind: _problem_of for kind in (MemsiftError, Exception)},
         },
         middleware=[request_metrics().middleware],
+        guards=[local_only] if loopback_only else None,
         logging_config=None,  # the server's (uvicorn's) logging stays as it is; the app adds no handlers
         request_max_body_size=MAX_BODY_BYTES,
         on_startup=[start],

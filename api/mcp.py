@@ -116,13 +116,16 @@ _KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "num
 
 
 def _argument(args: dict[str, Any], schema: dict[str, Any], name: str) -> Any:
-    """The argument checked against its JSON type in `schema` (booleans are not numbers), or None if absent."""
+    """The argument checked against its JSON type in `schema` (booleans are not numbers), or None if absent. An
+    `integer` is, as JSON Schema has it, any number without a fraction: 2.0 is 2 (REST's api/strict.py too)."""
     value = args.get(name)
     if value is None:
         if name in schema["required"]:
             raise ToolArgumentError(f"{name}: required")
         return None
     kind = schema["properties"][name]["type"]
+    if kind == "integer" and isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) != (kind == "boolean") or not isinstance(value, _KINDS[kind]):
         raise ToolArgumentError(f"{name}: expected {kind}, got {value!r}")
     return value

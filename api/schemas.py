@@ -22,6 +22,10 @@ WHEN = (
     "a date (YYYY-MM-DD, the whole local day), a date-time (ISO 8601), `today`, `yesterday`, or a duration back "
     "from now (`12h`, `7d`, `2w`, `3m` months, `1y`); daily notes are dated by file name, other files by mtime"
 )
+# A lower bound of 0 for the OpenAPI document: Litestar copies a `ge` into it only when it is truthy, so `ge=0`
+# alone left `minimum` out (the bound still holds: a request under it is a 400). Litestar reads `extra` here.
+AT_LEAST_0: dict[str, Any] = {"extra": {"minimum": 0}}
+
 # Every request field carries an example: the docs page builds its sample requests from them, and a
 # sample must work as sent (tests/test_rest_words.py sends each one to a server on examples/workspace).
 AgentId = Annotated[
@@ -58,6 +62,7 @@ class SearchRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
             Meta(
                 ge=0.0,
                 le=1.0,
+                extra_json_schema=AT_LEAST_0,
                 description="floor on hybrid scores, which are calibrated estimates that the hit is relevant: hits "
                 "under it are dropped (a prefix of the order is kept), and a search whose hits are all under it "
                 "abstains (`abstained`); 0 turns it off. In keyword or vector mode (or with `search.calibrate = "
@@ -176,7 +181,7 @@ class GetRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     lines: (
         Annotated[
             int, Meta(ge=0, le=MAX_LINES, description=f"how many lines; default: the rest, at most {MAX_LINES}",
-                      examples=[10])
+                      examples=[10], extra_json_schema=AT_LEAST_0)
         ]
         | None
     ) = None  # fmt: skip

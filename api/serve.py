@@ -56,7 +56,8 @@ def run_serve(
             f"{named} {host}: refusing to serve beyond this machine without an API key; set api.key or "
             "MEMSIFT_API_KEY, or pass --insecure"
         )
-    app = create_app(config, agent)  # before announcing anything: every agent's configuration is read here
+    # before announcing anything: every agent's configuration is read here
+    app = create_app(config, agent, loopback_only=not config.api.key and is_loopback(host))
     # uvicorn shuts down gracefully on SIGINT or SIGTERM, then raises the signal again with the handler it found
     # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
     # Prefect server an in-process index run may have started) rather than in death by signal.

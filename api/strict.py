@@ -11,6 +11,7 @@ so `curl -X POST .../v1/index` starts a sync of the default agent. A query param
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -50,15 +51,57 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
     try:
         msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
-        # "Expected `int`, got `str` - at `$.maxResults`": the field, then what was wrong with it.
-        message, _, where = str(exc).partition(" - at `$")
-        field = where.strip("`.").split(".")[0].split("[")[0] or "body"
-        raise ValidationException(extra=[{"key": field, "message": message}]) from None
+        _refuse(_with_whole_numbers(body, kind, exc))
     except msgspec.DecodeError:
         if (field := _lone_surrogate(body)) is not None:  # msgspec's word for it: "Input data was truncated"
             message = "contains a lone surrogate (\\ud800-\\udfff without its pair), which is no character"
             raise ValidationException(extra=[{"key": field, "message": message}]) from None
         return  # other malformed JSON: Litestar's 400 says where
+
+
+def _refuse(exc: msgspec.ValidationError | None) -> None:
+    if exc is None:  # valid after all
+        return
+    # "Expected `int`, got `str` - at `$.maxResults`": the field, then what was wrong with it.
+    message, _, where = str(exc).partition(" - at `$")
+    field = where.strip("`.").split(".")[0].split("[")[0] or "body"
+    raise ValidationException(extra=[{"key": field, "message": message}]) from None
+
+
+def _with_whole_numbers(
+    body: bytes, kind: type[msgspec.Struct], exc: msgspec.ValidationError
+) -> msgspec.ValidationError | None:
+    """The body checked again with each integer field's number that has no fraction (2.0, 1e2) as that integer:
+    JSON has one kind of number, and JSON Schema's `integer` (the OpenAPI document's) is any without a fraction,
+    as a client keeping every number a float sends them (Litestar's decoding takes them so). None when it then
+    passes; else what is still wrong (2.5 stays a float), or `exc`, the typed decode's error, when no float
+    was refused or only that decode can read the body (a number out of range: its error names the field)."""
+    if "got `float`" not in str(exc):  # nothing to read again (a body nested 5,000 deep is refused unread)
+        return exc
+    try:
+        doc = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return exc
+    if isinstance(doc, dict):
+        integers = _integer_fields(kind)
+        doc = {k: int(v) if k in integers and isinstance(v, float) and v.is_integer() else v for k, v in doc.items()}
+    try:
+        msgspec.convert(doc, kind)
+    except msgspec.ValidationError as still:
+        return still
+    return None
+
+
+@functools.cache
+def _integer_fields(kind: type[msgspec.Struct]) -> frozenset[str]:
+    def integer(t: Any) -> bool:
+        if isinstance(t, msgspec.inspect.Metadata):
+            return integer(t.type)
+        if isinstance(t, msgspec.inspect.UnionType):
+            return any(integer(u) for u in t.types)
+        return isinstance(t, msgspec.inspect.IntType)
+
+    return frozenset(f.encode_name for f in msgspec.inspect.type_info(kind).fields if integer(f.type))
 
 
 def _lone_surrogate(body: bytes) -> str | None:

@@ -325,8 +325,9 @@ def _rest_api(config: Config, stack: ExitStack, sock: socket.socket | None, agen
 
     from api.app import create_app
     from api.docs import DOCS_PATH
+    from api.serve import is_loopback
 
-    app = create_app(config, agent)
+    app = create_app(config, agent, loopback_only=not config.api.key and is_loopback(config.api.host))
     server = uvicorn.Server(
         uvicorn.Config(app, host=config.api.host, port=config.api.port, access_log=False, log_level="warning")
     )

@@ -47,6 +47,7 @@ from .locking import POLL_SECONDS, writer_lock, writer_pid
 from .rebuild import rebuild, remove_orphans
 from .search import SearchResponse, check_request, search
 from .shared_cache import SharedCache
+from .sources.memory import workspace_gone
 from .status import iso, status_document
 from .store import Store, StoreError, UnreadableIndex, set_aside
 
@@ -268,6 +269,8 @@ class MemoryIndex:
                 f"the configuration or model changed since the last sync ({changed}): the answers come from the "
                 "index as it was; `memsift index` rebuilds it"
             )
+        if not self.config.workspace.is_dir():  # the scan keeps its files; the answer says why it may be stale
+            return workspace_gone(self.config.workspace)
         plan = plan_sync(store, self.config, embedder, SyncReport())
         if not plan.to_check and not plan.removed:
             return None

@@ -389,6 +389,8 @@ def check_path_prefix(path_prefix: str) -> None:
         )
     if "//" in path_prefix:  # `memory//`, a typo or two joined parts: no indexed path holds an empty name
         raise SearchError(f"pathPrefix: {path_prefix!r} has an empty folder name (//); give it as hits name paths")
+    if "." in as_typed(path_prefix).split("/")[:-1]:  # `memory/./`: no indexed path names a folder `.`
+        raise SearchError(f"pathPrefix: {path_prefix!r} has a folder named '.'; give it as hits name paths")
 
 
 def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:

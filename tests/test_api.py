@@ -40,6 +40,7 @@ from api.schemas import MAX_LINES, MAX_QUERY_BYTES
 from core import MemoryIndex, load_config
 from core.config import Config
 from core.indexer import SyncReport
+from core.sources.memory import external_roots
 
 NOTES = SAMPLE | {"notes.txt": "not a memory file\n"}
 PROBLEM_KEYS = {"type", "title", "status", "detail"}
@@ -151,6 +152,23 @@ def test_search_validation_errors_name_the_field(client, body: dict[str, Any], f
     problem(client.post("/v1/search", json=body), 400, field)
 
 
+def test_an_integer_written_with_a_fraction_of_zero_is_that_integer(client) -> None:
+    """JSON has one kind of number, and JSON Schema's (OpenAPI 3.1's) `integer` is one with no fraction: 2.0
+    and 1e2 are integers, as a client that keeps every number a float (JavaScript, an LLM's tool call) sends
+    them. They were 400 "Expected `int`, got `float`"; 2.5 still is."""
+    body = {"query": "Priya offline mode", "minScore": 0}
+    assert len(client.post("/v1/search", json=body | {"maxResults": 1.0}).json()["results"]) == 1
+    assert client.post("/v1/search", json=body | {"maxResults": 1e2}).status_code == 200
+    doc = client.post("/v1/get", json={"path": "MEMORY.md", "from": 2.0, "lines": 1.0}).json()
+    assert (doc["from"], doc["lines"]) == (2, 1), doc
+    problem(client.post("/v1/search", json=body | {"maxResults": 2.5}), 400, "maxResults")
+    problem(client.post("/v1/search", json=body | {"maxResults": 1e3}), 400, "maxResults", "<= 100")
+    problem(client.post("/v1/get", json={"path": "MEMORY.md", "from": 0.0}), 400, "from", ">= 1")
+    problem(client.post("/v1/search", json={"query": "x", "agent": 2.0}), 400, "agent", "got `float`")
+    huge = b'{"query": "x", "maxResults": 1e400}'
+    problem(client.post("/v1/search", content=huge, headers={"content-type": "application/json"}), 400, "maxResults")
+
+
 @pytest.mark.parametrize(
     ("route", "body"),
     [("/v1/search", {"query": "Priya"}), ("/v1/get", {"path": "MEMORY.md"}), ("/v1/index", {})],
@@ -229,6 +247,21 @@ def test_a_search_answers_for_the_notes_as_they_are_now(client, ws: Path) -> Non
     paths = {hit["path"] for hit in client.post("/v1/search", json={"query": "Priya offline mode"}).json()["results"]}
     assert "memory/2026-05-15.md" not in paths
     assert client.get("/v1/status").json()["dirty"] is False
+
+
+def test_a_search_keeps_the_index_of_a_workspace_gone_and_says_so(ws: Path, make_config, tmp_path: Path) -> None:
+    """A workspace moved, deleted or on a volume not mounted: the search's catch-up read it as every note
+    deleted and emptied the index, in silence (`POST /v1/index` refuses, "is not a folder"). Its notes are not
+    known to be gone: the answer comes from the index as it was, and `warning` says why."""
+    with serving(make_config(ws)) as client:
+        body = {"query": "Priya offline mode"}
+        found = [hit["path"] for hit in client.post("/v1/search", json=body).json()["results"]]  # indexes first
+        ws.rename(tmp_path / "moved")
+        doc = client.post("/v1/search", json=body).json()
+        assert [hit["path"] for hit in doc["results"]] == found, doc
+        assert f"the workspace {ws} is not a folder" in doc["warning"], doc
+        (tmp_path / "moved").rename(ws)
+        assert "warning" not in client.post("/v1/search", json=body).json()
 
 
 def test_a_search_whose_sync_replaced_invalid_utf8_says_so(workspace, make_config, capsys) -> None:
@@ -447,6 +480,23 @@ def test_readiness_503_when_the_index_cannot_be_opened(ws: Path, make_config, me
         problem(client.post("/v1/search", json={"query": "deploy"}), 503, config.db_path.name)
 
 
+def test_every_503_a_route_answers_is_in_the_openapi_document(ws: Path, make_config, tmp_path: Path) -> None:
+    """A client generated from the schema must expect the 503s: `get` of an extraPaths file outside the workspace
+    asks the index whether it holds the file (an index that cannot be opened: 503), and `POST /v1/index` answers
+    503 when the Prefect server holding the deployment does not start the run (api.runs.PrefectUnavailable)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "runbook.md").write_text("# Runbook\n\nrestart the pager\n", encoding="utf-8")
+    config = make_config(ws, extraPaths=[str(outside)])
+    config.db_path.mkdir(parents=True)  # a folder where the index file should be
+    [root] = external_roots(config)
+    with serving(config) as client:
+        problem(client.post("/v1/get", json={"path": f"{root.prefix}/runbook.md"}), 503, config.db_path.name)
+        paths = client.get("/schema/openapi.json").json()["paths"]
+    assert "503" in paths["/v1/get"]["post"]["responses"]
+    assert "503" in paths["/v1/index"]["post"]["responses"]
+
+
 def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None:
     assert client.post("/v1/search", json={"query": "deploy"}).status_code == 200
     client.post("/v1/search", json={"query": " "})
@@ -532,6 +582,17 @@ def test_openapi_schema_and_offline_docs_page(client) -> None:
         "evergreen",
     } == set(props)
     assert "from" in schema["components"]["schemas"]["GetRequest"]["properties"]
+    # Every bound the server enforces, 0 included (Litestar drops a bound of 0: `minScore: -0.1` passed a client
+    # generated from the schema and met a 400)
+    bounds = {
+        ("SearchRequest", "maxResults"): (1, 100),
+        ("SearchRequest", "minScore"): (0, 1),
+        ("GetRequest", "from"): (1, None),
+        ("GetRequest", "lines"): (0, MAX_LINES),
+    }
+    for (name, field), (low, high) in bounds.items():
+        prop = schema["components"]["schemas"][name]["properties"][field]
+        assert (prop.get("minimum"), prop.get("maximum")) == (low, high), (name, field, prop)
     # POST /v1/index takes no body as `{}` (SPEC: every field optional); the others need theirs.
     assert schema["paths"]["/v1/index"]["post"]["requestBody"]["required"] is False
     assert schema["paths"]["/v1/search"]["post"]["requestBody"]["required"] is True

@@ -93,6 +93,19 @@ def test_health_routes_answer_head_as_health_checks_send_it(server) -> None:
     assert httpx.head(f"{base}/v1/search", timeout=30).status_code == 405  # a route without GET keeps its methods
 
 
+def test_serve_on_loopback_answers_no_request_a_web_page_sent(server) -> None:
+    """No key, loopback: a page that re-points its host name at 127.0.0.1 (DNS rebinding) read `/v1/get` as its
+    own origin, and any page could start syncs with a text/plain POST (api/local_only.py)."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    rebound = {"Host": "rebound.example.com", "content-type": "text/plain"}
+    r = httpx.post(f"{base}/v1/get", content=b'{"path": "MEMORY.md"}', headers=rebound, timeout=30)
+    assert r.status_code == 421 and "Dana" not in r.text, r.text
+    r = httpx.post(f"{base}/v1/index", headers={"Origin": "https://evil.example.com"}, timeout=30)
+    assert r.status_code == 403, r.text
+    assert httpx.post(f"{base}/v1/get", json={"path": "MEMORY.md"}, timeout=30).status_code == 200
+
+
 def test_index_with_no_body_starts_a_sync(server) -> None:
     """`curl -X POST .../v1/index`: SPEC's body `{agent?, force?}` has no required field, so no body is `{}`
     (it was a 400 "body: empty")."""

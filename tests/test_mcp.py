@@ -376,3 +376,19 @@ def test_memory_search_refuses_a_query_over_rest_s_4_kib_with_a_status(workspace
         assert not failed
     finally:
         tools.close()
+
+
+def test_an_integer_argument_written_with_a_fraction_of_zero_is_that_integer(workspace, memsift_home: Path) -> None:
+    """The tools' input schemas say `integer`, which JSON Schema takes to be any number without a fraction: an
+    agent runtime keeping every number a float sends `maxResults: 2.0`, refused as "expected integer"."""
+    notes = {"MEMORY.md": "- Dana drinks a flat white.\n- Dana walks to work.\n- Dana bikes home.\n"}
+    tools = MemoryTools(load_config(workspace=workspace(notes)))
+    try:
+        answer, failed = tools.call("memory_search", {"query": "Dana", "maxResults": 1.0, "minScore": 0})
+        assert not failed and len(answer["results"]) == 1, answer
+        answer, failed = tools.call("memory_get", {"path": "MEMORY.md", "from": 2.0, "lines": 1.0})
+        assert not failed and (answer["from"], answer["lines"], answer["text"]) == (2, 1, "- Dana walks to work.")
+        answer, failed = tools.call("memory_search", {"query": "Dana", "maxResults": 1.5})
+        assert failed and answer["status"] == 400 and "maxResults: expected integer, got 1.5" in answer["reason"]
+    finally:
+        tools.close()

@@ -94,6 +94,8 @@ def test_durations_count_back_from_now(index):
         ({"path_prefix": "~/agent/memory"}, "^pathPrefix: '~/agent/memory' is not workspace-relative"),
         ({"path_prefix": "memory/../MEMORY"}, "^pathPrefix: 'memory/../MEMORY' is not workspace-relative"),
         ({"path_prefix": "memory//"}, r"^pathPrefix: 'memory//' has an empty folder name \(//\)"),
+        ({"path_prefix": "memory/./"}, r"^pathPrefix: 'memory/./' has a folder named '\.'"),
+        ({"path_prefix": "./memory/./2026"}, r"^pathPrefix: './memory/./2026' has a folder named '\.'"),
     ],
 )
 def test_bad_bounds_are_search_errors(index, options, message):

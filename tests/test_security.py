@@ -262,6 +262,40 @@ def test_request_size_limits(client) -> None:
     problem(client.post("/v1/search", headers=AUTH | {"content-type": "application/json"}, content=deep), 400, "query")
 
 
+@pytest.mark.parametrize(
+    ("headers", "status", "needle"),
+    [
+        ({"Host": "rebound.example.com:8000"}, 421, "Host 'rebound.example.com:8000'"),  # DNS rebinding
+        ({"Host": "127.0.0.1@rebound.example.com"}, 421, "Host"),
+        ({"Host": "[::1"}, 421, "Host"),
+        ({"Origin": "https://rebound.example.com"}, 403, "Origin"),  # a page of another site, Host left as sent
+        ({"Origin": "null"}, 403, "Origin"),  # a sandboxed frame or a file: page
+        ({"Origin": "http://localhost.example.com"}, 403, "Origin"),
+    ],
+)
+def test_a_server_on_loopback_without_a_key_refuses_a_web_pages_requests(
+    ws: Path, make_config, headers: dict[str, str], status: int, needle: str
+) -> None:
+    """A page the user opens can POST to 127.0.0.1 without asking (text/plain), and by DNS rebinding read the
+    answers: `/v1/get` would hand the memory to that site. Its Host and Origin give it away."""
+    with TestClient(create_app(make_config(ws), loopback_only=True), base_url="http://127.0.0.1:8000") as client:
+        for method, path, body in [("POST", "/v1/get", {"path": "MEMORY.md"}), ("GET", "/metrics", None)]:
+            r = client.request(method, path, json=body, headers={"content-type": "text/plain"} | headers)
+            problem(r, status, needle)
+        for ok in [{}, {"Host": "localhost:8000"}, {"Host": "[::1]:8000"}, {"Origin": "http://127.0.0.1:8000"}]:
+            assert client.post("/v1/get", json={"path": "MEMORY.md"}, headers=ok).status_code == 200, ok
+            assert client.get("/docs", headers=ok).status_code == 200, ok
+        refused = f'memsift_requests_total{{app_name="memsift",method="POST",path="/v1/get",status_code="{status}"}}'
+        assert refused in client.get("/metrics").text  # counted as any error (Prometheus' counts are per process)
+
+
+def test_a_server_with_a_key_or_beyond_loopback_checks_no_host(ws: Path, make_config) -> None:
+    """With a key a page cannot use the API, and a proxy in front may pass its own Host through."""
+    with TestClient(create_app(make_config(ws, **{"api.key": API_KEY}))) as client:
+        r = client.post("/v1/get", json={"path": "MEMORY.md"}, headers=AUTH | {"Host": "memory.example.com"})
+        assert r.status_code == 200, r.text
+
+
 def test_schemathesis_with_the_key_finds_no_server_error_and_no_off_schema_answer(ws: Path, make_config) -> None:
     app = create_app(make_config(ws, **{"api.key": API_KEY}))
     schema = schemathesis.openapi.from_asgi("/schema/openapi.json", app).exclude(method="POST", path="/v1/index")

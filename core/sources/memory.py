@@ -95,6 +95,8 @@ def scan(config: Config, seen: set[tuple[int, int]] | None = None) -> ScanResult
         elif _first_sight(seen, st):
             files.append(FileEntry(rel, st.st_size, st.st_mtime_ns))
 
+    if not ws.is_dir():  # moved, deleted, or on a volume not mounted now: its notes are not known to be gone
+        return ScanResult([], [workspace_gone(ws)], [""])
     try:  # a workspace that cannot be searched (chmod 000) hides its files: they are not gone
         tops = {name: _present(ws / name) for name in (*ROOT_FILES, MEMORY_DIR)}
     except OSError as exc:
@@ -130,6 +132,13 @@ def scan(config: Config, seen: set[tuple[int, int]] | None = None) -> ScanResult
             warnings.append(f"skipped extraPaths entry {extra!r}: not a folder or a .md file")
     files.sort(key=lambda f: f.path)
     return ScanResult(files, warnings, unlisted)
+
+
+def workspace_gone(workspace: Path) -> str:
+    """Why a sync of a workspace that is not there keeps its rows, and a search answers from them."""
+    return (
+        f"the workspace {workspace} is not a folder (moved, deleted or not mounted?): the files indexed there are kept"
+    )
 
 
 def nothing_found(workspace: Path) -> str:
