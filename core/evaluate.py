@@ -26,7 +26,14 @@ from .memory import MemoryIndex
 from .search import Hit, check_request
 from .sources import as_typed
 
-METRICS = ("R@5", "R@10", "MRR@10", "nDCG@10")
+
+def metric_names(k: int) -> tuple[str, ...]:
+    """The columns for a cut at rank k, each named by its cut: R@5 beside R@k (LoCoMo's usual four at the
+    default k 10), MRR@k, nDCG@k. Fixed @10 names put `--k 3`'s three-hit figures under @10."""
+    return (*(("R@5",) if k > 5 else ()), f"R@{k}", f"MRR@{k}", f"nDCG@{k}")
+
+
+METRICS = metric_names(10)
 
 
 def load_queries(path: str | Path) -> list[dict[str, Any]]:
@@ -136,12 +143,9 @@ def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict
     def recall(n: int) -> float:
         return recall_at.get(min(n, len(hits[:k])), 0.0) if hits else 0.0
 
-    return {
-        "R@5": recall(5),
-        "R@10": recall(10),
-        "MRR@10": 1.0 / first if first and first <= 10 else 0.0,
-        "nDCG@10": dcg / ideal if ideal else 0.0,
-    }
+    values = {"R@5": recall(5), f"R@{k}": recall(k), f"MRR@{k}": 1.0 / first if first else 0.0}
+    values[f"nDCG@{k}"] = dcg / ideal if ideal else 0.0
+    return {m: values[m] for m in metric_names(k)}
 
 
 def _category(query: dict[str, Any]) -> str:
@@ -188,7 +192,7 @@ def evaluate(
             index.close()
 
     def mean(rows: list[dict[str, float]]) -> dict[str, float]:
-        return {m: round(statistics.fmean(r[m] for r in rows), 3) for m in METRICS} | {"n": len(rows)}
+        return {m: round(statistics.fmean(r[m] for r in rows), 3) for m in metric_names(k)} | {"n": len(rows)}
 
     everything = [r for rows in per_category.values() for r in rows]
     reranked = _rerank_label(config, rerank, mode)
@@ -230,9 +234,10 @@ def format_table(result: dict[str, Any]) -> str:
         f"{result['queries']} queries"
         + (f" ({result['unscored']} more without a relevant line, not scored)" if result.get("unscored") else "")
     )
-    lines = [head, f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in METRICS)]
+    metrics = metric_names(result["k"])
+    lines = [head, f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in metrics)]
     for name, row in [*result["categories"].items(), ("overall", result["overall"])]:
-        lines.append(f"{name:<14}{row['n']:>5}" + "".join(f"{row[m]:>9.3f}" for m in METRICS))
+        lines.append(f"{name:<14}{row['n']:>5}" + "".join(f"{row[m]:>9.3f}" for m in metrics))
     lines.append(
         f"mean hit span {result['meanSpan']} lines; median search {result['p50Ms']} ms, p95 {result['p95Ms']} ms"
     )
@@ -242,12 +247,13 @@ def format_table(result: dict[str, Any]) -> str:
 def format_comparison(a: dict[str, Any], b: dict[str, Any]) -> str:
     """Both tables, then B - A per category and metric (points of the metric, x100)."""
     lines = ["A: " + format_table(a), "", "B: " + format_table(b), "", "B - A (points)"]
-    lines.append(f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in METRICS))
+    metrics = metric_names(a["k"])  # one command's two runs: the same k
+    lines.append(f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in metrics))
     for name in [*a["categories"], "overall"]:
         row_a = a["overall"] if name == "overall" else a["categories"][name]
         row_b = b["overall"] if name == "overall" else b["categories"].get(name)
         if row_b is None:
             continue
-        lines.append(f"{name:<14}{row_a['n']:>5}" + "".join(f"{100 * (row_b[m] - row_a[m]):>+9.1f}" for m in METRICS))
+        lines.append(f"{name:<14}{row_a['n']:>5}" + "".join(f"{100 * (row_b[m] - row_a[m]):>+9.1f}" for m in metrics))
     lines.append(f"median search {a['p50Ms']} ms -> {b['p50Ms']} ms")
     return "\n".join(lines)

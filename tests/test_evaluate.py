@@ -30,6 +30,18 @@ def test_metrics_on_a_hand_scored_ranking():
     assert got["nDCG@10"] == pytest.approx((1 / 1.5849625007211562 + 1 / 2.321928094887362) / ideal)
 
 
+def test_each_metric_is_named_by_the_rank_it_was_cut_at():
+    """`eval --k 3` printed three-hit figures under R@5, R@10, MRR@10 and nDCG@10, and `--k 20` an nDCG of
+    twenty hits under nDCG@10: a reader compared them with real @10 figures."""
+    relevant = [{"path": "a.md", "line": 3}, {"path": "b.md", "line": 7}]
+    hits = [_hit("c.md", 1, 9), _hit("a.md", 1, 5), *(_hit("c.md", i, i) for i in range(10, 20)), _hit("b.md", 7, 7)]
+    assert score_query(hits, relevant, 3) == {"R@3": 0.5, "MRR@3": 0.5, "nDCG@3": pytest.approx(0.6309 / 1.6309, 1e-4)}
+    twenty = score_query(hits, relevant, 20)
+    assert list(twenty) == ["R@5", "R@20", "MRR@20", "nDCG@20"]
+    assert (twenty["R@5"], twenty["R@20"]) == (0.5, 1.0)
+    assert list(score_query(hits, relevant, 10)) == list(METRICS) == ["R@5", "R@10", "MRR@10", "nDCG@10"]
+
+
 def test_a_relevant_path_as_a_shell_completes_it_is_the_same_file():
     """`./memory/a.md` (tab completion, as `get` and pathPrefix take it) covered nothing: every metric 0."""
     hits = [_hit("memory/a.md", 1, 5)]
@@ -94,6 +106,14 @@ def test_eval_json_and_a_bad_setting(capsys, queries: Path):
     with pytest.raises(SystemExit):
         main(["eval", str(queries), "--set", "no-equals-sign"])
     assert main(["eval", str(queries), "--set", "rerank.weight=7"]) != 0
+
+
+def test_eval_k_names_the_columns_of_the_table_and_the_json(capsys, queries: Path):
+    assert main(["eval", str(queries), "--json", "--no-rerank", "--k", "3"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["overall"]) == ["R@3", "MRR@3", "nDCG@3", "n"]
+    assert main(["eval", str(queries), "--no-rerank", "--k", "3", "--compare", "search.fusion=rrf"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"category\s+n\s+R@3\s+MRR@3\s+nDCG@3\n", out) and "@10" not in out, out
 
 
 def test_a_query_without_a_relevant_line_is_left_out_and_counted(capsys, queries: Path):
