@@ -167,6 +167,8 @@ _Q = '{"qid": "%s", "query": "tea", "relevant": [{"path": "MEMORY.md", "line": 1
         # a blank query: "query: must not be blank", naming no file, after every search above it
         ('{"query": "tea", "relevant": []}\n{"query": " ", "relevant": []}\n', "q.jsonl:2: query: must not be blank"),
         ('{"query": "\\u200b", "relevant": []}\n', "q.jsonl:1: query: must not be blank"),
+        # half a UTF-16 pair, valid JSON to Python: the search degraded to keywords in silence
+        ('{"query": "tea \\ud800", "relevant": []}\n', "q.jsonl:1: query: holds a lone surrogate"),
         ('{"query": "tea", "relevant": [{"path": "/ws/MEMORY.md", "line": 1}]}\n', "q.jsonl:1: a 'relevant' path"),
         # a copied line: scored twice and weighed double, in silence
         (_Q % "a" + _Q % "b" + _Q % "a", "q.jsonl:3: duplicate qid 'a' (first on line 1)"),
