@@ -98,6 +98,14 @@ def test_eval_compares_two_configs(capsys, queries: Path):
     assert any(re.fullmatch(r"overall\s+2(\s+[+-]\d+\.\d){4}", line) for line in diff)
 
 
+def test_a_bad_compare_value_is_refused_before_any_work(capsys, queries: Path, memsift_home: Path):
+    """B's configuration was read after A had run every query (its indexes built, minutes on a large file),
+    so `--compare search.mode=fuzzy` failed only then: SPEC section 2, a bad value stops before any work."""
+    assert main(["eval", str(queries), "--compare", "search.mode=fuzzy"]) == 1
+    assert "search.mode: 'fuzzy' is not one of" in capsys.readouterr().err
+    assert not list(memsift_home.glob("memory/*.sqlite"))
+
+
 def test_eval_json_and_a_bad_setting(capsys, queries: Path):
     assert main(["eval", str(queries), "--json", "--set", "rerank.method=blend", "--set", "rerank.weight=1.0"]) == 0
     doc = json.loads(capsys.readouterr().out)
