@@ -315,6 +315,8 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     for path in args.queries:
         if not Path(path).is_file():
             return _fail(args, f"{path}: no such query file")
+    if not args.out.parent.is_dir():  # before the searches and the fit, not when writing their result
+        return _fail(args, f"--out: {args.out.parent} is not a folder")
     data = collect(_config(args), args.queries)
     try:
         trained_on = [Path(p).name for p in args.queries]
