@@ -355,14 +355,20 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     return found
 
 
+def _not_a_file(path: Path) -> str:
+    """Why a configuration path is not read. A pipe (`--config <(...)`) or a device (/dev/null) exists but is
+    refused: the file is read again later (an index run's flow, a server's reload), and a pipe is empty then."""
+    if path.is_dir():
+        return "is a folder, not a TOML file"
+    return "is not a regular file (a pipe or a device); give a TOML file" if path.exists() else "does not exist"
+
+
 def find_config_file(explicit: str | Path | None, workspace: Path, env: Mapping[str, str]) -> Path | None:
     for name, given in (("--config", explicit), ("MEMSIFT_CONFIG", env.get("MEMSIFT_CONFIG"))):
         if given:
             path = Path(given).expanduser()
             if not path.is_file():
-                raise ConfigError(
-                    f"{name}: {path} {'is a folder, not a TOML file' if path.is_dir() else 'does not exist'}"
-                )
+                raise ConfigError(f"{name}: {path} {_not_a_file(path)}")
             return path
     candidate = workspace / "memsift.toml"
     return candidate if candidate.is_file() else None

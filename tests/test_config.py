@@ -4,6 +4,7 @@ every unknown key or bad value is a ConfigError naming the key before any work s
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,20 @@ def test_a_config_path_that_is_a_folder_says_so(ws: Path, how: str) -> None:
         else:
             load_config(workspace=ws, env={"MEMSIFT_CONFIG": str(ws)})
     assert str(err.value) == f"{'--config' if how == 'flag' else 'MEMSIFT_CONFIG'}: {ws} is a folder, not a TOML file"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_config_path_that_is_a_pipe_or_a_device_says_so(ws: Path, tmp_path: Path, kind: str) -> None:
+    """`--config <(printf ...)` and `--config /dev/null` said "does not exist" of a path that does. They are
+    refused, not read: the file is read again later (an index run's flow, a server's reload), and a pipe
+    read twice is empty the second time, the defaults taken in silence."""
+    path = Path(os.devnull)
+    if kind == "fifo":
+        path = tmp_path / "config.fifo"
+        os.mkfifo(path)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, workspace=ws, env={})
+    assert str(err.value) == f"--config: {path} is not a regular file (a pipe or a device); give a TOML file"
 
 
 def test_relative_workspace_in_toml_is_relative_to_the_file(tmp_path: Path, workspace) -> None:
