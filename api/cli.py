@@ -292,12 +292,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.fusion:
         overrides["search.fusion"] = args.fusion
     options = {"k": args.k, "mode": args.mode, "min_score": args.min_score, "limit": args.limit, "rerank": args.rerank}
+    options["warn"] = lambda message: print(f"warning: {message}", file=sys.stderr)
     config = _config(args, **overrides)
     # B's settings are checked before A runs a query: a bad value stops the command before any work
     config_b = _config(args, **overrides, **dict(args.compare)) if args.compare else None
     result = evaluate(config, args.queries, **options)
     if config_b is not None:
-        other = evaluate(config_b, args.queries, **options)
+        other = evaluate(config_b, args.queries, **options | {"warn": None})  # A named them already
         if args.json:
             _print_json({"a": result, "b": other})
         else:

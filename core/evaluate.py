@@ -15,6 +15,7 @@ import math
 import statistics
 import unicodedata
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,13 @@ def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict
     return {m: values[m] for m in metric_names(k)}
 
 
+def _unheld(index: MemoryIndex, query: dict[str, Any], held: dict[Path, set[str]]) -> list[str]:
+    """The relevant paths of `query` no file of `index` answers to (a typo, a note renamed since): each scores
+    0 on every metric, read as a search that missed. `held` keeps each workspace's names, in NFC."""
+    names = held.setdefault(index.config.workspace, {_same_name(p) for p in index.store.file_rows()})
+    return list(dict.fromkeys(r["path"] for r in query["relevant"] if _same_name(r["path"]) not in names))
+
+
 def _category(query: dict[str, Any]) -> str:
     """The row a query is counted in: its category as given (0 is a category, as LoCoMo numbers them), else
     "(none)", a name no row of the whole file ("overall") can be mistaken for."""
@@ -166,7 +174,9 @@ def evaluate(
     min_score: float = 0.0,
     limit: int | None = None,
     rerank: bool | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
+    """The metrics of the file's queries; `warn` is told of each relevant path no indexed file answers to."""
     queries = load_queries(queries_path)[:limit]
     # A query with no relevant line (an off-topic question, as bench/abstention's) has no recall to measure:
     # scored, it counted 0 on every metric and dragged the means down in silence. It is left out and counted.
@@ -179,9 +189,17 @@ def evaluate(
     spans: list[int] = []
     took: list[float] = []
     indexes: dict[Path, MemoryIndex] = {}
+    held: dict[Path, set[str]] = {}
     try:
         for q in queries:
             index = query_index(indexes, config, base, q)
+            for path in _unheld(index, q, held) if warn is not None else ():
+                who = f" (query {q['qid']})" if q.get("qid") is not None else ""
+                where = index.config.workspace
+                warn(
+                    f"{queries_path}: relevant path {path!r}{who} is no file the index of {where} holds: no hit can "
+                    "cover it"
+                )
             response = index.search(q["query"], max_results=k, min_score=min_score, mode=mode, rerank=rerank)
             took.append(response.tookMs)
             spans.extend(h.endLine - h.startLine + 1 for h in response.results)

@@ -137,6 +137,23 @@ def test_a_query_without_a_relevant_line_is_left_out_and_counted(capsys, queries
     assert "2 queries (1 more without a relevant line, not scored)" in capsys.readouterr().out
 
 
+def test_a_relevant_path_the_index_does_not_hold_is_named_on_stderr(capsys, queries: Path):
+    """A typo in a relevant path (`MEMORY.mdx`, a note renamed since the file was written) scored 0 on every
+    metric, in silence, read as a search that missed."""
+    rows = [json.loads(line) for line in queries.read_text().splitlines()]
+    rows[0]["qid"] = "tea"
+    rows[0]["relevant"] = [{"path": "MEMORY.mdx", "line": 2}]
+    queries.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", str(queries), "--json", "--no-rerank"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["overall"]["R@10"] == 0.5
+    ws = Path(rows[0]["workspace"]).resolve()
+    assert captured.err == (
+        f"warning: {queries}: relevant path 'MEMORY.mdx' (query tea) is no file the index of {ws} holds: "
+        "no hit can cover it\n"
+    )
+
+
 def test_eval_rows_name_each_category_and_the_uncategorised(capsys, queries: Path):
     """A query without a category was counted in a row named "all", read as every query; category 0 too."""
     rows = [json.loads(line) for line in queries.read_text().splitlines()]
