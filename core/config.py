@@ -344,15 +344,24 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
         rest = name[len("MEMSIFT_") :]
         key = _ENV_KEYS.get(_env_key(rest))
         if key is not None:
-            found[key] = (value, name)
+            _found(found, key, value, name)
         elif rest.lower().startswith("agents_"):  # agents.<id>.workspace, as MEMSIFT_AGENTS_<ID>_WORKSPACE
             agent = re.fullmatch(r"agents_(\w+)_workspace", rest, re.IGNORECASE)
             if agent is None or agent_id_problem(agent[1]):
                 raise ConfigError(f"{name}: no such configuration key (MEMSIFT_AGENTS_<ID>_WORKSPACE)")
-            found[f"agents.{agent[1].lower()}.workspace"] = (value, name)
+            _found(found, f"agents.{agent[1].lower()}.workspace", value, name)
         elif rest.split("_")[0].lower() in _SECTIONS:
             raise ConfigError(f"{name}: no such configuration key")
     return found
+
+
+def _found(found: dict[str, tuple[str, str]], key: str, value: str, name: str) -> None:
+    """One key's value from the environment. Two spellings of it (`MEMSIFT_SEARCH_MAXRESULTS` and
+    `MEMSIFT_SEARCH_MAX_RESULTS`) that disagree are an error: the environment's order picked one in silence."""
+    if key in found and found[key][0] != value:
+        first, second = sorted((found[key][1], name))
+        raise ConfigError(f"{first} and {second} set {key} to different values; keep one")
+    found[key] = (value, name)
 
 
 def _not_a_file(path: Path) -> str:

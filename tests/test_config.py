@@ -184,6 +184,25 @@ def test_env_overrides_a_single_key(ws: Path, name: str) -> None:
     assert c.search.minScore == 0.2  # other keys from the file are kept
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("MEMSIFT_SEARCH_MAXRESULTS", "MEMSIFT_SEARCH_MAX_RESULTS"),
+        ("MEMSIFT_AGENTS_WORK_WORKSPACE", "MEMSIFT_AGENTS_work_WORKSPACE"),
+    ],
+)
+def test_two_spellings_of_one_key_that_disagree_are_an_error(ws: Path, first: str, second: str) -> None:
+    """Both set, the last in the environment's order won in silence: `MEMSIFT_SEARCH_MAXRESULTS=2` in a profile
+    and `MEMSIFT_SEARCH_MAX_RESULTS=3` on the command line gave 3 or 2 as the shell happened to order them."""
+    values = ("2", "3") if "MAX" in first else (str(ws), str(ws / "memory"))
+    (ws / "memory").mkdir(exist_ok=True)
+    for env in ({first: values[0], second: values[1]}, {second: values[1], first: values[0]}):
+        with pytest.raises(ConfigError) as err:
+            load_config(workspace=ws, env=env)
+        assert str(err.value).startswith(f"{min(first, second)} and {max(first, second)} set ")
+    assert load_config(workspace=ws, env={first: values[0], second: values[0]}) is not None  # agreeing: fine
+
+
 def test_env_overrides_from_the_process_environment(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMSIFT_SEARCH_MAX_RESULTS", "9")
     monkeypatch.setenv("MEMSIFT_SEARCH_TEMPORAL_DECAY_ENABLED", "true")
