@@ -296,7 +296,8 @@ def parser() -> _Parser:
         "--k",
         type=_bounded(int, 1, 100),
         default=10,
-        help="the rank the metrics are cut at, 1-100: R@k, MRR@k, nDCG@k, and R@5 when k > 5 (default: 10)",
+        help="the rank the metrics are cut at, 1-100: R@k, MRR@k and nDCG@k, beside R@5 and the @10 ones when k is "
+        "larger (default: 10)",
     )
     ev.add_argument("--mode", choices=MODES, help=f"search mode (default: search.mode, {default('search.mode')})")
     ev.add_argument(

@@ -29,9 +29,12 @@ from .sources import as_typed
 
 
 def metric_names(k: int) -> tuple[str, ...]:
-    """The columns for a cut at rank k, each named by its cut: R@5 beside R@k (LoCoMo's usual four at the
-    default k 10), MRR@k, nDCG@k. Fixed @10 names put `--k 3`'s three-hit figures under @10."""
-    return (*(("R@5",) if k > 5 else ()), f"R@{k}", f"MRR@{k}", f"nDCG@{k}")
+    """The columns for a run cut at rank k, each named by the rank it is cut at: the default k 10 gives LoCoMo's
+    usual four (R@5, R@10, MRR@10, nDCG@10), a larger k keeps them and adds its own (R@20, MRR@20, nDCG@20), a
+    smaller one has only its own. Fixed @10 names put `--k 3`'s three-hit figures under @10."""
+    recall = [c for c in (5, 10) if c < k] + [k]
+    ranked = [c for c in (10,) if c < k] + [k]
+    return (*(f"R@{c}" for c in recall), *(f"MRR@{c}" for c in ranked), *(f"nDCG@{c}" for c in ranked))
 
 
 METRICS = metric_names(10)
@@ -129,24 +132,30 @@ def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict
     wanted = {(_same_name(r["path"]), int(r["line"])) for r in relevant}
     covered: set[tuple[str, int]] = set()
     first = 0
-    dcg = 0.0
-    recall_at: dict[int, float] = {}
-    for rank, hit in enumerate(hits[:k], start=1):
-        path = _same_name(hit.path)
-        new = {(p, line) for p, line in wanted - covered if p == path and hit.startLine <= line <= hit.endLine}
+    gains = [0.0] * (k + 1)  # gains[r]: the DCG of the first r hits
+    recall_at = [0.0] * (k + 1)  # recall_at[r]: the share of relevant lines the first r hits cover
+    for rank in range(1, k + 1):
+        hit = hits[rank - 1] if rank <= len(hits) else None
+        new = set()
+        if hit is not None:
+            path = _same_name(hit.path)
+            new = {(p, line) for p, line in wanted - covered if p == path and hit.startLine <= line <= hit.endLine}
         if new:
             first = first or rank
-            dcg += 1.0 / math.log2(rank + 1)
             covered |= new
+        gains[rank] = gains[rank - 1] + (1.0 / math.log2(rank + 1) if new else 0.0)
         recall_at[rank] = len(covered) / len(wanted) if wanted else 0.0
-    ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(wanted), k) + 1))
 
-    def recall(n: int) -> float:
-        return recall_at.get(min(n, len(hits[:k])), 0.0) if hits else 0.0
+    def ndcg(cut: int) -> float:
+        ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(wanted), cut) + 1))
+        return gains[cut] / ideal if ideal else 0.0
 
-    values = {"R@5": recall(5), f"R@{k}": recall(k), f"MRR@{k}": 1.0 / first if first else 0.0}
-    values[f"nDCG@{k}"] = dcg / ideal if ideal else 0.0
-    return {m: values[m] for m in metric_names(k)}
+    def value(kind: str, cut: int) -> float:
+        if kind == "R":
+            return recall_at[cut]
+        return ndcg(cut) if kind == "nDCG" else 1.0 / first if 0 < first <= cut else 0.0
+
+    return {name: value(name.split("@")[0], int(name.split("@")[1])) for name in metric_names(k)}
 
 
 def _unheld(index: MemoryIndex, query: dict[str, Any], held: dict[Path, set[str]]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
 from pathlib import Path
@@ -36,9 +37,12 @@ def test_each_metric_is_named_by_the_rank_it_was_cut_at():
     relevant = [{"path": "a.md", "line": 3}, {"path": "b.md", "line": 7}]
     hits = [_hit("c.md", 1, 9), _hit("a.md", 1, 5), *(_hit("c.md", i, i) for i in range(10, 20)), _hit("b.md", 7, 7)]
     assert score_query(hits, relevant, 3) == {"R@3": 0.5, "MRR@3": 0.5, "nDCG@3": pytest.approx(0.6309 / 1.6309, 1e-4)}
-    twenty = score_query(hits, relevant, 20)
-    assert list(twenty) == ["R@5", "R@20", "MRR@20", "nDCG@20"]
-    assert (twenty["R@5"], twenty["R@20"]) == (0.5, 1.0)
+    twenty = score_query(hits, relevant, 20)  # the default four, at their own cut, then k's own
+    assert list(twenty) == ["R@5", "R@10", "R@20", "MRR@10", "MRR@20", "nDCG@10", "nDCG@20"]
+    assert (twenty["R@5"], twenty["R@10"], twenty["R@20"], twenty["MRR@10"]) == (0.5, 0.5, 1.0, 0.5)
+    ideal = 1 + 1 / math.log2(3)
+    assert twenty["nDCG@10"] == pytest.approx(1 / math.log2(3) / ideal)
+    assert twenty["nDCG@20"] == pytest.approx((1 / math.log2(3) + 1 / math.log2(14)) / ideal)
     assert list(score_query(hits, relevant, 10)) == list(METRICS) == ["R@5", "R@10", "MRR@10", "nDCG@10"]
 
 
