@@ -292,7 +292,13 @@ def parser() -> _Parser:
     ev.add_argument(
         "queries", metavar="QUERIES.jsonl", help='JSON Lines: {"query", "relevant"} per line (SPEC section 6)'
     )
-    ev.add_argument("--k", type=_bounded(int, 1, 100), default=10, help="metrics at rank k, 1-100 (default: 10)")
+    ev.add_argument(
+        "--k",
+        type=_bounded(int, 1, 100),
+        default=10,
+        help="the rank the metrics are cut at, 1-100: R@k, MRR@k and nDCG@k, beside R@5 and the @10 ones when k is "
+        "larger (default: 10)",
+    )
     ev.add_argument("--mode", choices=MODES, help=f"search mode (default: search.mode, {default('search.mode')})")
     ev.add_argument(
         "--fusion",

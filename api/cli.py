@@ -292,9 +292,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.fusion:
         overrides["search.fusion"] = args.fusion
     options = {"k": args.k, "mode": args.mode, "min_score": args.min_score, "limit": args.limit, "rerank": args.rerank}
-    result = evaluate(_config(args, **overrides), args.queries, **options)
-    if args.compare:
-        other = evaluate(_config(args, **overrides, **dict(args.compare)), args.queries, **options)
+    options["warn"] = lambda message: print(f"warning: {message}", file=sys.stderr)
+    config = _config(args, **overrides)
+    # B's settings are checked before A runs a query: a bad value stops the command before any work
+    config_b = _config(args, **overrides, **dict(args.compare)) if args.compare else None
+    result = evaluate(config, args.queries, **options)
+    if config_b is not None:
+        other = evaluate(config_b, args.queries, **options | {"warn": None})  # A named them already
         if args.json:
             _print_json({"a": result, "b": other})
         else:
@@ -312,6 +316,8 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     for path in args.queries:
         if not Path(path).is_file():
             return _fail(args, f"{path}: no such query file")
+    if not args.out.parent.is_dir():  # before the searches and the fit, not when writing their result
+        return _fail(args, f"--out: {args.out.parent} is not a folder")
     data = collect(_config(args), args.queries)
     try:
         trained_on = [Path(p).name for p in args.queries]

@@ -344,15 +344,32 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
         rest = name[len("MEMSIFT_") :]
         key = _ENV_KEYS.get(_env_key(rest))
         if key is not None:
-            found[key] = (value, name)
+            _found(found, key, value, name)
         elif rest.lower().startswith("agents_"):  # agents.<id>.workspace, as MEMSIFT_AGENTS_<ID>_WORKSPACE
             agent = re.fullmatch(r"agents_(\w+)_workspace", rest, re.IGNORECASE)
             if agent is None or agent_id_problem(agent[1]):
                 raise ConfigError(f"{name}: no such configuration key (MEMSIFT_AGENTS_<ID>_WORKSPACE)")
-            found[f"agents.{agent[1].lower()}.workspace"] = (value, name)
+            _found(found, f"agents.{agent[1].lower()}.workspace", value, name)
         elif rest.split("_")[0].lower() in _SECTIONS:
             raise ConfigError(f"{name}: no such configuration key")
     return found
+
+
+def _found(found: dict[str, tuple[str, str]], key: str, value: str, name: str) -> None:
+    """One key's value from the environment. Two spellings of it (`MEMSIFT_SEARCH_MAXRESULTS` and
+    `MEMSIFT_SEARCH_MAX_RESULTS`) that disagree are an error: the environment's order picked one in silence."""
+    if key in found and found[key][0] != value:
+        first, second = sorted((found[key][1], name))
+        raise ConfigError(f"{first} and {second} set {key} to different values; keep one")
+    found[key] = (value, name)
+
+
+def _not_a_file(path: Path) -> str:
+    """Why a configuration path is not read. A pipe (`--config <(...)`) or a device (/dev/null) exists but is
+    refused: the file is read again later (an index run's flow, a server's reload), and a pipe is empty then."""
+    if path.is_dir():
+        return "is a folder, not a TOML file"
+    return "is not a regular file (a pipe or a device); give a TOML file" if path.exists() else "does not exist"
 
 
 def find_config_file(explicit: str | Path | None, workspace: Path, env: Mapping[str, str]) -> Path | None:
@@ -360,9 +377,7 @@ def find_config_file(explicit: str | Path | None, workspace: Path, env: Mapping[
         if given:
             path = Path(given).expanduser()
             if not path.is_file():
-                raise ConfigError(
-                    f"{name}: {path} {'is a folder, not a TOML file' if path.is_dir() else 'does not exist'}"
-                )
+                raise ConfigError(f"{name}: {path} {_not_a_file(path)}")
             return path
     candidate = workspace / "memsift.toml"
     return candidate if candidate.is_file() else None

@@ -15,6 +15,7 @@ import math
 import statistics
 import unicodedata
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,17 @@ from .memory import MemoryIndex
 from .search import Hit, check_request
 from .sources import as_typed
 
-METRICS = ("R@5", "R@10", "MRR@10", "nDCG@10")
+
+def metric_names(k: int) -> tuple[str, ...]:
+    """The columns for a run cut at rank k, each named by the rank it is cut at: the default k 10 gives LoCoMo's
+    usual four (R@5, R@10, MRR@10, nDCG@10), a larger k keeps them and adds its own (R@20, MRR@20, nDCG@20), a
+    smaller one has only its own. Fixed @10 names put `--k 3`'s three-hit figures under @10."""
+    recall = [c for c in (5, 10) if c < k] + [k]
+    ranked = [c for c in (10,) if c < k] + [k]
+    return (*(f"R@{c}" for c in recall), *(f"MRR@{c}" for c in ranked), *(f"nDCG@{c}" for c in ranked))
+
+
+METRICS = metric_names(10)
 
 
 def load_queries(path: str | Path) -> list[dict[str, Any]]:
@@ -121,27 +132,37 @@ def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict
     wanted = {(_same_name(r["path"]), int(r["line"])) for r in relevant}
     covered: set[tuple[str, int]] = set()
     first = 0
-    dcg = 0.0
-    recall_at: dict[int, float] = {}
-    for rank, hit in enumerate(hits[:k], start=1):
-        path = _same_name(hit.path)
-        new = {(p, line) for p, line in wanted - covered if p == path and hit.startLine <= line <= hit.endLine}
+    gains = [0.0] * (k + 1)  # gains[r]: the DCG of the first r hits
+    recall_at = [0.0] * (k + 1)  # recall_at[r]: the share of relevant lines the first r hits cover
+    for rank in range(1, k + 1):
+        hit = hits[rank - 1] if rank <= len(hits) else None
+        new = set()
+        if hit is not None:
+            path = _same_name(hit.path)
+            new = {(p, line) for p, line in wanted - covered if p == path and hit.startLine <= line <= hit.endLine}
         if new:
             first = first or rank
-            dcg += 1.0 / math.log2(rank + 1)
             covered |= new
+        gains[rank] = gains[rank - 1] + (1.0 / math.log2(rank + 1) if new else 0.0)
         recall_at[rank] = len(covered) / len(wanted) if wanted else 0.0
-    ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(wanted), k) + 1))
 
-    def recall(n: int) -> float:
-        return recall_at.get(min(n, len(hits[:k])), 0.0) if hits else 0.0
+    def ndcg(cut: int) -> float:
+        ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(wanted), cut) + 1))
+        return gains[cut] / ideal if ideal else 0.0
 
-    return {
-        "R@5": recall(5),
-        "R@10": recall(10),
-        "MRR@10": 1.0 / first if first and first <= 10 else 0.0,
-        "nDCG@10": dcg / ideal if ideal else 0.0,
-    }
+    def value(kind: str, cut: int) -> float:
+        if kind == "R":
+            return recall_at[cut]
+        return ndcg(cut) if kind == "nDCG" else 1.0 / first if 0 < first <= cut else 0.0
+
+    return {name: value(name.split("@")[0], int(name.split("@")[1])) for name in metric_names(k)}
+
+
+def _unheld(index: MemoryIndex, query: dict[str, Any], held: dict[Path, set[str]]) -> list[str]:
+    """The relevant paths of `query` no file of `index` answers to (a typo, a note renamed since): each scores
+    0 on every metric, read as a search that missed. `held` keeps each workspace's names, in NFC."""
+    names = held.setdefault(index.config.workspace, {_same_name(p) for p in index.store.file_rows()})
+    return list(dict.fromkeys(r["path"] for r in query["relevant"] if _same_name(r["path"]) not in names))
 
 
 def _category(query: dict[str, Any]) -> str:
@@ -162,7 +183,9 @@ def evaluate(
     min_score: float = 0.0,
     limit: int | None = None,
     rerank: bool | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
+    """The metrics of the file's queries; `warn` is told of each relevant path no indexed file answers to."""
     queries = load_queries(queries_path)[:limit]
     # A query with no relevant line (an off-topic question, as bench/abstention's) has no recall to measure:
     # scored, it counted 0 on every metric and dragged the means down in silence. It is left out and counted.
@@ -175,9 +198,17 @@ def evaluate(
     spans: list[int] = []
     took: list[float] = []
     indexes: dict[Path, MemoryIndex] = {}
+    held: dict[Path, set[str]] = {}
     try:
         for q in queries:
             index = query_index(indexes, config, base, q)
+            for path in _unheld(index, q, held) if warn is not None else ():
+                who = f" (query {q['qid']})" if q.get("qid") is not None else ""
+                where = index.config.workspace
+                warn(
+                    f"{queries_path}: relevant path {path!r}{who} is no file the index of {where} holds: no hit can "
+                    "cover it"
+                )
             response = index.search(q["query"], max_results=k, min_score=min_score, mode=mode, rerank=rerank)
             took.append(response.tookMs)
             spans.extend(h.endLine - h.startLine + 1 for h in response.results)
@@ -188,7 +219,7 @@ def evaluate(
             index.close()
 
     def mean(rows: list[dict[str, float]]) -> dict[str, float]:
-        return {m: round(statistics.fmean(r[m] for r in rows), 3) for m in METRICS} | {"n": len(rows)}
+        return {m: round(statistics.fmean(r[m] for r in rows), 3) for m in metric_names(k)} | {"n": len(rows)}
 
     everything = [r for rows in per_category.values() for r in rows]
     reranked = _rerank_label(config, rerank, mode)
@@ -230,9 +261,10 @@ def format_table(result: dict[str, Any]) -> str:
         f"{result['queries']} queries"
         + (f" ({result['unscored']} more without a relevant line, not scored)" if result.get("unscored") else "")
     )
-    lines = [head, f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in METRICS)]
+    metrics = metric_names(result["k"])
+    lines = [head, f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in metrics)]
     for name, row in [*result["categories"].items(), ("overall", result["overall"])]:
-        lines.append(f"{name:<14}{row['n']:>5}" + "".join(f"{row[m]:>9.3f}" for m in METRICS))
+        lines.append(f"{name:<14}{row['n']:>5}" + "".join(f"{row[m]:>9.3f}" for m in metrics))
     lines.append(
         f"mean hit span {result['meanSpan']} lines; median search {result['p50Ms']} ms, p95 {result['p95Ms']} ms"
     )
@@ -242,12 +274,13 @@ def format_table(result: dict[str, Any]) -> str:
 def format_comparison(a: dict[str, Any], b: dict[str, Any]) -> str:
     """Both tables, then B - A per category and metric (points of the metric, x100)."""
     lines = ["A: " + format_table(a), "", "B: " + format_table(b), "", "B - A (points)"]
-    lines.append(f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in METRICS))
+    metrics = metric_names(a["k"])  # one command's two runs: the same k
+    lines.append(f"{'category':<14}{'n':>5}" + "".join(f"{m:>9}" for m in metrics))
     for name in [*a["categories"], "overall"]:
         row_a = a["overall"] if name == "overall" else a["categories"][name]
         row_b = b["overall"] if name == "overall" else b["categories"].get(name)
         if row_b is None:
             continue
-        lines.append(f"{name:<14}{row_a['n']:>5}" + "".join(f"{100 * (row_b[m] - row_a[m]):>+9.1f}" for m in METRICS))
+        lines.append(f"{name:<14}{row_a['n']:>5}" + "".join(f"{100 * (row_b[m] - row_a[m]):>+9.1f}" for m in metrics))
     lines.append(f"median search {a['p50Ms']} ms -> {b['p50Ms']} ms")
     return "\n".join(lines)

@@ -371,6 +371,7 @@ def check_request(
     # count as blank too; they searched before, for hits with no relation to anything.
     if not isinstance(query, str) or all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in query):
         raise SearchError("query: must not be blank")
+    _check_text("query", query)
     if max_results is not None and not 1 <= max_results <= 100:
         raise SearchError(f"maxResults: {max_results} is out of range [1, 100]")
     if min_score is not None and not 0.0 <= min_score <= 1.0:
@@ -380,9 +381,18 @@ def check_request(
         check_path_prefix(path_prefix)
 
 
+def _check_text(name: str, text: str) -> None:
+    """Half a UTF-16 pair is no character: it comes from bytes that are not UTF-8 on a command line (Python
+    keeps them as lone surrogates) or a `"\\ud800"` escape in a query file. The embedder refused such a query,
+    so the search degraded to keywords with a TypeError for its reason; REST and MCP refuse it at the door."""
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        raise SearchError(f"{name}: holds a lone surrogate (bytes that are not UTF-8), which is no character")
+
+
 def check_path_prefix(path_prefix: str) -> None:
-    """No indexed path starts with `/` or `~` or climbs with `..`: such a prefix answered "No matches." in
-    silence."""
+    """No indexed path starts with `/` or `~` or climbs with `..`, or holds bytes that are not UTF-8 (a sync
+    skips such a name): such a prefix answered "No matches." in silence."""
+    _check_text("pathPrefix", path_prefix)
     if path_prefix.startswith(("/", "~")) or ".." in path_prefix.split("/"):
         raise SearchError(
             f"pathPrefix: {path_prefix!r} is not workspace-relative; give it as hits name paths (memory/)"

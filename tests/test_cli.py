@@ -497,6 +497,10 @@ def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: 
         ("--workspace", " ", "search", "x"),
         ("--config", "", "status"),  # ignored in silence: the workspace's memsift.toml was read instead
         ("search", "x", "--path-prefix", "/memory"),  # no hit's path starts so: "No matches." in silence
+        # bytes that are not UTF-8 (a Latin-1 terminal): Python hands them on as lone surrogates, which the
+        # embedder refused, so the search degraded to keywords with a TypeError as its reason
+        ("search", "caf\udce9"),
+        ("search", "x", "--path-prefix", "memory/caf\udce9"),  # no such name is indexed: "No matches."
         # an id no configuration can have, as REST's 400: it was exit 1, unlike a blank --config
         ("--agent", " ", "status"),
         ("--agent", "", "status"),

@@ -4,6 +4,7 @@ every unknown key or bad value is a ConfigError naming the key before any work s
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,20 @@ def test_a_config_path_that_is_a_folder_says_so(ws: Path, how: str) -> None:
     assert str(err.value) == f"{'--config' if how == 'flag' else 'MEMSIFT_CONFIG'}: {ws} is a folder, not a TOML file"
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_config_path_that_is_a_pipe_or_a_device_says_so(ws: Path, tmp_path: Path, kind: str) -> None:
+    """`--config <(printf ...)` and `--config /dev/null` said "does not exist" of a path that does. They are
+    refused, not read: the file is read again later (an index run's flow, a server's reload), and a pipe
+    read twice is empty the second time, the defaults taken in silence."""
+    path = Path(os.devnull)
+    if kind == "fifo":
+        path = tmp_path / "config.fifo"
+        os.mkfifo(path)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, workspace=ws, env={})
+    assert str(err.value) == f"--config: {path} is not a regular file (a pipe or a device); give a TOML file"
+
+
 def test_relative_workspace_in_toml_is_relative_to_the_file(tmp_path: Path, workspace) -> None:
     ws = workspace({"MEMORY.md": "x\n"}, name="agent-ws")
     cfg = write(tmp_path / "conf" / "memsift.toml", 'workspace = "../agent-ws"\n')
@@ -167,6 +182,25 @@ def test_env_overrides_a_single_key(ws: Path, name: str) -> None:
     c = load_config(workspace=ws, env={name: "9"})
     assert c.search.maxResults == 9
     assert c.search.minScore == 0.2  # other keys from the file are kept
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("MEMSIFT_SEARCH_MAXRESULTS", "MEMSIFT_SEARCH_MAX_RESULTS"),
+        ("MEMSIFT_AGENTS_WORK_WORKSPACE", "MEMSIFT_AGENTS_work_WORKSPACE"),
+    ],
+)
+def test_two_spellings_of_one_key_that_disagree_are_an_error(ws: Path, first: str, second: str) -> None:
+    """Both set, the last in the environment's order won in silence: `MEMSIFT_SEARCH_MAXRESULTS=2` in a profile
+    and `MEMSIFT_SEARCH_MAX_RESULTS=3` on the command line gave 3 or 2 as the shell happened to order them."""
+    values = ("2", "3") if "MAX" in first else (str(ws), str(ws / "memory"))
+    (ws / "memory").mkdir(exist_ok=True)
+    for env in ({first: values[0], second: values[1]}, {second: values[1], first: values[0]}):
+        with pytest.raises(ConfigError) as err:
+            load_config(workspace=ws, env=env)
+        assert str(err.value).startswith(f"{min(first, second)} and {max(first, second)} set ")
+    assert load_config(workspace=ws, env={first: values[0], second: values[0]}) is not None  # agreeing: fine
 
 
 def test_env_overrides_from_the_process_environment(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
 from pathlib import Path
@@ -28,6 +29,21 @@ def test_metrics_on_a_hand_scored_ranking():
     assert got["MRR@10"] == 0.5
     # Rank 3 covers a line rank 2 already covered: no gain. Gains at ranks 2 and 4.
     assert got["nDCG@10"] == pytest.approx((1 / 1.5849625007211562 + 1 / 2.321928094887362) / ideal)
+
+
+def test_each_metric_is_named_by_the_rank_it_was_cut_at():
+    """`eval --k 3` printed three-hit figures under R@5, R@10, MRR@10 and nDCG@10, and `--k 20` an nDCG of
+    twenty hits under nDCG@10: a reader compared them with real @10 figures."""
+    relevant = [{"path": "a.md", "line": 3}, {"path": "b.md", "line": 7}]
+    hits = [_hit("c.md", 1, 9), _hit("a.md", 1, 5), *(_hit("c.md", i, i) for i in range(10, 20)), _hit("b.md", 7, 7)]
+    assert score_query(hits, relevant, 3) == {"R@3": 0.5, "MRR@3": 0.5, "nDCG@3": pytest.approx(0.6309 / 1.6309, 1e-4)}
+    twenty = score_query(hits, relevant, 20)  # the default four, at their own cut, then k's own
+    assert list(twenty) == ["R@5", "R@10", "R@20", "MRR@10", "MRR@20", "nDCG@10", "nDCG@20"]
+    assert (twenty["R@5"], twenty["R@10"], twenty["R@20"], twenty["MRR@10"]) == (0.5, 0.5, 1.0, 0.5)
+    ideal = 1 + 1 / math.log2(3)
+    assert twenty["nDCG@10"] == pytest.approx(1 / math.log2(3) / ideal)
+    assert twenty["nDCG@20"] == pytest.approx((1 / math.log2(3) + 1 / math.log2(14)) / ideal)
+    assert list(score_query(hits, relevant, 10)) == list(METRICS) == ["R@5", "R@10", "MRR@10", "nDCG@10"]
 
 
 def test_a_relevant_path_as_a_shell_completes_it_is_the_same_file():
@@ -86,6 +102,14 @@ def test_eval_compares_two_configs(capsys, queries: Path):
     assert any(re.fullmatch(r"overall\s+2(\s+[+-]\d+\.\d){4}", line) for line in diff)
 
 
+def test_a_bad_compare_value_is_refused_before_any_work(capsys, queries: Path, memsift_home: Path):
+    """B's configuration was read after A had run every query (its indexes built, minutes on a large file),
+    so `--compare search.mode=fuzzy` failed only then: SPEC section 2, a bad value stops before any work."""
+    assert main(["eval", str(queries), "--compare", "search.mode=fuzzy"]) == 1
+    assert "search.mode: 'fuzzy' is not one of" in capsys.readouterr().err
+    assert not list(memsift_home.glob("memory/*.sqlite"))
+
+
 def test_eval_json_and_a_bad_setting(capsys, queries: Path):
     assert main(["eval", str(queries), "--json", "--set", "rerank.method=blend", "--set", "rerank.weight=1.0"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -94,6 +118,14 @@ def test_eval_json_and_a_bad_setting(capsys, queries: Path):
     with pytest.raises(SystemExit):
         main(["eval", str(queries), "--set", "no-equals-sign"])
     assert main(["eval", str(queries), "--set", "rerank.weight=7"]) != 0
+
+
+def test_eval_k_names_the_columns_of_the_table_and_the_json(capsys, queries: Path):
+    assert main(["eval", str(queries), "--json", "--no-rerank", "--k", "3"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["overall"]) == ["R@3", "MRR@3", "nDCG@3", "n"]
+    assert main(["eval", str(queries), "--no-rerank", "--k", "3", "--compare", "search.fusion=rrf"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"category\s+n\s+R@3\s+MRR@3\s+nDCG@3\n", out) and "@10" not in out, out
 
 
 def test_a_query_without_a_relevant_line_is_left_out_and_counted(capsys, queries: Path):
@@ -107,6 +139,23 @@ def test_a_query_without_a_relevant_line_is_left_out_and_counted(capsys, queries
     assert list(doc["categories"]) == ["single"]
     assert main(["eval", str(queries), "--no-rerank"]) == 0
     assert "2 queries (1 more without a relevant line, not scored)" in capsys.readouterr().out
+
+
+def test_a_relevant_path_the_index_does_not_hold_is_named_on_stderr(capsys, queries: Path):
+    """A typo in a relevant path (`MEMORY.mdx`, a note renamed since the file was written) scored 0 on every
+    metric, in silence, read as a search that missed."""
+    rows = [json.loads(line) for line in queries.read_text().splitlines()]
+    rows[0]["qid"] = "tea"
+    rows[0]["relevant"] = [{"path": "MEMORY.mdx", "line": 2}]
+    queries.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", str(queries), "--json", "--no-rerank"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["overall"]["R@10"] == 0.5
+    ws = Path(rows[0]["workspace"]).resolve()
+    assert captured.err == (
+        f"warning: {queries}: relevant path 'MEMORY.mdx' (query tea) is no file the index of {ws} holds: "
+        "no hit can cover it\n"
+    )
 
 
 def test_eval_rows_name_each_category_and_the_uncategorised(capsys, queries: Path):
@@ -147,6 +196,8 @@ _Q = '{"qid": "%s", "query": "tea", "relevant": [{"path": "MEMORY.md", "line": 1
         # a blank query: "query: must not be blank", naming no file, after every search above it
         ('{"query": "tea", "relevant": []}\n{"query": " ", "relevant": []}\n', "q.jsonl:2: query: must not be blank"),
         ('{"query": "\\u200b", "relevant": []}\n', "q.jsonl:1: query: must not be blank"),
+        # half a UTF-16 pair, valid JSON to Python: the search degraded to keywords in silence
+        ('{"query": "tea \\ud800", "relevant": []}\n', "q.jsonl:1: query: holds a lone surrogate"),
         ('{"query": "tea", "relevant": [{"path": "/ws/MEMORY.md", "line": 1}]}\n', "q.jsonl:1: a 'relevant' path"),
         # a copied line: scored twice and weighed double, in silence
         (_Q % "a" + _Q % "b" + _Q % "a", "q.jsonl:3: duplicate qid 'a' (first on line 1)"),

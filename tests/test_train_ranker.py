@@ -78,6 +78,22 @@ def test_train_ranker_bad_input_is_one_line(ws: Path, memsift_home: Path, tmp_pa
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0 and "ranker model" in proc.stderr
 
 
+def test_train_ranker_refuses_an_out_folder_that_is_not_there_before_any_work(
+    capsys, ws: Path, memsift_home: Path, tmp_path: Path
+) -> None:
+    """It indexed, searched every question and fitted the model, then failed writing it: "FileNotFoundError:
+    [Errno 2] No such file or directory", the work lost."""
+    from api.cli import main
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query": "flat white", "relevant": [{"path": "MEMORY.md", "line": 2}]}) + "\n")
+    out = tmp_path / "no-such-folder" / "m.json"
+    assert main(["--workspace", str(ws), "train-ranker", str(queries), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"memsift: error: --out: {out.parent} is not a folder\n", err
+    assert not memsift_home.exists()
+
+
 def test_train_ranker_fits_trees_that_search_evaluates_without_lightgbm(
     ws: Path, memsift_home: Path, tmp_path: Path
 ) -> None:
