@@ -14,6 +14,7 @@ cannot know it), and a reverse proxy may pass its own Host through, so nothing i
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,12 +56,15 @@ def _hostname(url: str) -> str | None:
 
 
 def is_local(name: str | None) -> bool:
-    """localhost (and RFC 6761's *.localhost, which browsers keep on this machine) or a loopback address."""
+    """localhost (and RFC 6761's *.localhost, which browsers keep on this machine), this machine's own name
+    (`curl http://$(hostname):8000`; a rebinding page names its own site), or a loopback or unspecified address
+    (`http://0.0.0.0:8000` reaches loopback on Linux)."""
     if not name:
         return False
-    if name == "localhost" or name.endswith(".localhost"):
+    if name == "localhost" or name.endswith(".localhost") or name == socket.gethostname().lower():
         return True
     try:
-        return ipaddress.ip_address(name).is_loopback
+        address = ipaddress.ip_address(name)
     except ValueError:
         return False
+    return address.is_loopback or address.is_unspecified

@@ -10,6 +10,7 @@ import hmac
 import json
 import logging
 import re
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -282,9 +283,13 @@ def test_a_server_on_loopback_without_a_key_refuses_a_web_pages_requests(
         for method, path, body in [("POST", "/v1/get", {"path": "MEMORY.md"}), ("GET", "/metrics", None)]:
             r = client.request(method, path, json=body, headers={"content-type": "text/plain"} | headers)
             problem(r, status, needle)
-        for ok in [{}, {"Host": "localhost:8000"}, {"Host": "[::1]:8000"}, {"Origin": "http://127.0.0.1:8000"}]:
+        mine = {"Host": f"{socket.gethostname()}:8000"}  # `curl http://$(hostname):8000`
+        for ok in [{}, {"Host": "localhost:8000"}, {"Host": "[::1]:8000"}, {"Host": "0.0.0.0:8000"}, mine]:
             assert client.post("/v1/get", json={"path": "MEMORY.md"}, headers=ok).status_code == 200, ok
             assert client.get("/docs", headers=ok).status_code == 200, ok
+        assert client.post(
+            "/v1/get", json={"path": "MEMORY.md"}, headers={"Origin": "http://127.0.0.1:8000"}
+        ).is_success
         refused = f'memsift_requests_total{{app_name="memsift",method="POST",path="/v1/get",status_code="{status}"}}'
         assert refused in client.get("/metrics").text  # counted as any error (Prometheus' counts are per process)
 
