@@ -234,10 +234,12 @@ def size_weight(chunks: int) -> float:
     return min(1.0, math.log(chunks / SMALL) / math.log(LARGE / SMALL))
 
 
-def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, ChunkRow], maxsim: bool) -> Inputs:
+def inputs(
+    store: Store, query: str, head: list[Candidate], rows: dict[int, ChunkRow], maxsim: Sequence[float | None]
+) -> Inputs:
     """Read what the features need from the index: each content term's document frequency (core.store's
     `phrase_counts`) and the chunk count.
-    `maxsim`: the hits' rerank scores are MaxSim (another reranker's scores are on another scale)."""
+    `maxsim`: each hit's MaxSim, None where unknown (another reranker's scores are on another scale)."""
     terms = tuple(query_terms(query))
     df = tuple(store.phrase_counts([term_match(t) for t in terms]))
     (chunks,) = store.conn.execute("SELECT count(*) FROM chunks").fetchone()
@@ -249,7 +251,7 @@ def inputs(store: Store, query: str, head: list[Candidate], rows: dict[int, Chun
         tuple(c.vector for c in head),
         tuple(c.bm25 for c in head),
         tuple(rows[c.id].text for c in head),
-        tuple(c.rerank if maxsim else None for c in head),
+        tuple(maxsim),
     )
 
 

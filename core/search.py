@@ -23,7 +23,7 @@ from .errors import SearchError
 from .indexer import REBUILD_HELD, VECTORS_PENDING, cache_key, identity_key, vectorless
 from .query import STOP_WORDS, fts_phrases, query_terms
 from .rerankers import shortlist
-from .rerankers.local import is_maxsim
+from .rerankers.local import is_maxsim, token_capture
 from .snippets import snippet
 from .sources import as_typed
 from .store import ChunkRow, Store
@@ -253,9 +253,17 @@ def search(
             # scored 0.95 over examples/workspace). A question made of stop words ("who am I") is searched.
             cands, abstained = [], ONE_COMMON_WORD.format(terms[0])
         elif calibrated and cands:
-            cands, abstained = _calibrate(
-                store, query, cands[:reach], rows, floor, collect_calibration, is_maxsim(config.rerank)
-            )
+            head = cands[:reach]
+            maxsim = [c.rerank if is_maxsim(config.rerank) else None for c in head]
+            if maxsim[0] is None and token_capture(config, embedder) is not None:
+                # Not reranked (`rerank: false`): calibration still reads the head's MaxSim, from the token bits
+                # the index holds (the hits are not reranked by it). Without it "zebra" over four notes kept them
+                # all at 0.52-0.68 (0.16 with it); should it fail, calibration reads MaxSim as unknown.
+                scores, _ = shortlist.score_shortlist(
+                    store, config, embedder, query, head, rows, make_reranker=make_reranker
+                )
+                maxsim = scores or maxsim
+            cands, abstained = _calibrate(store, query, head, rows, floor, collect_calibration, maxsim)
         if pool and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
             best_cosine = max((c.vector for c in pool if c.vector is not None), default=0.0)
             abstained = (
@@ -285,7 +293,7 @@ def _calibrate(
     rows: dict[int, ChunkRow],
     floor: float,
     collect: CalibrationCollector | None,
-    maxsim: bool,
+    maxsim: list[float | None],
 ) -> tuple[list[ranking.Candidate], str | None]:
     """Each hit's score made the calibrated estimate that it is relevant (the order stays), then the floor:
     the scores never increase down the order, so the floor keeps a prefix of it. Returns the hits kept and,

@@ -320,12 +320,14 @@ def test_an_off_topic_question_in_plain_words_abstains_over_a_few_notes(index, q
     assert response.results == [] and "under the floor minScore 0.35" in response.abstained
 
 
+@pytest.mark.parametrize("rerank", [None, False])
 @pytest.mark.parametrize("query", ["zebra", "Who is Alice?", "kubernetes", "Rome"])
-def test_a_bare_word_found_nowhere_abstains_over_a_few_notes(index, query: str) -> None:
+def test_a_bare_word_found_nowhere_abstains_over_a_few_notes(index, query: str, rerank: bool | None) -> None:
     """A keyword as typed into a search box, about something the notes lack. Before calibration was trained on
     questions of one to three words (bench/calibration/short.jsonl, offtopic_short.jsonl), "zebra" over
-    examples/workspace scored 0.57 and "Who is Alice?" 0.52."""
-    response = index.search(query)
+    examples/workspace scored 0.57 and "Who is Alice?" 0.52. A search asked not to rerank (`rerank: false`)
+    kept every note: calibration read no MaxSim ("zebra" 0.68); it now reads the head's from the index."""
+    response = index.search(query, rerank=rerank)
     assert response.results == [] and "under the floor minScore 0.35" in response.abstained
 
 
@@ -340,8 +342,9 @@ def test_a_bare_word_found_nowhere_abstains_over_a_few_notes(index, query: str) 
 )
 def test_a_bare_word_the_notes_answer_is_answered(index, query: str, path: str) -> None:
     """The same few notes answer a keyword that is theirs, or another word for theirs ("database" for
-    PostgreSQL, "coffee" for a flat white, "TLS" for a certificate), at the default floor."""
+    PostgreSQL, "coffee" for a flat white, "TLS" for a certificate), at the default floor, reranked or not."""
     assert index.search(query).results[0].path == path
+    assert index.search(query, rerank=False).results[0].path == path
 
 
 def test_the_first_hit_does_not_depend_on_max_results(index) -> None:

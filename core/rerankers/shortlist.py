@@ -81,12 +81,32 @@ def rerank_shortlist(
     """The shortlist reranked and blended, or as it was with the reason (search's `degraded`) when the
     reranker is unavailable or fails: reranking refines an answer, it never costs one. `make_reranker` gives
     the reranker to use (a long-lived one: MemoryIndex keeps its own); by default the configured one is built."""
+    scores, problem = score_shortlist(store, config, embedder, query, shortlist, rows, cache, make_reranker)
+    if problem:
+        return shortlist, f"{problem}; results in fused order"
+    for c, score in zip(shortlist, scores):
+        c.rerank = score
+    return ranking.blend(shortlist, config.rerank.weight), None
+
+
+def score_shortlist(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    query: str,
+    shortlist: list[ranking.Candidate],
+    rows: dict[int, ChunkRow],
+    cache: ScoreCache = SCORES,
+    make_reranker: Callable[[], Reranker] | None = None,
+) -> tuple[list[float], str | None]:
+    """Each candidate's rerank score, from the per-process cache or the reranker, in the shortlist's order; or
+    no scores and the reason when the reranker is unavailable or fails."""
     from .maxsim import MaxSimReranker
 
     try:
         reranker = make_reranker() if make_reranker else create_reranker(config.rerank, embedder)
-    except Exception as exc:  # a missing model folder, a bad key: the fused order stands
-        return shortlist, f"reranker unavailable ({_reason(exc)}); results in fused order"
+    except Exception as exc:  # a missing model folder, a bad key
+        return [], f"reranker unavailable ({_reason(exc)})"
     hashes = {c.id: rows[c.id].hash for c in shortlist}
     scores = cache.get(reranker.fingerprint, query, list(hashes.values()))
     todo = [c for c in shortlist if hashes[c.id] not in scores]
@@ -101,13 +121,11 @@ def rerank_shortlist(
             if len(fresh) != len(todo):
                 raise RerankError(f"{len(fresh)} scores for {len(todo)} documents")
         except Exception as exc:
-            return shortlist, f"reranking failed ({_reason(exc)}); results in fused order"
+            return [], f"reranking failed ({_reason(exc)})"
         new = {hashes[c.id]: float(v) for c, v in zip(todo, fresh)}
         cache.put(reranker.fingerprint, query, new)
         scores.update(new)
-    for c in shortlist:
-        c.rerank = scores[hashes[c.id]]
-    return ranking.blend(shortlist, config.rerank.weight), None
+    return [scores[hashes[c.id]] for c in shortlist], None
 
 
 def line_signals(
