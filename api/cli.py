@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -127,6 +128,19 @@ def _print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
 
 
+#: Control characters but tab and newline (C0, DEL, C1): a terminal acts on them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _for_reader(text: str) -> str:
+    """`text` as a terminal should show it: a note can hold escape sequences (clear the screen, retitle the
+    window, OSC 52 writes the clipboard) that printing them as they are would run. Each control character is
+    shown as its escape (`\\x1b`); a pipe or a file gets the text exactly."""
+    if not sys.stdout.isatty():
+        return text
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     config = _config(args)  # validate before starting Prefect
     if args.dry_run:
@@ -228,7 +242,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             head += "  (" + ", ".join(f"{k} {v:.3f}" for k, v in hit.scores.items()) + ")"
         # search.citations = "on" (SPEC section 2): each hit ends with its source, to quote in an answer.
         blocks.append(f"{head}\n{hit.snippet}" + (f"\nSource: {hit.citation}" if hit.citation else ""))
-    print("\n\n".join(blocks))
+    print(_for_reader("\n\n".join(blocks)))
     if args.explain and response.timings:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in response.timings.items())
         print(f"\ntook {response.tookMs:.1f} ms ({stages})")
@@ -246,7 +260,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(doc)
     elif doc["lines"]:  # a range of blank lines prints them; only an empty range prints nothing
-        print(doc["text"])
+        print(_for_reader(doc["text"]))
     elif args.lines != 0:  # nothing on stdout, as SPEC says (not an error); a person sees why on stderr
         total = doc["totalLines"]
         why = f"has {total} line{'' if total == 1 else 's'}" if total else "is empty or does not exist"

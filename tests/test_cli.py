@@ -559,37 +559,60 @@ def test_real_process_errors(ws: Path, memsift_home: Path) -> None:
     assert proc.returncode == 2 and proc.stdout == "" and "invalid choice: 'serach'" in proc.stderr
 
 
-def test_progress_bar_goes_to_the_terminal_not_stdout(ws: Path, memsift_home: Path) -> None:
-    """stderr on a terminal shows the bar; stdout, piped, holds only the summary."""
+def _on_a_terminal(
+    argv: list[str | Path], env: dict[str, str], stream: str = "stdout"
+) -> tuple[subprocess.CompletedProcess[bytes], bytes]:
+    """Run `argv` with `stream` (stdout or stderr) on a pseudo-terminal and the other piped: the process, and
+    what the terminal received."""
     master, slave = pty.openpty()
     chunks: list[bytes] = []
 
     def drain() -> None:
-        while True:
-            try:
-                data = os.read(master, 4096)
-            except OSError:
-                return
-            if not data:
-                return
+        while data := _read(master):
             chunks.append(data)
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: slave}
     try:
-        proc = subprocess.run(
-            [MEMSIFT, "--workspace", ws, "index", "--no-prefect"],
-            stdout=subprocess.PIPE, stderr=slave, env=_env(memsift_home), timeout=120,
-        )  # fmt: skip
+        proc = subprocess.run(argv, **streams, env=env, timeout=120)
     finally:
         os.close(slave)
         reader.join(timeout=10)
         os.close(master)
+    return proc, b"".join(chunks)
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 4096)
+    except OSError:  # the terminal's other end closed
+        return b""
+
+
+def test_a_note_s_escape_sequences_are_shown_not_run_on_a_terminal(workspace, memsift_home: Path) -> None:
+    """A note holding terminal escapes (clear the screen, OSC 52 writing the clipboard) printed them as they
+    were: the terminal ran them. On a terminal, search and get show each control character as its escape; a
+    pipe still gets the exact text."""
+    evil = "- The quokka note \x1b[2J\x1b]52;c;aGk=\x07 ends here."
+    ws = workspace({"MEMORY.md": f"# Memory\n{evil}\n"})
+    env = _env(memsift_home)
+    for argv in (["search", "quokka note", "--min-score", "0"], ["get", "MEMORY.md", "--from", "2"]):
+        proc, shown = _on_a_terminal([MEMSIFT, "--workspace", ws, *argv], env)
+        assert proc.returncode == 0 and b"\x1b" not in shown and b"\x07" not in shown, shown
+        assert b"quokka note \\x1b[2J\\x1b]52;c;aGk=\\x07 ends here." in shown, shown
+        piped = subprocess.run([MEMSIFT, "--workspace", ws, *argv], capture_output=True, env=env, timeout=120)
+        assert evil.encode() in piped.stdout, piped.stdout
+
+
+def test_progress_bar_goes_to_the_terminal_not_stdout(ws: Path, memsift_home: Path) -> None:
+    """stderr on a terminal shows the bar; stdout, piped, holds only the summary."""
+    argv = [MEMSIFT, "--workspace", ws, "index", "--no-prefect"]
+    proc, shown = _on_a_terminal(argv, _env(memsift_home), stream="stderr")
     assert proc.returncode == 0
     assert proc.stdout.decode().startswith("plan: ")
     assert f"\nrebuilt agent main ({ws.resolve()})\n" in proc.stdout.decode()
     assert b"\x1b" not in proc.stdout
-    shown = b"".join(chunks)
     assert b"indexing" in shown
     assert b"3/3 chunks embedded" in shown  # chunks, not files: what costs the time
 
