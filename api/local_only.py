@@ -61,10 +61,10 @@ def is_local(name: str | None) -> bool:
     (`http://0.0.0.0:8000` reaches loopback on Linux)."""
     if not name:
         return False
-    if name == "localhost" or name.endswith(".localhost") or name == socket.gethostname().lower():
+    if name == "localhost" or name.endswith(".localhost"):
         return True
     try:
         address = ipaddress.ip_address(name)
     except ValueError:
-        return False
+        return name == socket.gethostname().lower()
     return address.is_loopback or address.is_unspecified

@@ -105,7 +105,7 @@ class PrefectServer:
                 start_new_session=True,
             )
         if recorded:
-            started = _start_time(self.process.pid)
+            started = processes.start_time(self.process.pid)
             record(home).write_text(json.dumps({"pid": self.process.pid, "port": port, "started": started}))
 
     @property
@@ -162,13 +162,6 @@ def _forget(home: Path, pid: int) -> None:
         pass
 
 
-def _start_time(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat): with its pid it names one process
-    for good. None when no such process runs; a zombie (ended, not yet reaped by its new parent) has ended."""
-    fields = processes.stat_fields(pid)
-    return None if fields is None or fields[0] in ("Z", "X") else int(fields[19])
-
-
 def _is_server(pid: int, port: int) -> bool:
     """Whether `pid` is a `prefect server start ... --port <port>` leading its own process group (as started
     here, so its group can be signalled as a whole)."""
@@ -198,7 +191,7 @@ def stop_leftover(home: Path, timeout: float = 20.0) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):  # unreadable: nothing it names can be trusted
         record(home).unlink(missing_ok=True)
         return None
-    if started is None or _start_time(pid) != started or not _is_server(pid, port):
+    if started is None or processes.start_time(pid) != started or not _is_server(pid, port):
         record(home).unlink(missing_ok=True)  # ended, or its pid now names another process
         return None
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -207,9 +200,9 @@ def stop_leftover(home: Path, timeout: float = 20.0) -> str | None:
         except ProcessLookupError:
             break
         deadline = time.monotonic() + timeout
-        while _start_time(pid) == started and time.monotonic() < deadline:
+        while processes.start_time(pid) == started and time.monotonic() < deadline:
             time.sleep(0.1)  # not our child: no wait() for its end, only its /proc entry
-        if _start_time(pid) != started:
+        if processes.start_time(pid) != started:
             break
     record(home).unlink(missing_ok=True)
     return f"stopped the Prefect server a killed memsift up left running (pid {pid}, port {port})"

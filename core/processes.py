@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: The states of a process that is over: a zombie (ended, not yet reaped) or dead.
+_OVER = ("Z", "X")
+
 
 def stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name: [0] the state, [2] the process group, [19] the start
@@ -14,6 +17,13 @@ def stat_fields(pid: int) -> list[str] | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot): with its pid it names one process for good. None when
+    no such process runs (or no /proc); a zombie has ended."""
+    fields = stat_fields(pid)
+    return None if fields is None or fields[0] in _OVER else int(fields[19])
 
 
 def ended(pid: int) -> bool:
@@ -26,4 +36,4 @@ def ended(pid: int) -> bool:
     except PermissionError:
         return False
     fields = stat_fields(pid)
-    return fields is not None and fields[0] in ("Z", "X")
+    return fields is not None and fields[0] in _OVER
