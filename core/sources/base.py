@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..chunking import Chunk
+from ..chunking import Chunk, split_lines
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
@@ -94,11 +94,12 @@ def decode(raw: bytes) -> tuple[str | None, str | None]:
 
 def _bad_lines(raw: bytes, named: int = 5) -> str:
     """`line 2`, `lines 2, 7`, `lines 2, 7, 9, 12, 15 and 40 more`: where a person finds the bytes to fix. Line
-    numbers as `split_lines` counts them (a CR or LF byte is never part of a UTF-8 sequence)."""
+    numbers as `split_lines` counts them: Latin-1 keeps each byte where it was (a CR or LF byte is never part of a
+    UTF-8 sequence)."""
     bad = []
-    for number, line in enumerate(raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"), 1):
+    for number, line in enumerate(split_lines(raw.decode("latin-1")), 1):
         try:
-            line.decode("utf-8")
+            line.encode("latin-1").decode("utf-8")
         except UnicodeDecodeError:
             bad.append(number)
     more = f" and {len(bad) - named} more" if len(bad) > named else ""
