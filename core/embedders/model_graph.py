@@ -8,12 +8,18 @@ PyTorch, gives 1.7-2.4 times the throughput, half the query latency and about 0.
 1. dequantise: fold each `Cast(int8) * scale` into one fp32 initialiser (onnx + numpy);
 2. fuse: onnxruntime's BERT optimiser replaces the op soup with its contrib kernels
    (SkipLayerNormalization, BiasGelu; the attention of this dynamo export stays unfused);
-3. quantise: dynamic int8 with `per_channel=True` (per tensor loses too much: cosine ~0.93, issue 7).
+3. quantise: dynamic int8 with `per_channel=True` (per tensor loses too much: cosine ~0.93, issue 7) and
+   7-bit weights (`reduce_range`). x86 CPUs without VNNI multiply uint8 activations by int8 weights with
+   `VPMADDUBSW`, which saturates a pair of products past 32,767; with weights within +-64 no pair can, so
+   the integer arithmetic is exact on every CPU and a vector, hence a score, is the same on every machine
+   (full-range weights agree 0.4 point more with the shipped graph, the same in ranking: bench/README.md
+   "One vector per text, on every CPU").
 
-The result is cached under `models_dir()` keyed by the shipped file's SHA-256 and the onnxruntime version
-(a new runtime may fuse differently), built under an inter-process lock into a temp file renamed into place,
-and kept only if `verify` (the caller's check against the shipped graph on fixed texts) passes; a rejected
-build leaves a `.rejected` note so that every start does not rebuild it.
+The result is cached under `models_dir()` keyed by the shipped file's SHA-256, the onnxruntime version
+(a new runtime may fuse differently) and `RECIPE` (these steps), built under an inter-process lock into a
+temp file renamed into place, readable by all as a packaged file is (an image builds it as one user for
+another), and kept only if `verify` (the caller's check against the shipped graph on fixed texts) passes;
+a rejected build leaves a `.rejected` note so that every start does not rebuild it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ log = logging.getLogger("memsift")
 
 #: The smallest cosine, per fixed text, between optimised and shipped vectors for the optimised graph to be used.
 MIN_AGREEMENT = 0.99
+#: Names the build steps above in the cached file's name and the embedder's fingerprint: a change of steps
+#: builds a new graph and rebuilds indexes instead of reusing a graph made the old way.
+RECIPE = "s7"
 NUM_HEADS = 12  # all-MiniLM-L6-v2: 384 hidden = 12 heads x 32
 HIDDEN_SIZE = 384
 
@@ -56,7 +65,7 @@ def ort_version() -> str:
 
 
 def cached_graph_path(shipped_sha256: str, directory: Path | None = None) -> Path:
-    return (directory or models_dir()) / f"minilm-opt-{shipped_sha256[:16]}-ort{ort_version()}.onnx"
+    return (directory or models_dir()) / f"minilm-opt-{shipped_sha256[:16]}-ort{ort_version()}-{RECIPE}.onnx"
 
 
 def _rejected_note(target: Path) -> Path:
@@ -99,6 +108,7 @@ def optimized_graph(
                 rejected.write_text(note, encoding="utf-8")
                 raise GraphBuildError(f"the optimised graph disagrees with the shipped one: {note.strip()}")
             _verified_note(target).write_text(note, encoding="utf-8")
+            os.chmod(tmp, 0o644)
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
@@ -132,7 +142,7 @@ def build_graph(shipped: Path, out: Path) -> None:
         )
         optimized.save_model_to_file(str(fused))
         del optimized
-        quantize_dynamic(str(fused), str(out), per_channel=True, weight_type=QuantType.QInt8)
+        quantize_dynamic(str(fused), str(out), per_channel=True, reduce_range=True, weight_type=QuantType.QInt8)
 
 
 @contextlib.contextmanager
