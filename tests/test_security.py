@@ -135,7 +135,7 @@ def test_no_secret_in_logs_errors_status_or_the_index(
         cli = ["--workspace", str(ws)]
         assert main([*cli, "index", "--no-prefect"]) == 0  # a new process: keyword-only, the reason recorded
         assert main([*cli, "index", "--no-prefect", "--force"]) == 1
-        assert main([*cli, "status", "--json", "--deep"]) == 0
+        assert main([*cli, "status", "--json", "--deep"]) == 1  # the probe fails, and says why on stderr too
         assert main([*cli, "search", "flat white", "--json"]) == 0
         assert main([*cli, "--debug", "get", "../etc/passwd"]) == 1
         out = capsys.readouterr()
@@ -186,7 +186,7 @@ def test_a_password_in_a_base_url_is_never_shown_or_stored(ws: Path, memsift_hom
     finally:
         provider.close()
     assert main([*cli, "index", "--no-prefect", "--force"]) == 1  # nobody listens there now
-    assert main([*cli, "status", "--json", "--deep"]) == 0
+    assert main([*cli, "status", "--json", "--deep"]) == 1  # the probe fails, and says why on stderr too
     out = capsys.readouterr()
     assert "request failed after 1 attempt: cannot connect to http://memsift:<set>@127.0.0.1:" in out.err, out.err
     assert password not in out.out + out.err
