@@ -725,6 +725,15 @@ def test_version_prints_the_installed_version(capsys) -> None:
     assert (code, out, err) == (0, f"memsift {version('memsift')}\n", "")
 
 
+def test_version_json_prints_a_json_document(capsys) -> None:
+    """`memsift --version --json` printed the plain line: a program reading JSON could not parse it."""
+    from importlib.metadata import version
+
+    for argv in (["--version", "--json"], ["--json", "--version"]):
+        code, out, err = run(capsys, *argv)
+        assert (code, json.loads(out), err) == (0, {"version": version("memsift")}, ""), argv
+
+
 @pytest.mark.parametrize("kind", ["file", "under a file"])
 def test_an_unusable_memsift_home_is_named(ws: Path, tmp_path: Path, kind: str) -> None:
     """It was "NotADirectoryError: [Errno 20] Not a directory: '.../memory'", from the first write there."""
