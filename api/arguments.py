@@ -19,6 +19,9 @@ from core.timefilter import window
 
 
 class _Parser(argparse.ArgumentParser):
+    #: The arguments being parsed: `--version` looks for a `--json` that may come after it.
+    argv: Sequence[str] = ()
+
     def error(self, message: str) -> None:  # usage errors: exit 2 with the usage line
         self.print_usage(sys.stderr)
         print(f"memsift: error: {message}", file=sys.stderr)
@@ -27,7 +30,8 @@ class _Parser(argparse.ArgumentParser):
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         """The global flags' defaults, set here since they are suppressed where they were not given (they
         may come before the command or after it)."""
-        parsed = super().parse_args(args, namespace)
+        self.argv = sys.argv[1:] if args is None else list(args)
+        parsed = super().parse_args(self.argv, namespace)
         for name, value in (
             ("json", False),
             ("debug", False),
@@ -118,12 +122,15 @@ def _setting(text: str) -> tuple[str, str]:
 
 class _Version(argparse.Action):
     """`--version`, looked up only when asked: reading the package metadata costs ~70 ms, and every command
-    builds this parser."""
+    builds this parser. With `--json` (before or after it) a JSON document, as every `--json` prints."""
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        import json
         from importlib.metadata import version
 
-        print(f"memsift {version('memsift')}")
+        number = version("memsift")
+        as_json = "--json" in getattr(parser, "argv", ())
+        print(json.dumps({"version": number}, indent=2) if as_json else f"memsift {number}")
         parser.exit()
 
 

@@ -112,7 +112,7 @@ def _exit_now(code: int) -> None:
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
-    if args.debug:
+    if args.debug and sys.exc_info()[1] is not None:  # a failure found without an exception has no traceback
         import traceback
 
         traceback.print_exc()
@@ -277,10 +277,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     doc["rateLimit"] = rate_limit_status(config)
     if args.json:
         _print_json(doc)
-        return 0
-    width = max(len(k) for k in doc)
-    for key, value in doc.items():
-        print(f"{key:<{width}}  {'never' if key == 'lastSync' and value is None else _word(value)}")
+    else:
+        width = max(len(k) for k in doc)
+        for key, value in doc.items():
+            print(f"{key:<{width}}  {'never' if key == 'lastSync' and value is None else _word(value)}")
+    # `status --deep` is a health check (cron, a container's probe): the report is printed either way, and a
+    # failed probe is a failure's exit code with its reason, as any other.
+    if args.deep and not doc["probe"]["ok"]:
+        return _fail(args, f"the embedder probe failed: {doc['probe']['error']}")
     return 0
 
 

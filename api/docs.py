@@ -32,7 +32,9 @@ DESCRIPTION = (
     "- `POST /v1/get` reads a line range of one of those files (`from`, `lines`).\n"
     "- `GET /v1/status` and `POST /v1/index` show and refresh the index.\n\n"
     "Every error is a problem document (`application/problem+json`, RFC 9457) whose `detail` names the field "
-    "or says what to do. When the server has an API key, every `/v1` route needs `Authorization: Bearer <key>`."
+    "or says what to do. When the server has an API key, every `/v1` route needs `Authorization: Bearer <key>`; "
+    "without one, a server on loopback answers 421 to a request whose `Host` is not this machine and 403 to one "
+    "with another site's `Origin`, on every route."
 )
 
 

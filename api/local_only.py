@@ -28,6 +28,10 @@ class MisdirectedRequest(HTTPException):
     status_code = 421
 
 
+#: What `check` answers, on every route: the OpenAPI document lists both for each (api.routes.problems).
+REFUSALS = (MisdirectedRequest.status_code, PermissionDeniedException.status_code)
+
+
 def local_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """The guard, on every route, before the API key's: its refusals are answered and counted as any error."""
     check(connection.headers)

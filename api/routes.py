@@ -22,6 +22,7 @@ from msgspec import UNSET
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.agents import Agents
+from api.local_only import REFUSALS
 from api.metrics import Metrics
 from api.runs import MAX_KEPT, IndexRuns, Run
 from api.schemas import (
@@ -51,7 +52,8 @@ METRICS_MEDIA_TYPE = "; ".join(p for p in CONTENT_TYPE_LATEST.split("; ") if not
 
 
 def problems(*statuses: int) -> dict[int, ResponseSpec]:
-    """OpenAPI entries for the error answers a route can give."""
+    """OpenAPI entries for the error answers a route can give, with the 421 and 403 of a server on loopback
+    without a key (api.local_only guards every route; a client generated from the schema met them unlisted)."""
     return {
         status: ResponseSpec(
             data_container=Problem,
@@ -59,7 +61,7 @@ def problems(*statuses: int) -> dict[int, ResponseSpec]:
             media_type=PROBLEM_MEDIA_TYPE,
             generate_examples=False,
         )
-        for status in statuses
+        for status in sorted({*statuses, *REFUSALS})
     }
 
 
@@ -205,7 +207,7 @@ class HealthController(Controller):
 
     tags = ["health"]
 
-    @get("/healthz", sync_to_thread=False, summary="Liveness")
+    @get("/healthz", sync_to_thread=False, summary="Liveness", responses=problems())
     def healthz(self) -> Health:
         return Health()
 
@@ -214,13 +216,20 @@ class HealthController(Controller):
         sync_to_thread=True,
         summary="Readiness",
         responses={
-            503: ResponseSpec(Readiness, description="Not ready: the model is loading or an index cannot be opened")
+            **problems(),
+            503: ResponseSpec(Readiness, description="Not ready: the model is loading or an index cannot be opened"),
         },
     )
     def readyz(self, agents: NamedDependency[Agents]) -> Response[Readiness]:
         answer = _readiness(agents)
         return Response(answer, status_code=200 if answer.ready else 503)
 
-    @get("/metrics", sync_to_thread=True, summary="Prometheus metrics", media_type=METRICS_MEDIA_TYPE)
+    @get(
+        "/metrics",
+        sync_to_thread=True,
+        summary="Prometheus metrics",
+        media_type=METRICS_MEDIA_TYPE,
+        responses=problems(),
+    )
     def metrics(self, metrics: NamedDependency[Metrics]) -> bytes:
         return metrics.exposition()

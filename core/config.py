@@ -336,10 +336,12 @@ _NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_RERANK_API_KEY"}  
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """`MEMSIFT_SEARCH_MAX_RESULTS` or `MEMSIFT_SEARCH_MAXRESULTS` -> `search.maxResults`: (value, variable),
-    the variable kept so that a bad value's error names what the user actually set."""
+    the variable kept so that a bad value's error names what the user actually set. A variable set to the empty
+    string is unset, as an empty MEMSIFT_CONFIG, MEMSIFT_HOME or OPENAI_API_KEY is (`MEMSIFT_API_KEY=${KEY:-}`
+    in a compose file dropped the file's `api.key`: a server without a key)."""
     found: dict[str, tuple[str, str]] = {}
     for name, value in env.items():
-        if not name.startswith("MEMSIFT_") or name in _NOT_CONFIG_ENV:
+        if not name.startswith("MEMSIFT_") or name in _NOT_CONFIG_ENV or value == "":
             continue
         rest = name[len("MEMSIFT_") :]
         key = _ENV_KEYS.get(_env_key(rest))

@@ -366,9 +366,17 @@ def test_status_deep_probes_the_embedder(capsys, ws: Path) -> None:
     probe = json.loads(out)["probe"]
     assert code == 0 and probe["ok"] is True and probe["dims"] == 384 and probe["ms"] >= 0
 
+
+def test_status_deep_exits_1_when_the_probe_fails(capsys, ws: Path) -> None:
+    """A health check reads the exit code: a failed probe printed its report and exited 0."""
     (ws / "memsift.toml").write_text('[embedding]\nprovider = "none"\n')
-    probe = json.loads(run(capsys, "--workspace", ws, "--json", "status", "--deep")[1])["probe"]
-    assert probe["ok"] is False and probe["error"]
+    code, out, err = run(capsys, "--workspace", ws, "--json", "status", "--deep")
+    probe = json.loads(out)["probe"]  # the report is printed all the same
+    assert probe["ok"] is False and probe["error"] == "no embedder configured"
+    assert code == 1 and err == "memsift: error: the embedder probe failed: no embedder configured\n"
+    code, out, err = run(capsys, "--workspace", ws, "--debug", "status", "--deep")
+    assert code == 1 and re.search(r"^probe +ok=no", out, re.M) and err.count("\n") == 1, err  # no traceback
+    assert run(capsys, "--workspace", ws, "status")[0] == 0  # without --deep nothing is probed
 
 
 def test_status_is_clean_after_indexing_a_workspace_with_a_skipped_file(capsys, ws: Path) -> None:
@@ -715,6 +723,15 @@ def test_version_prints_the_installed_version(capsys) -> None:
 
     code, out, err = run(capsys, "--version")
     assert (code, out, err) == (0, f"memsift {version('memsift')}\n", "")
+
+
+def test_version_json_prints_a_json_document(capsys) -> None:
+    """`memsift --version --json` printed the plain line: a program reading JSON could not parse it."""
+    from importlib.metadata import version
+
+    for argv in (["--version", "--json"], ["--json", "--version"]):
+        code, out, err = run(capsys, *argv)
+        assert (code, json.loads(out), err) == (0, {"version": version("memsift")}, ""), argv
 
 
 @pytest.mark.parametrize("kind", ["file", "under a file"])

@@ -225,6 +225,30 @@ def test_env_booleans(ws: Path, value: str, expected: bool) -> None:
     assert load_config(workspace=ws, env={"MEMSIFT_SEARCH_MMR_ENABLED": value}).search.mmrEnabled is expected
 
 
+def test_an_empty_variable_is_unset(ws: Path, tmp_path: Path) -> None:
+    """An empty MEMSIFT_CONFIG (and MEMSIFT_HOME, OPENAI_API_KEY) was unset, an empty key variable a value: the
+    file's api.key dropped by `MEMSIFT_API_KEY=` (a server without a key), the file's workspace by
+    `MEMSIFT_WORKSPACE=` (the current folder indexed instead), `MEMSIFT_SEARCH_MAX_RESULTS=` an error."""
+    other = tmp_path / "other"
+    other.mkdir()
+    toml = f'workspace = "{other}"\n[api]\nkey = "s3cret"\n[embedding]\napiKey = "sk-file"\n[search]\nmaxResults = 3\n'
+    config = write(tmp_path / "c.toml", toml)
+    names = ("MEMSIFT_API_KEY", "MEMSIFT_EMBEDDING_API_KEY", "MEMSIFT_WORKSPACE", "MEMSIFT_SEARCH_MAX_RESULTS")
+    c = load_config(
+        env={"MEMSIFT_CONFIG": str(config), "MEMSIFT_AGENTS_WORK_WORKSPACE": "", **dict.fromkeys(names, "")}
+    )
+    assert (c.api.key, c.embedding.apiKey, c.workspace, c.search.maxResults) == (
+        "s3cret",
+        "sk-file",
+        other.resolve(),
+        3,
+    )
+    assert c.agents == {}  # an empty MEMSIFT_AGENTS_WORK_WORKSPACE was "must not be blank"
+    assert load_config(workspace=ws, env={"MEMSIFT_CONFIG": ""}).source is None  # as it was
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_SEARCH_MAX_RESULTS \(search\.maxResults\):"):
+        load_config(workspace=ws, env={"MEMSIFT_SEARCH_MAX_RESULTS": " "})  # a blank is a value, and a bad one
+
+
 def test_non_config_memsift_variables_are_not_keys(ws: Path, tmp_path: Path) -> None:
     env = {"MEMSIFT_HOME": str(tmp_path / "h"), "MEMSIFT_API_KEY": "k"}
     assert load_config(workspace=ws, env=env).home == tmp_path / "h"

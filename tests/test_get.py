@@ -20,6 +20,8 @@ def index(workspace, make_config, open_index):
             "notes.txt": "not memory\n",
             "src/x.md": "not memory either\n",
             "memory/.git/x.md": "excluded\n",
+            "memory/.trash/2024-01-01.md": "hidden\n",
+            "memory/.draft.md": "hidden\n",
             "extra/e.md": "extra line\n",
         }
     )
@@ -156,6 +158,12 @@ def test_symlinked_memory_folder_is_refused(index):
 
 def test_non_memory_files_are_refused(index):
     for path in ("notes.txt", "src/x.md", "memory/.git/x.md", "memory/notes.txt", "memory", "README.md"):
+        assert refused(index, path) == 403, path
+
+
+def test_hidden_files_are_refused(index):
+    """Not indexed (`memory/**/*.md` matches no hidden name), so not read: `get` read a trashed note."""
+    for path in ("memory/.trash/2024-01-01.md", "memory/.draft.md"):
         assert refused(index, path) == 403, path
 
 

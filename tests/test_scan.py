@@ -74,12 +74,36 @@ def test_excluded_folder_names_are_skipped(workspace, make_config):
     }
     ws = workspace(files)
     assert paths(make_config(ws)) == ["memory/archive/old.md", "memory/keep.md"]
-    assert paths(make_config(ws, exclude=["archive"])) == [
-        "memory/.git/x.md",
+    assert paths(make_config(ws, exclude=["archive"])) == [  # .git stays out: hidden (below)
         "memory/a/__pycache__/z.md",
         "memory/keep.md",
         "memory/node_modules/pkg/y.md",
     ]
+
+
+def test_hidden_files_and_folders_are_skipped(workspace, make_config):
+    """`memory/**/*.md` matches no hidden name, as the glob does not: an Obsidian vault's `.obsidian/` and
+    `.trash/`, a draft `.x.md` and macOS's `._x.md` were indexed, found by search and read by `get`. The same
+    below an `extraPaths` folder, inside the workspace or out; an entry the user names is walked, hidden or not."""
+    hidden = {".obsidian/x.md": "h", ".trash/2024-01-01.md": "h", ".draft.md": "h", "._a.md": "h", "a/.b/c.md": "h"}
+    workspace({"notes/a.md": "a", **{f"notes/{k}": v for k, v in hidden.items()}}, name="outside")
+    files = {
+        "memory/a.md": "a",
+        ".notes/a.md": "a",
+        **{f"{d}/{k}": v for d in ("memory", ".notes") for k, v in hidden.items()},
+    }
+    ws = workspace(files)
+    (ws / "memory" / ".#a.md").symlink_to("user@host.1234")  # an editor's lock: not even a warning
+    config = make_config(ws, extraPaths=[".notes", "../outside/notes", ".notes/.draft.md"])
+    result = scan(config)
+    assert [f.path for f in result.files] == [".notes/.draft.md", ".notes/a.md", "memory/a.md"]
+    assert result.warnings == []
+    [root] = external_roots(config)
+    assert [f.path for f in scan_external(config).files] == [f"{root.prefix}/a.md"]
+    for name in hidden:
+        for rel in (f"memory/{name}", f".notes/{name}", f"{root.prefix}/{name}"):
+            assert not MemorySource(config).owns(rel) or rel == ".notes/.draft.md", rel
+    assert is_memory_path(config, ".notes/a.md") and is_memory_path(config, ".notes/.draft.md")
 
 
 def test_extra_paths_folder_file_missing_and_outside(workspace, make_config):

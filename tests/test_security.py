@@ -135,7 +135,7 @@ def test_no_secret_in_logs_errors_status_or_the_index(
         cli = ["--workspace", str(ws)]
         assert main([*cli, "index", "--no-prefect"]) == 0  # a new process: keyword-only, the reason recorded
         assert main([*cli, "index", "--no-prefect", "--force"]) == 1
-        assert main([*cli, "status", "--json", "--deep"]) == 0
+        assert main([*cli, "status", "--json", "--deep"]) == 1  # the probe fails, and says why on stderr too
         assert main([*cli, "search", "flat white", "--json"]) == 0
         assert main([*cli, "--debug", "get", "../etc/passwd"]) == 1
         out = capsys.readouterr()
@@ -186,7 +186,7 @@ def test_a_password_in_a_base_url_is_never_shown_or_stored(ws: Path, memsift_hom
     finally:
         provider.close()
     assert main([*cli, "index", "--no-prefect", "--force"]) == 1  # nobody listens there now
-    assert main([*cli, "status", "--json", "--deep"]) == 0
+    assert main([*cli, "status", "--json", "--deep"]) == 1  # the probe fails, and says why on stderr too
     out = capsys.readouterr()
     assert "request failed after 1 attempt: cannot connect to http://memsift:<set>@127.0.0.1:" in out.err, out.err
     assert password not in out.out + out.err
@@ -292,6 +292,21 @@ def test_a_server_on_loopback_without_a_key_refuses_a_web_pages_requests(
         ).is_success
         refused = f'memsift_requests_total{{app_name="memsift",method="POST",path="/v1/get",status_code="{status}"}}'
         assert refused in client.get("/metrics").text  # counted as any error (Prometheus' counts are per process)
+
+
+def test_every_route_lists_the_421_and_403_it_answers_in_the_openapi_document(ws: Path, make_config) -> None:
+    """A client generated from the schema met a 421 (a foreign Host) or a 403 (a foreign Origin) that no
+    operation listed: each operation of the document is asked with both, and lists both as problems."""
+    with TestClient(create_app(make_config(ws), loopback_only=True), base_url="http://127.0.0.1:8000") as client:
+        paths = client.get("/schema/openapi.json").json()["paths"]
+        for path, operations in paths.items():
+            for method, operation in operations.items():
+                url = path.replace("{runId}", "run-1")
+                for headers, status in [({"Host": "rebound.example.com"}, 421), ({"Origin": "null"}, 403)]:
+                    assert client.request(method, url, json={}, headers=headers).status_code == status, (url, headers)
+                    answer = operation["responses"].get(str(status), {})
+                    assert "application/problem+json" in answer.get("content", {}), (method, path, status)
+    assert {"/v1/search", "/v1/get", "/v1/status", "/v1/index", "/healthz", "/readyz", "/metrics"} <= set(paths)
 
 
 def test_a_server_with_a_key_or_beyond_loopback_checks_no_host(ws: Path, make_config) -> None:

@@ -1,8 +1,10 @@
 """The `memory` source: an agent's Markdown memory files, always indexed.
 
 `MEMORY.md`, `memory.md`, `memory/**/*.md` and the `extraPaths`. Symlinks are never followed (neither files
-nor folders), `exclude` names are never walked, and a file reachable twice (hard link, case-insensitive file
-system) is kept once. Only `stat` is called here: a sync that finds nothing changed reads no file contents.
+nor folders), `exclude` names are never walked, hidden names (a leading `.`) are not matched, as a `**/*.md`
+glob does not match them (an editor's state in `.obsidian/`, a `.trash/`, macOS's `._note.md`), and a file
+reachable twice (hard link, case-insensitive file system) is kept once. Only `stat` is called here: a sync
+that finds nothing changed reads no file contents.
 
 An `extraPaths` entry outside the workspace (absolute, or `../` relative), as OpenClaw allows, is indexed
 under a stable path that looks like any other: `extra/<h>/<path inside the entry>`, where `<h>` is the first
@@ -17,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat as statmod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,6 +166,8 @@ def walk(ws: Path, rel_dir: str, exclude: set[str], add, warnings: list[str], un
             warnings.append(f"skipped folder {rel or '.'}: {exc.strerror or exc}; the files indexed there are kept")
             continue
         for entry in entries:
+            if entry.name.startswith("."):  # hidden: never matched, and not a warning (an editor's lock symlink)
+                continue
             child = f"{rel}/{entry.name}" if rel else entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
@@ -242,6 +246,13 @@ def has_symlink(ws: Path, rel: str) -> bool:
     return False
 
 
+def walked(inner: str, exclude: Collection[str]) -> bool:
+    """Whether `walk` reaches the file at `inner`, a path below the walk's root: no hidden name on the way, the
+    file's own included, and no `exclude` folder. The root itself is the user's choice (`extraPaths = [".notes"]`)."""
+    parts = inner.split("/")
+    return not any(p.startswith(".") for p in parts) and not any(p in exclude for p in parts[:-1])
+
+
 def is_memory_path(config: Config, rel: str) -> bool:
     """Whether a workspace-relative path names a memory file by the discovery rules (it may not exist yet)."""
     if rel in ROOT_FILES:
@@ -250,11 +261,9 @@ def is_memory_path(config: Config, rel: str) -> bool:
         return False
 
     def walked_from(root: str) -> bool:
-        # As `walk` does: `exclude` applies to the folders below the walk's root, not to the root itself.
         if root and not rel.startswith(root + "/"):
             return False
-        inner = rel[len(root) + 1 :] if root else rel
-        return not any(p in config.exclude for p in inner.split("/")[:-1])
+        return walked(rel[len(root) + 1 :] if root else rel, config.exclude)
 
     if walked_from(MEMORY_DIR):
         return True
@@ -322,7 +331,7 @@ def scan_external(config: Config, seen: set[tuple[int, int]] | None = None) -> S
 
 def external_file(config: Config, rel: str) -> Path | None:
     """The file outside the workspace that an index path `extra/<h>/...` names by the rules above, or None
-    (no such entry, not Markdown, in an `exclude` folder, or through a symlink). An entry gone since it was
+    (no such entry, not Markdown, hidden, in an `exclude` folder, or through a symlink). An entry gone since it was
     indexed still names its files (`get` reads them only while the index holds them, as empty text)."""
     if not rel.startswith(EXTERNAL):
         return None
@@ -337,8 +346,7 @@ def external_file(config: Config, rel: str) -> Path | None:
             return root.path  # a single-file entry deleted (a folder entry's file of its name: gone as well)
         if st is not None and statmod.S_ISREG(st.st_mode):
             return root.path if inner == root.path.name else None
-        parts = inner.split("/")
-        if any(p in config.exclude for p in parts[:-1]) or has_symlink(root.path, inner):
+        if not walked(inner, config.exclude) or has_symlink(root.path, inner):
             return None
         return root.path / inner
     return None
