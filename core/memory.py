@@ -49,7 +49,8 @@ from .search import SearchResponse, check_request, search
 from .shared_cache import SharedCache
 from .sources.memory import workspace_gone
 from .status import iso, status_document
-from .store import Store, StoreError, UnreadableIndex, set_aside
+from .store import Store, StoreError
+from .store_recovery import UnreadableIndex, set_aside
 
 _CONFIGURED: Any = object()
 #: A configured embedder that failed to start is tried again by the first use this long after: a long-lived
