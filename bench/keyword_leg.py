@@ -41,7 +41,7 @@ import corpus  # noqa: E402  (the seeded notes and queries)
 import harness  # noqa: E402  (timing, the model, the query index, results)
 import load  # noqa: E402  (memory_of)
 
-import core.store as store_module  # noqa: E402  (CACHE_MIN_CHUNKS: which leg answers)
+import core.store_search as store_module  # noqa: E402  (CACHE_MIN_CHUNKS: which leg answers)
 from core import MemoryIndex, load_config  # noqa: E402
 from core.indexer import cache_key  # noqa: E402
 from core.keyword_cache import KEYWORD_CACHES  # noqa: E402

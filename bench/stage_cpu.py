@@ -37,7 +37,8 @@ sys.path.insert(0, str(BENCH))
 import corpus  # noqa: E402  (the seeded notes and queries)
 import harness  # noqa: E402  (timing, the model, the query index, results)
 
-import core.store  # noqa: E402  (its CHUNK_ROWS and TOKEN_BITS are swapped per arm)
+import core.store_caches  # noqa: E402  (its TOKEN_BITS are swapped per arm)
+import core.store_search  # noqa: E402  (its CHUNK_ROWS are swapped per arm)
 from core import MemoryIndex, timings  # noqa: E402
 from core.chunk_cache import ChunkCache  # noqa: E402
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         del os.environ[name]
     tmp = Path(tempfile.mkdtemp(prefix="memsift-stage-cpu-"))
     none: ChunkCache = ChunkCache(0, lambda _: 1)
-    arms = {"kept": (core.store.CHUNK_ROWS, core.store.TOKEN_BITS), "read": (none, none)}
+    arms = {"kept": (core.store_search.CHUNK_ROWS, core.store_caches.TOKEN_BITS), "read": (none, none)}
     spent: dict[str, dict[str, float]] = {arm: {} for arm in arms}
     cpu: dict[str, float] = {}
     plain = timings.StageClock.stage
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             totals = {arm: [0.0, 0.0] for arm in arms}  # CPU seconds, wall seconds
             for i, q in enumerate(queries[args.warm :]):
                 arm = "kept" if i % 2 == 0 else "read"
-                core.store.CHUNK_ROWS, core.store.TOKEN_BITS = arms[arm]
+                core.store_search.CHUNK_ROWS, core.store_caches.TOKEN_BITS = arms[arm]
                 cpu.clear()
                 started, wall = time.thread_time(), time.perf_counter()
                 index.search(q)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     finally:
         timings.StageClock.stage = plain  # type: ignore[method-assign]
-        core.store.CHUNK_ROWS, core.store.TOKEN_BITS = arms["kept"]
+        core.store_search.CHUNK_ROWS, core.store_caches.TOKEN_BITS = arms["kept"]
         shutil.rmtree(tmp, ignore_errors=True)
     stages = list(results["arms"]["kept"]["stage_cpu_ms"])
     print("| chunks | rows, bits | CPU ms/search | " + " | ".join(stages) + " | other | wall ms/search | load avg |")

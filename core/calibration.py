@@ -45,7 +45,8 @@ from . import logistic
 from .errors import ConfigError
 from .query import is_hex_prefix, query_terms, term_match
 from .ranking import Candidate
-from .store import ChunkRow, Store
+from .store import Store
+from .store_search import ChunkRow
 
 #: The shipped model: trained by bench/train_calibration.py on locomo-dev and cosqa-dev.
 DEFAULT_MODEL = Path(__file__).with_name("calibration.json")
@@ -237,7 +238,7 @@ def size_weight(chunks: int) -> float:
 def inputs(
     store: Store, query: str, head: list[Candidate], rows: dict[int, ChunkRow], maxsim: Sequence[float | None]
 ) -> Inputs:
-    """Read what the features need from the index: each content term's document frequency (core.store's
+    """Read what the features need from the index: each content term's document frequency (core.store_search's
     `phrase_counts`) and the chunk count.
     `maxsim`: each hit's MaxSim, None where unknown (another reranker's scores are on another scale)."""
     terms = tuple(query_terms(query))

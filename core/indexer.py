@@ -32,7 +32,8 @@ from .rerankers.local import token_capture
 from .shared_cache import SharedCache
 from .sources import FileEntry, active, read_memory_file
 from .sources.memory import nothing_found
-from .store import SCHEMA_VERSION, Store
+from .store import Store
+from .store_schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from .rerankers.maxsim import MaxSimReranker

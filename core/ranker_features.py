@@ -21,7 +21,7 @@ import numpy as np
 
 from . import dates, ranking
 from .query import STOP_WORDS
-from .store import ChunkRow
+from .store_search import ChunkRow
 
 #: Signals whose best value over the pool is a feature too.
 _POOLED = (

@@ -26,7 +26,8 @@ from .rerankers import shortlist
 from .rerankers.local import is_maxsim, token_capture
 from .snippets import snippet
 from .sources import as_typed
-from .store import ChunkRow, Store
+from .store import Store
+from .store_search import ChunkRow
 from .timefilter import TimeWindow
 from .timings import StageClock
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import core.store
+import core.store_caches
+import core.store_search
 from core.chunk_cache import CHUNK_ROWS, TOKEN_BITS, ChunkCache
 from core.rerankers.maxsim import MaxSimReranker
 from core.rerankers.shortlist import SCORES
@@ -91,8 +92,8 @@ def test_searches_answer_the_same_with_kept_rows_and_bits(workspace, make_config
     assert kept == answers()  # now from the kept rows and bits
     assert TOKEN_BITS.size > 0 and CHUNK_ROWS.size > 0
     none: ChunkCache = ChunkCache(0, lambda _: 1)
-    monkeypatch.setattr(core.store, "CHUNK_ROWS", none)
-    monkeypatch.setattr(core.store, "TOKEN_BITS", none)
+    monkeypatch.setattr(core.store_search, "CHUNK_ROWS", none)
+    monkeypatch.setattr(core.store_caches, "TOKEN_BITS", none)
     assert answers() == kept and none.size == 0
 
 

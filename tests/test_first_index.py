@@ -1,6 +1,6 @@
 """A search while an agent's first index runs elsewhere answers from the batches written so far, and says so.
 
-The first index is written into the live file batch by batch (core.memory `_sync_with`), so a search from
+The first index is written into the live file batch by batch (core.memory_sync `_sync_with`), so a search from
 another process (`memsift search`) or thread (`memsift serve` after `POST /v1/index`) answers at once from
 the files indexed so far, with `degraded` naming the run and how far it is, instead of waiting
 `sync.lockTimeoutSeconds` and failing (exit 1, 503). The fake provider (tests/fake_provider.py) holds the

@@ -87,7 +87,7 @@ def store(request, tmp_path_factory):
 @pytest.fixture
 def large(monkeypatch: pytest.MonkeyPatch) -> None:
     """Treat every index as large, so the cached phrases answer (thousands of real chunks would be slow)."""
-    monkeypatch.setattr("core.store.CACHE_MIN_CHUNKS", 1)
+    monkeypatch.setattr("core.store_search.CACHE_MIN_CHUNKS", 1)
 
 
 def _ids(store: Store) -> np.ndarray:

@@ -12,7 +12,7 @@ import pytest
 
 from core import learned, ranker_features
 from core.ranking import Candidate
-from core.store import ChunkRow
+from core.store_search import ChunkRow
 
 COL = {name: i for i, name in enumerate(ranker_features.FEATURES)}
 TODAY = date(2026, 12, 1)
@@ -240,7 +240,7 @@ import hashlib, sys
 from datetime import date
 from core import ranker_features
 from core.ranking import Candidate
-from core.store import ChunkRow
+from core.store_search import ChunkRow
 words = "heron quorum relay pump bay sunrise puppy oscar beach proposal friday staging proxy".split()
 rows, cands = {}, []
 for i in range(1, 14):  # each word in a different number of chunks: every idf differs

@@ -22,7 +22,7 @@ from index_checks import chunks_without_vectors, content
 
 from api.cli import main
 from api.mcp import MemoryTools
-from core import MemoryIndex, load_config, memory
+from core import MemoryIndex, load_config, memory_embedder
 from core.config import Config
 from core.embedders.hosted import PROBE_TEXT
 from core.errors import EmbeddingError
@@ -306,7 +306,7 @@ def test_serve_indexes_with_the_provider_down_and_searches_hybrid_again_once_it_
     from api.prefect_server import free_port
 
     monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{free_port()}/api")  # nobody listens there
-    monkeypatch.setattr(memory, "START_RETRY_SECONDS", 0.0)  # the minute between tries of a provider, elapsed
+    monkeypatch.setattr(memory_embedder, "START_RETRY_SECONDS", 0.0)  # the minute between tries of a provider, elapsed
 
     def index_run(client: TestClient) -> dict:
         run = client.post("/v1/index", json={}).json()

@@ -127,7 +127,7 @@ def test_a_filter_acts_inside_candidate_selection(workspace, make_config, open_i
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_matrix_vector_leg_filters_too(index, mode, monkeypatch):
-    monkeypatch.setattr("core.store.MATRIX_MIN_CHUNKS", 1)  # every index counts as large: numpy answers
+    monkeypatch.setattr("core.store_search.MATRIX_MIN_CHUNKS", 1)  # every index counts as large: numpy answers
     response = index.search("deploy proxy", mode=mode, after="2026-11-23", evergreen=False, min_score=0)
     assert paths(response) == ["memory/2026-11-23.md"]
     response = index.search("deploy proxy", mode=mode, path_prefix="memory/2026-11-2", min_score=0, max_results=10)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from core import StoreError
-from core.store import SCHEMA_VERSION, Store
+from core.store import Store
+from core.store_schema import SCHEMA_VERSION
 
 NOTES = {
     "MEMORY.md": "Dana is the team lead and drinks a flat white every morning.\n",

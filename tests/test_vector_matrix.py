@@ -21,7 +21,7 @@ NOTES = {
 @pytest.fixture
 def large_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     """Treat every index as large, so the matrix answers (building 20,000 real chunks would take minutes)."""
-    monkeypatch.setattr("core.store.MATRIX_MIN_CHUNKS", 1)
+    monkeypatch.setattr("core.store_search.MATRIX_MIN_CHUNKS", 1)
 
 
 def _legs(index: MemoryIndex, query: str) -> list[tuple[int, float]]:
@@ -34,7 +34,7 @@ def test_matrix_answers_as_vec0_does(workspace, make_config, monkeypatch: pytest
     with MemoryIndex(config) as index:
         index.sync()
         by_vec0 = _legs(index, "what does Dana drink")
-        monkeypatch.setattr("core.store.MATRIX_MIN_CHUNKS", 1)
+        monkeypatch.setattr("core.store_search.MATRIX_MIN_CHUNKS", 1)
         by_matrix = _legs(index, "what does Dana drink")
     assert [c for c, _ in by_matrix] == [c for c, _ in by_vec0] and len(by_matrix) == 3
     assert np.allclose([s for _, s in by_matrix], [s for _, s in by_vec0], atol=1e-5)
@@ -90,7 +90,7 @@ def test_keyword_hits_vectors_come_from_the_loaded_matrix_and_match_sqlite(
         MATRICES._entries.pop(str(config.db_path), None)
         from_sqlite = index.store.vectors_for([*ids, 10_000], key)  # 10,000: no such chunk
         assert MATRICES.loaded(str(config.db_path), index.store._matrix_tag(key)) is None
-        monkeypatch.setattr("core.store.MATRIX_MIN_CHUNKS", 1)
+        monkeypatch.setattr("core.store_search.MATRIX_MIN_CHUNKS", 1)
         _legs(index, "tea")  # the vector leg loads the matrix
         entry = MATRICES.loaded(str(config.db_path), index.store._matrix_tag(key))
         assert entry is not None

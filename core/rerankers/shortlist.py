@@ -20,7 +20,8 @@ from . import Reranker, RerankError, create_reranker
 from .local import token_capture
 
 if TYPE_CHECKING:
-    from ..store import ChunkRow, Store
+    from ..store import Store
+    from ..store_search import ChunkRow
 
 
 #: Scores kept per process by (reranker fingerprint, query, chunk hash): an agent often asks again.

@@ -1,0 +1,141 @@
+"""Which embedder an agent's index is built and searched with: the configured one (tried again a while after
+it failed to start), the fallback once a switch to it is recorded in the index, or a stand-in that keeps the
+index taking text keyword-only while the provider is down. Apart from core.memory because this is the one
+piece of `MemoryIndex` with state of its own, and the sync (core.memory_sync) and search both ask it."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from typing import Any
+
+from .config import Config, EmbeddingConfig
+from .embedders import (
+    DownEmbedder,
+    Embedder,
+    EmbedderUnavailable,
+    EmbeddingError,
+    create_embedder,
+    provisional_stand_in,
+)
+from .errors import ProviderDown
+from .store import Store
+from .store_recovery import UnreadableIndex
+
+#: A configured embedder that failed to start is tried again by the first use this long after: a long-lived
+#: process (`memsift serve`'s pooled indexes, `memsift mcp`) searches and syncs with the provider once it is back
+#: instead of keyword-only until a restart, and a provider still down costs one probe a minute, not one a search.
+START_RETRY_SECONDS = 60.0
+
+
+class EmbedderChoice:
+    """Part of `MemoryIndex` (core.memory), which sets the state below in its `__init__` and gives `store` and
+    `_indexed`."""
+
+    config: Config
+    store: Store
+    _embedder: Embedder | None
+    _embedder_error: str | None
+    _embedder_loaded: bool
+    _retry_at: float
+    _provider_down: bool
+    _fallback: Embedder | None
+    _fallback_error: str | None
+    _fallback_loaded: bool
+
+    def embedder(self) -> Embedder | None:
+        """The embedder the index is built with: the fallback while a switch is recorded, else the configured
+        one. Loaded once (one that failed: again after START_RETRY_SECONDS); None when `none` or when it
+        failed (see `embedder_error`)."""
+        if self.fallback_record() is not None:
+            return self._fallback_embedder()
+        return self._primary()
+
+    def _primary(self) -> Embedder | None:
+        if not self._embedder_loaded or (self._embedder_error and time.monotonic() >= self._retry_at):
+            self._embedder_loaded, self._embedder_error = True, None
+            try:
+                self._embedder = create_embedder(self.config.embedding)
+            except (EmbedderUnavailable, EmbeddingError) as exc:  # a provider's start-up probe may fail either way
+                self._embedder_error = str(exc)
+                self._retry_at = time.monotonic() + START_RETRY_SECONDS
+                self._provider_down = isinstance(exc.__cause__ or exc, ProviderDown)
+        return self._embedder
+
+    @property
+    def embedder_error(self) -> str | None:
+        """Why `embedder()` is None when something was configured; while switched, why we left the provider."""
+        record = self.fallback_record()
+        if record is None:
+            self._primary()
+            return self._embedder_error
+        if self._fallback_embedder() is None:
+            return (
+                self._fallback_error or f"{record['from']} failed ({record['reason']}); on the fallback {record['to']}"
+            )
+        return None
+
+    def require_embedder(self) -> Embedder | None:
+        """For indexing: a configured provider that cannot start is an error, not a silent keyword index,
+        unless a fallback is configured (the sync switches to it) or the index was built by it (`_stand_in`)."""
+        if self.fallback_record() is not None:
+            return self._require_fallback()
+        embedder = self._primary()
+        if self._embedder_error and self.config.embedding.fallback == "none":
+            stand_in = self._stand_in()  # the index this provider built can still take text, keyword-only
+            if stand_in is None:
+                raise EmbedderUnavailable(self._embedder_error)
+            return stand_in
+        return embedder
+
+    def _stand_in(self, *, refused: bool = False) -> Embedder | None:
+        """While the configured provider cannot start, the index it built can still take new text for keyword
+        search (its vectors wait for the next sync): a DownEmbedder with the index's identity, or None when
+        the index was not built by this provider. An index not built yet is built keyword-only under the
+        provider's provisional identity (`provisional_stand_in`), its vectors pending as well, when the
+        provider is down; one that refused (a key, a model to fix) stands in only when `refused` allows it
+        (a search must answer; `memsift index` fails with the reason)."""
+        if not self._embedder_error:
+            return None
+        identity = self.store.identity()
+        if identity is None:
+            if not (self._provider_down or refused):
+                return None
+            return provisional_stand_in(self.config.embedding, self._embedder_error)
+        if identity.get("provider") != self.config.embedding.provider:
+            return None
+        return DownEmbedder(identity, self._embedder_error)
+
+    def fallback_record(self) -> dict[str, Any] | None:
+        """The recorded switch to `embedding.fallback` ({from, to, reason, at}), or None."""
+        if not self._indexed():
+            return None
+        try:
+            raw = self.store.get_meta("fallback")
+        except UnreadableIndex:  # none readable: a forced sync sets the file aside, any other use reports it
+            return None
+        return json.loads(raw) if raw else None
+
+    def _fallback_config(self) -> EmbeddingConfig:
+        """The embedding settings with the fallback as provider; model and endpoint belong to the primary
+        unless the fallback is the same provider."""
+        embedding = self.config.embedding
+        if embedding.fallback == embedding.provider:
+            return embedding
+        return replace(embedding, provider=embedding.fallback, model=None, baseUrl=None, apiKey=None)
+
+    def _fallback_embedder(self) -> Embedder | None:
+        if not self._fallback_loaded:
+            self._fallback_loaded = True
+            try:
+                self._fallback = create_embedder(self._fallback_config())
+            except (EmbedderUnavailable, EmbeddingError) as exc:
+                self._fallback_error = str(exc)
+        return self._fallback
+
+    def _require_fallback(self) -> Embedder | None:
+        embedder = self._fallback_embedder()
+        if self._fallback_error:
+            raise EmbedderUnavailable(self._fallback_error)
+        return embedder

@@ -1,0 +1,93 @@
+"""The files and chunks tables as the sync writes them: each file's fingerprint, and its chunks replaced or
+removed together with their FTS5 and vec0 rows. Apart from core.store_search, which reads the same chunks
+for a search, because the sync alone writes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+from .query import fts_text
+from .store_schema import StoreSchema
+
+
+class StoreFiles(StoreSchema):
+    def file_rows(self) -> dict[str, tuple[int, int, str]]:
+        return {p: (s, m, h) for p, s, m, h in self.conn.execute("SELECT path, size, mtime_ns, hash FROM files")}
+
+    def file_count(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM files").fetchone()[0]
+
+    def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
+        self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?", (size, mtime_ns, path))
+
+    def remove_file(self, path: str) -> int:
+        ids = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
+        self._delete_chunks(ids)
+        self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
+        return len(ids)
+
+    def _delete_chunks(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        rows = [(i,) for i in ids]
+        self.conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", rows)
+        if self.has_vec_table():
+            if self.vec_available:
+                self.conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", rows)
+            else:  # vec0 cannot be touched without sqlite-vec: its rows are orphans until rebuild_vec
+                self.set_meta("vec_stale", "1")
+        self.conn.executemany("DELETE FROM chunks WHERE id = ?", rows)
+        self._vectors_changed()
+
+    def replace_file(
+        self,
+        path: str,
+        source: str,
+        size: int,
+        mtime_ns: int,
+        file_hash: str,
+        chunks: list[tuple[int, int, str, str]],
+        vectors: np.ndarray | list[np.ndarray | None] | None,
+    ) -> None:
+        """Swap a file's chunks for new ones: `chunks` are (start, end, text, hash), `vectors` aligned (a None
+        row: a chunk the provider refused, which gets no vector row)."""
+        old = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
+        self._delete_chunks(old)
+        write_vec = (
+            vectors is not None
+            and self.vec_available
+            and self.has_vec_table()
+            and self.get_meta("vec_stale") != "1"  # stale rows may hold these rowids; rebuild_vec refills
+        )
+        for i, (start, end, text, h) in enumerate(chunks):
+            self.conn.execute(
+                "INSERT INTO chunks(path, source, start_line, end_line, hash, text) VALUES (?, ?, ?, ?, ?, ?)",
+                (path, source, start, end, h, text),
+            )
+            rowid = self.conn.last_insert_rowid()
+            self.conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (rowid, fts_text(text)))
+            if write_vec and vectors[i] is not None:
+                self.conn.execute(
+                    "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (rowid, vectors[i].tobytes())
+                )
+        if vectors is not None and not write_vec:
+            self.set_meta("vec_stale", "1")
+        self._vectors_changed()
+        self.conn.execute(
+            "INSERT OR REPLACE INTO files(path, source, size, mtime_ns, hash, indexed_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (path, source, size, mtime_ns, file_hash, time.time()),
+        )
+
+    def file_mtimes(self, paths: Iterable[str] | None = None) -> dict[str, int]:
+        """mtime_ns by path of some files, or of every file (None)."""
+        if paths is None:
+            return dict(self.conn.execute("SELECT path, mtime_ns FROM files"))
+        paths = list(paths)
+        marks = ",".join("?" * len(paths))
+        return dict(self.conn.execute(f"SELECT path, mtime_ns FROM files WHERE path IN ({marks})", paths))
+
+    def has_file(self, path: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM files WHERE path = ?", (path,)).fetchone() is not None
