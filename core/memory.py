@@ -22,7 +22,8 @@ from .embedders import Embedder
 from .errors import LockTimeout
 from .estimate import estimate
 from .get import get_lines
-from .indexer import REBUILD_HELD, UNFINISHED, identity_matches, index_identity, sync
+from .identity import identity_matches, index_identity
+from .indexer import REBUILD_HELD, UNFINISHED, sync
 from .legacy import adopt_legacy
 from .locking import POLL_SECONDS, writer_pid
 from .memory_sync import SyncRuns

@@ -20,7 +20,8 @@ from . import calibration, learned, ranker_features, ranking, rerankers, threads
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
-from .indexer import REBUILD_HELD, VECTORS_PENDING, cache_key, identity_key, vectorless
+from .identity import cache_key, identity_key
+from .indexer import REBUILD_HELD
 from .query import STOP_WORDS, fts_phrases, query_terms
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim, token_capture
@@ -28,6 +29,7 @@ from .snippets import snippet
 from .sources import as_typed
 from .store import Store
 from .store_search import ChunkRow
+from .sync_vectors import VECTORS_PENDING, vectorless
 from .timefilter import TimeWindow
 from .timings import StageClock
 
