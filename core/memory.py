@@ -27,7 +27,9 @@ from .indexer import REBUILD_HELD, UNFINISHED, sync
 from .legacy import adopt_legacy
 from .locking import POLL_SECONDS, writer_pid
 from .memory_sync import SyncRuns
-from .search import SearchResponse, check_request, search
+from .search import search
+from .search_request import check_request
+from .search_response import SearchResponse
 from .status import status_document
 from .store import Store, StoreError
 
