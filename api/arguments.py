@@ -14,7 +14,7 @@ from api.schemas import MAX_LINES
 from core import MemsiftError
 from core.config import FUSIONS, MODES, agent_id_problem, default
 from core.config_values import read_number
-from core.search import check_path_prefix, check_request
+from core.search_request import check_path_prefix, check_request
 from core.timefilter import window
 
 

@@ -19,7 +19,8 @@ from uuid import UUID
 
 from api.prefect_server import advertised_api_url, answers
 from core import Config, MemoryIndex
-from core.indexer import Progress, SyncReport
+from core.indexer import Progress
+from core.sync_plan import SyncReport
 
 
 @dataclass(frozen=True)

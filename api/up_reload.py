@@ -89,7 +89,7 @@ class UpApply:
             self.start_syncs(to_sync)
 
 
-# Config fields no index identity depends on (core.indexer.index_identity): changing them needs no check.
+# Config fields no index identity depends on (core.identity.index_identity): changing them needs no check.
 _NOT_IN_IDENTITY = {"search", "api", "sync", "cache", "workspace", "exclude", "agents", "source"}
 
 

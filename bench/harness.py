@@ -142,7 +142,7 @@ def build_query_index(
     differ in a few swapped words; scoring costs the same), planted before the sync so it embeds nothing."""
     from core import MemoryIndex, load_config
     from core.chunking import chunk_text
-    from core.indexer import cache_key
+    from core.identity import cache_key
     from core.rerankers.maxsim import MaxSimReranker
     from core.shared_cache import SharedCache
 

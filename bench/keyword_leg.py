@@ -43,7 +43,7 @@ import load  # noqa: E402  (memory_of)
 
 import core.store_search as store_module  # noqa: E402  (CACHE_MIN_CHUNKS: which leg answers)
 from core import MemoryIndex, load_config  # noqa: E402
-from core.indexer import cache_key  # noqa: E402
+from core.identity import cache_key  # noqa: E402
 from core.keyword_cache import KEYWORD_CACHES  # noqa: E402
 from core.query import fts_phrases  # noqa: E402
 

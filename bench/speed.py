@@ -73,11 +73,11 @@ QUICK = dict(
 
 def indexer_embedding_plan(config: Any) -> tuple[list[list[str]], list[str], int]:
     """The slices of texts the indexer would send to the embedder on a first sync of `config`'s workspace:
-    files in `core.indexer.batches`, per batch the distinct chunk texts not embedded by an earlier batch,
+    files in `core.sync_plan.batches`, per batch the distinct chunk texts not embedded by an earlier batch,
     split by embedding.batchMaxInputs. Returns (slices, hashes in order, chunk count)."""
     from core.chunking import chunk_text
-    from core.indexer import batches
     from core.sources.memory import scan
+    from core.sync_plan import batches
 
     slices: list[list[str]] = []
     order: list[str] = []
@@ -222,13 +222,13 @@ def section_index(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 
 class ReadCounter:
-    """Counts calls of core.indexer.read_memory_file (the only place a sync reads a memory file)."""
+    """Counts calls of core.sync_plan.read_memory_file (the only place a sync reads a memory file)."""
 
     def __init__(self) -> None:
-        import core.indexer as indexer
+        import core.sync_plan as sync_plan
 
-        self.indexer = indexer
-        self.original = indexer.read_memory_file
+        self.sync_plan = sync_plan
+        self.original = sync_plan.read_memory_file
         self.calls = 0
 
     def __enter__(self) -> ReadCounter:
@@ -236,11 +236,11 @@ class ReadCounter:
             self.calls += 1
             return self.original(path)
 
-        self.indexer.read_memory_file = counted
+        self.sync_plan.read_memory_file = counted
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.indexer.read_memory_file = self.original
+        self.sync_plan.read_memory_file = self.original
 
 
 def change_one_file(ws: Path, files: int, k: int) -> None:

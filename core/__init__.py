@@ -5,9 +5,9 @@ No Prefect and no HTTP server here; `flows/` and `api/` build on this package.
 
 from .config import Config, load_config
 from .errors import ConfigError, EmbedderUnavailable, GetError, MemsiftError, SearchError, StoreError
-from .indexer import SyncReport
 from .memory import MemoryIndex
-from .search import SearchResponse
+from .search_response import SearchResponse
+from .sync_plan import SyncReport
 
 __all__ = [
     "Config",

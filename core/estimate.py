@@ -1,7 +1,7 @@
 """What a run will embed and cost, before it spends anything: `memsift index --dry-run`, and the plan that
 opens every run's report and Prefect artifact.
 
-The files are read and chunked exactly as the indexer will (core.indexer.read_batch, the same batches), the
+The files are read and chunked exactly as the indexer will (core.sync_plan.read_batch, the same batches), the
 chunk hashes looked up in the index and the shared cache (core.shared_cache, without marking them used), and
 what is left is packed into requests the way the provider will pack them (a hosted provider's
 `document_request_tokens`; the local model counts one request per step of `embedding.batchMaxInputs`). Tokens
@@ -21,18 +21,11 @@ from typing import Any
 
 from .config import Config
 from .embedders import Embedder
-from .indexer import (
-    VECTORS_PENDING,
-    SyncPlan,
-    SyncReport,
-    batches,
-    cache_key,
-    embed_step,
-    read_batch,
-    request_token_counts,
-)
+from .identity import cache_key
 from .shared_cache import SharedCache
 from .store import Store
+from .sync_plan import SyncPlan, SyncReport, batches, read_batch
+from .sync_vectors import VECTORS_PENDING, embed_step, request_token_counts
 
 #: The local model's speed is measured on this many chunks of the plan when no run has measured it yet (one
 #: step of the default batchMaxInputs), after WARM_UP_INPUTS untimed: the first calls of a fresh process are
@@ -75,7 +68,7 @@ def estimate(
     """The figures of the run `plan` describes; `calibrate` lets a dry run time the local model on a sample.
     A keyword-only run's own plan reads no file: it has nothing to embed or pay, and reading every file twice
     cost a third of a keyword-only first index of 100,000 notes (a dry run still counts the chunks). The text
-    a failed sync left without a vector is counted too: the run embeds it as well (core.indexer
+    a failed sync left without a vector is counted too: the run embeds it as well (core.sync_vectors
     `complete_vectors`)."""
     counted = embedder is not None or calibrate
     seen: set[str] = set()

@@ -24,7 +24,8 @@ from .config import Config, load_config
 from .errors import ConfigError, QueryFileError, SearchError
 from .learned import model_for
 from .memory import MemoryIndex
-from .search import Hit, check_request
+from .search_request import check_request
+from .search_response import Hit
 from .sources import as_typed
 
 

@@ -22,11 +22,14 @@ from .embedders import Embedder
 from .errors import LockTimeout
 from .estimate import estimate
 from .get import get_lines
-from .indexer import REBUILD_HELD, UNFINISHED, identity_matches, index_identity, sync
+from .identity import identity_matches, index_identity
+from .indexer import REBUILD_HELD, UNFINISHED, sync
 from .legacy import adopt_legacy
 from .locking import POLL_SECONDS, writer_pid
 from .memory_sync import SyncRuns
-from .search import SearchResponse, check_request, search
+from .search import search
+from .search_request import check_request
+from .search_response import SearchResponse
 from .status import status_document
 from .store import Store, StoreError
 

@@ -14,21 +14,8 @@ from typing import Any
 from .embedders import Embedder, EmbedderUnavailable, EmbeddingError
 from .errors import LockTimeout
 from .estimate import Estimate, estimate, summary
-from .indexer import (
-    REBUILD_HELD,
-    SHARED_CACHE,
-    UNFINISHED,
-    Progress,
-    Stage,
-    SyncReport,
-    identity_changes,
-    identity_matches,
-    index_identity,
-    plain_stage,
-    plan_sync,
-    provisional,
-    sync,
-)
+from .identity import identity_changes, identity_matches, index_identity, provisional
+from .indexer import REBUILD_HELD, SHARED_CACHE, UNFINISHED, Progress, Stage, plain_stage, sync
 from .locking import writer_lock
 from .memory_embedder import EmbedderChoice
 from .rebuild import rebuild, remove_orphans
@@ -36,6 +23,7 @@ from .shared_cache import SharedCache
 from .sources.memory import workspace_gone
 from .status import iso
 from .store_recovery import UnreadableIndex, set_aside
+from .sync_plan import SyncReport, plan_sync
 
 
 class SyncRuns(EmbedderChoice):

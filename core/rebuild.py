@@ -23,9 +23,10 @@ import apsw
 
 from .config import Config
 from .embedders import Embedder
-from .indexer import Estimator, Progress, Stage, SyncReport, plain_stage, sync
+from .indexer import Estimator, Progress, Stage, plain_stage, sync
 from .locking import swap_lock
 from .store import Store
+from .sync_plan import SyncReport
 
 SIDE_FILES = ("-wal", "-shm", "-journal")
 

@@ -2,6 +2,9 @@
 
 The search never fails because the embedder is missing or broken: it answers from the keyword leg and
 says why in `degraded`.
+
+The parts: `core.search_request` checks the arguments, `core.search_order` scores and orders the candidates
+(fusion, decay, the learned ranker, calibration), `core.search_response` is what the search answers.
 """
 
 from __future__ import annotations
@@ -10,24 +13,37 @@ import json
 import time
 import unicodedata
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from datetime import date
 from typing import Any
 
 import numpy as np
 
-from . import calibration, learned, ranker_features, ranking, rerankers, threads, timefilter
+from . import calibration, ranking, rerankers, threads, timefilter
 from .config import MODES, Config
 from .embedders import Embedder
 from .errors import SearchError
-from .indexer import REBUILD_HELD, VECTORS_PENDING, cache_key, identity_key, vectorless
+from .identity import cache_key, identity_key
+from .indexer import REBUILD_HELD
 from .query import STOP_WORDS, fts_phrases, query_terms
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim, token_capture
+from .search_order import (
+    CalibrationCollector,
+    Collector,
+    apply_decay,
+    calibrate,
+    fuse,
+    learned_wanted,
+    order_by_learned,
+    under,
+)
+from .search_request import check_request
+from .search_response import Hit, SearchResponse
 from .snippets import snippet
 from .sources import as_typed
 from .store import Store
 from .store_search import ChunkRow
+from .sync_vectors import VECTORS_PENDING, vectorless
 from .timefilter import TimeWindow
 from .timings import StageClock
 
@@ -38,77 +54,6 @@ LEARNED_FETCH = 40
 
 NO_WORDS = "the query holds no word to search for (only punctuation or symbols)"
 ONE_COMMON_WORD = "the query is one common word ({!r}), found in most notes: add words that say what to find"
-
-#: Receives every candidate the learned ranker scored, their chunks and feature rows (`memsift train-ranker`).
-Collector = Callable[[list[ranking.Candidate], dict[int, ChunkRow], np.ndarray], None]
-#: Receives what calibration read and the ordered candidates it scored (bench/train_calibration.py).
-CalibrationCollector = Callable[[calibration.Inputs, list[ranking.Candidate], dict[int, ChunkRow]], None]
-
-
-@dataclass
-class Hit:
-    path: str
-    startLine: int
-    endLine: int
-    score: float
-    snippet: str
-    source: str
-    citation: str | None
-    scores: dict[str, float] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if d["scores"] is None:
-            del d["scores"]
-        return d
-
-
-@dataclass
-class SearchResponse:
-    results: list[Hit]
-    mode: str
-    provider: str
-    model: str | None
-    tookMs: float
-    degraded: str | None = None
-    #: Milliseconds per stage (`core.timings.STAGES`); always measured, shown with `explain`.
-    timings: dict[str, float] | None = None
-    explain: bool = False
-    # Why `results` is empty, for telemetry (not on the wire): "no_match" (neither leg found a candidate) or
-    # "below_floor" (candidates were found, the score floor removed every one).
-    empty: str | None = None
-    #: Why a calibrated search answered no hit: every candidate's estimate of relevance was under the floor.
-    abstained: str | None = None
-    #: Not on the wire (`degraded` says it): the agent's first index is still running, the answer covers part
-    #: of the memory only, so an empty one does not mean the workspace holds no memory file.
-    partial: bool = False
-    #: What the sync this search ran first said: a first index's or a catch-up's warnings (a note indexed with
-    #: U+FFFD in place of invalid UTF-8), or why the answer may not cover the notes as they are now (another
-    #: sync running, the configuration changed since the last index).
-    warning: str | None = None
-
-    def warn(self, text: str | None) -> None:
-        """Add what a sync run before the search said (the caller's catch-up, api.catch_up) to `warning`."""
-        if text:
-            self.warning = f"{text}; {self.warning}" if self.warning else text
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "results": [h.to_dict() for h in self.results],
-            "mode": self.mode,
-            "provider": self.provider,
-            "model": self.model,
-            "tookMs": self.tookMs,
-        }
-        if self.degraded:
-            d["degraded"] = self.degraded
-        if self.abstained:
-            d["abstained"] = self.abstained
-        if self.warning:
-            d["warning"] = self.warning
-        if self.explain and self.timings is not None:
-            d["timings"] = self.timings
-        return d
 
 
 def search(
@@ -202,7 +147,7 @@ def search(
             unscored = {c.id: c for c in cands if c.vector is None}
             for cid, vec in store.vectors_for(unscored, cache_key(embedder)).items():
                 unscored[cid].vector = float(vec @ qvec)
-            _fuse(cands, config)
+            fuse(cands, config)
         else:
             for c in cands:
                 c.score = (c.text if mode == "keyword" else c.vector) or 0.0
@@ -210,7 +155,7 @@ def search(
         pool = cands  # every candidate, before the floor (the steps below make new lists)
         rows = store.chunks_by_ids(c.id for c in cands)
         if s.decayEnabled:
-            _apply_decay(store, cands, rows, s.halfLifeDays, now)
+            apply_decay(store, cands, rows, s.halfLifeDays, now)
     # The model reads both legs: a keyword or vector search (asked for, or degraded to) gets the blend.
     learned_order = use_learned and mode == "hybrid" and bool(cands)
     # With `search.calibrate` (the default), hybrid scores are calibrated after the order is made and the floor
@@ -219,7 +164,7 @@ def search(
     calibrated = mode == "hybrid" and s.calibrate
     if learned_order:
         with clock.stage("rerank"):  # the learned ranker's features include the MaxSim score
-            cands, problem = _learned_order(
+            cands, problem = order_by_learned(
                 store, config, embedder, query, cands, rows, date.fromtimestamp(now), make_reranker, collect
             )
         if not calibrated:  # after the model ordered the whole pool, so the order does not depend on the floor
@@ -264,11 +209,11 @@ def search(
                     store, config, embedder, query, head, rows, make_reranker=make_reranker
                 )
                 maxsim = scores or maxsim
-            cands, abstained = _calibrate(store, query, head, rows, floor, collect_calibration, maxsim)
+            cands, abstained = calibrate(store, query, head, rows, floor, collect_calibration, maxsim)
         if pool and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
             best_cosine = max((c.vector for c in pool if c.vector is not None), default=0.0)
             abstained = (
-                f"the best hit's cosine was {_under(best_cosine, floor)}, under the floor minScore {floor:g} "
+                f"the best hit's cosine was {under(best_cosine, floor)}, under the floor minScore {floor:g} "
                 "(a hit found by meaning alone needs cosine >= minScore)"
             )
         kept = cands[:limit]
@@ -287,129 +232,9 @@ def search(
     )
 
 
-def _calibrate(
-    store: Store,
-    query: str,
-    ordered: list[ranking.Candidate],
-    rows: dict[int, ChunkRow],
-    floor: float,
-    collect: CalibrationCollector | None,
-    maxsim: list[float | None],
-) -> tuple[list[ranking.Candidate], str | None]:
-    """Each hit's score made the calibrated estimate that it is relevant (the order stays), then the floor:
-    the scores never increase down the order, so the floor keeps a prefix of it. Returns the hits kept and,
-    when the floor kept none, why the search abstains."""
-    inputs = calibration.inputs(store, query, ordered, rows, maxsim)
-    if collect is not None:
-        collect(inputs, ordered, rows)
-    # The model's probabilities, before temporal decay (which orders, never drops); none when the fused order
-    # or the blend stood.
-    ranker = [c.probability for c in ordered] if ordered[0].probability is not None else None
-    for c, p in zip(ordered, calibration.scores(calibration.default_model(), inputs, ranker)):
-        c.ranker, c.score = c.score, p
-    kept = [c for c in ordered if c.score >= floor]
-    if kept:
-        return kept, None
-    return kept, f"the best hit scored {_under(ordered[0].score, floor)}, under the floor minScore {floor:g}"
-
-
-def _under(value: float, floor: float) -> str:
-    """`value` with the digits that show it under `floor`: 0.99957 under minScore 1 read "scored 1.000"."""
-    for digits in (3, 6):
-        if float(text := f"{value:.{digits}f}") < floor:
-            return text
-    return repr(value)
-
-
-def learned_wanted(config: Config, requested: bool | None, embedder: Embedder | None) -> bool:
-    """Whether this search orders by the learned ranker: a rerank happens and it is local MaxSim (a feature of
-    the model), with `rerank.method = "learned"`. Otherwise the fused order, or the MaxSim blend, as before."""
-    return (
-        config.rerank.method == "learned" and is_maxsim(config.rerank) and shortlist.wanted(config, requested, embedder)
-    )
-
-
-def _learned_order(
-    store: Store,
-    config: Config,
-    embedder: Embedder | None,
-    query: str,
-    cands: list[ranking.Candidate],
-    rows: dict[int, ChunkRow],
-    today: date,
-    make_reranker: Callable[[], rerankers.Reranker] | None,
-    collect: Collector | None,
-) -> tuple[list[ranking.Candidate], str | None]:
-    """Every candidate scored by MaxSim and blended (both features), then ordered by the model's probability.
-    Without MaxSim scores the model has no basis: the fused order stands and the reason is returned."""
-    pool = sorted(cands, key=lambda c: (-c.score, c.id))
-    try:  # MaxSim per line, and (into the score cache) each candidate's MaxSim, from one product per chunk
-        reranker = make_reranker() if make_reranker else rerankers.create_reranker(config.rerank, embedder)
-        by_id = dict(zip((c.id for c in pool), shortlist.line_signals(store, query, pool, rows, reranker)))
-    except Exception:  # the same failure reaches rerank_shortlist, which says why in `degraded`
-        by_id = {}
-    pool, problem = shortlist.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
-    if problem:
-        return pool, problem
-    lines = np.array([by_id[c.id] for c in pool]) if by_id else None  # in the blend's order, as `pool` now is
-    x = ranker_features.features(query, pool, rows, today, lines)
-    if collect is not None:
-        collect(pool, rows, x)
-    for c, p in zip(pool, learned.model_for(config.rerank.rankerModel).predict(x)):
-        # Temporal decay scales the model's probability as it scaled the fused score: the model was trained
-        # without decay and reads `fused` among forty signals, so a note 30 half-lives old came first.
-        c.probability = float(p)
-        c.score = c.probability * (c.decay if c.decay is not None else 1.0)
-    return sorted(pool, key=lambda c: (-c.score, c.id)), None
-
-
 def _usable(vector: np.ndarray) -> bool:
     """A query vector the vector leg can rank by: finite and not all zeros."""
     return bool(np.isfinite(vector).all() and np.any(vector))
-
-
-def check_request(
-    query: str,
-    max_results: int | None,
-    min_score: float | None,
-    after: str | None = None,
-    before: str | None = None,
-    path_prefix: str | None = None,
-) -> None:
-    # Blank: nothing a reader could see, so control and format characters alone ("\x00", a zero-width space)
-    # count as blank too; they searched before, for hits with no relation to anything.
-    if not isinstance(query, str) or all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in query):
-        raise SearchError("query: must not be blank")
-    _check_text("query", query)
-    if max_results is not None and not 1 <= max_results <= 100:
-        raise SearchError(f"maxResults: {max_results} is out of range [1, 100]")
-    if min_score is not None and not 0.0 <= min_score <= 1.0:
-        raise SearchError(f"minScore: {min_score} is out of range [0, 1]")
-    timefilter.window(after, before, now=time.time())
-    if path_prefix:
-        check_path_prefix(path_prefix)
-
-
-def _check_text(name: str, text: str) -> None:
-    """Half a UTF-16 pair is no character: it comes from bytes that are not UTF-8 on a command line (Python
-    keeps them as lone surrogates) or a `"\\ud800"` escape in a query file. The embedder refused such a query,
-    so the search degraded to keywords with a TypeError for its reason; REST and MCP refuse it at the door."""
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
-        raise SearchError(f"{name}: holds a lone surrogate (bytes that are not UTF-8), which is no character")
-
-
-def check_path_prefix(path_prefix: str) -> None:
-    """No indexed path starts with `/` or `~` or climbs with `..`, or holds bytes that are not UTF-8 (a sync
-    skips such a name): such a prefix answered "No matches." in silence."""
-    _check_text("pathPrefix", path_prefix)
-    if path_prefix.startswith(("/", "~")) or ".." in path_prefix.split("/"):
-        raise SearchError(
-            f"pathPrefix: {path_prefix!r} is not workspace-relative; give it as hits name paths (memory/)"
-        )
-    if "//" in path_prefix:  # `memory//`, a typo or two joined parts: no indexed path holds an empty name
-        raise SearchError(f"pathPrefix: {path_prefix!r} has an empty folder name (//); give it as hits name paths")
-    if "." in as_typed(path_prefix).split("/")[:-1]:  # `memory/./`: no indexed path names a folder `.`
-        raise SearchError(f"pathPrefix: {path_prefix!r} has a folder named '.'; give it as hits name paths")
 
 
 def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:
@@ -426,11 +251,6 @@ def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> 
         if (not path_prefix or unicodedata.normalize("NFC", path).startswith(path_prefix))
         and (window is None or window.keeps(path, mtime_ns))
     ]
-
-
-def _fuse(cands: list[ranking.Candidate], config: Config) -> None:
-    s = config.search
-    ranking.FUSIONS[s.fusion].fuse(cands, s.vectorWeight, s.textWeight, s.rrfK)
 
 
 def _vector_problem(
@@ -463,24 +283,6 @@ def _vector_problem(
             return f"{built}; {record['reason']}, which would embed: {record['summary']}; keyword results only"
         return f"{built}; run `memsift index`; keyword results only"
     return None
-
-
-def _apply_decay(
-    store: Store, cands: list[ranking.Candidate], rows: dict[int, ChunkRow], half_life: float, now: float
-) -> None:
-    paths = {rows[c.id].path for c in cands}
-    mtimes = store.file_mtimes(paths)
-    for c in cands:
-        path = rows[c.id].path
-        if ranking.is_evergreen(path):
-            continue
-        dated = ranking.note_date(path)
-        if dated is not None:
-            age = (now - time.mktime(dated.timetuple())) / 86400
-        else:
-            age = (now - mtimes.get(path, now * 1e9) / 1e9) / 86400
-        c.decay = ranking.decay_factor(age, half_life)
-        c.score *= c.decay
 
 
 def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: bool, explain: bool) -> Hit:

@@ -15,20 +15,14 @@ from typing import Any
 from . import calibration, learned
 from .config import Config
 from .embedders import Embedder
-from .indexer import (
-    UNFINISHED,
-    VECTORS_PENDING,
-    SyncReport,
-    identity_key,
-    identity_matches,
-    index_identity,
-    plan_sync,
-    vectorless,
-)
+from .identity import identity_key, identity_matches, index_identity
+from .indexer import UNFINISHED
 from .rerankers.local import LOCAL_DEFAULT, token_capture
 from .rerankers.shortlist import wanted
 from .shared_cache import SharedCache, cache_path
 from .store import Store
+from .sync_plan import SyncReport, plan_sync
+from .sync_vectors import VECTORS_PENDING, vectorless
 
 
 def status_document(

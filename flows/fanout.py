@@ -25,7 +25,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from core.config import Config, SyncConfig
 from core.embedders import Embedder, EmbedderWrapper
-from core.indexer import cache_key
+from core.identity import cache_key
 from core.shared_cache import SharedCache
 from core.sources import active, read_memory_file
 from core.store import Store

@@ -28,7 +28,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runner import Runner
 
 from core import Config, MemoryIndex
-from core.indexer import identity_changes, identity_matches, index_identity
+from core.identity import identity_changes, identity_matches, index_identity
 from flows.deployments import agent_deployments, rebuild_deployment_name, sync_deployment_name
 from flows.watch import SyncRuns
 

@@ -33,8 +33,8 @@ from prefect.utilities.annotations import quote
 from core import EmbedderUnavailable, MemoryIndex, load_config
 from core.embedders import EmbeddingError
 from core.estimate import summary
-from core.indexer import SyncReport
 from core.progress import Progress, ProgressEvent
+from core.sync_plan import SyncReport
 from flows.fanout import fan_out, task_runner
 from flows.ratelimit import limited_embedder
 

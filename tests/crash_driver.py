@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import core.indexer
 import core.rebuild
+import core.sync_plan
 from core import MemoryIndex, load_config
 from core.store import Store
 
@@ -47,7 +47,7 @@ def reporting(fn: Callable[..., Any], before: str | None = None, after: str | No
 def main(workspace: str, mode: str, stop: str) -> None:
     global stop_at
     stop_at = stop
-    core.indexer.BATCH_FILES = 2
+    core.sync_plan.BATCH_FILES = 2
     replace_file = Store.replace_file
 
     def replace_and_report(self: Store, path: str, *args: Any) -> None:

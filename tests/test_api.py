@@ -39,8 +39,8 @@ from api.cli import main
 from api.schemas import MAX_LINES, MAX_QUERY_BYTES
 from core import MemoryIndex, load_config
 from core.config import Config
-from core.indexer import SyncReport
 from core.sources.memory import external_roots
+from core.sync_plan import SyncReport
 
 NOTES = SAMPLE | {"notes.txt": "not a memory file\n"}
 PROBLEM_KEYS = {"type", "title", "status", "detail"}

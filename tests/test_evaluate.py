@@ -13,7 +13,7 @@ from sample import NOTES
 
 from api.cli import main
 from core.evaluate import METRICS, score_query
-from core.search import Hit
+from core.search_response import Hit
 
 
 def _hit(path: str, start: int, end: int) -> Hit:

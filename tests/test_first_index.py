@@ -29,7 +29,7 @@ from core.memory import MemoryIndex
 from tests.fake_provider import FakeProvider
 
 MEMSIFT = Path(sys.executable).with_name("memsift")
-NOTES = 70  # two batches (core.indexer.BATCH_FILES = 64): 64 files, then 6
+NOTES = 70  # two batches (core.sync_plan.BATCH_FILES = 64): 64 files, then 6
 SLICE = 4  # embedding.batchMaxInputs: one request per four one-chunk notes
 HOLD = 1 + 64 // SLICE + 1  # the start-up probe, the first batch's 16 requests, the second batch's first
 

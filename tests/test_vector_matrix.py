@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core import MemoryIndex
-from core.indexer import cache_key
+from core.identity import cache_key
 from core.store import Store
 from core.vector_matrix import LOAD_BLOCK, MATRICES, load_matrix
 

@@ -79,7 +79,7 @@ def create_embedder(config: EmbeddingConfig) -> Embedder | None:
 def provisional_stand_in(config: EmbeddingConfig, reason: str) -> DownEmbedder | None:
     """Stands in for a hosted provider that failed to start before any index of it exists (the first index of an
     agent while it is down): its kind and model are known, its dimensions and fingerprint only once it answers,
-    so they are None: a provisional identity, which the provider's own completes (core.indexer.identity_matches).
+    so they are None: a provisional identity, which the provider's own completes (core.identity.identity_matches).
     None for the local model and `none`: they have no hosted model to wait for."""
     provider = auto_provider(config) if config.provider == "auto" else config.provider
     kind = load(EMBEDDERS[provider]) if provider in EMBEDDERS else None

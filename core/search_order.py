@@ -1,0 +1,125 @@
+"""The order and scores of a search's candidates: fusion, temporal decay, the learned ranker, calibration.
+
+Apart from `core.search` (which runs the legs, the floor and the cut and calls these in turn) because each
+is a scoring of the candidate pool on its own, and the training scripts collect what these read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import date
+
+import numpy as np
+
+from . import calibration, learned, ranker_features, ranking, rerankers
+from .config import Config
+from .embedders import Embedder
+from .rerankers import shortlist
+from .rerankers.local import is_maxsim
+from .store import Store
+from .store_search import ChunkRow
+
+#: Receives every candidate the learned ranker scored, their chunks and feature rows (`memsift train-ranker`).
+Collector = Callable[[list[ranking.Candidate], dict[int, ChunkRow], np.ndarray], None]
+#: Receives what calibration read and the ordered candidates it scored (bench/train_calibration.py).
+CalibrationCollector = Callable[[calibration.Inputs, list[ranking.Candidate], dict[int, ChunkRow]], None]
+
+
+def calibrate(
+    store: Store,
+    query: str,
+    ordered: list[ranking.Candidate],
+    rows: dict[int, ChunkRow],
+    floor: float,
+    collect: CalibrationCollector | None,
+    maxsim: list[float | None],
+) -> tuple[list[ranking.Candidate], str | None]:
+    """Each hit's score made the calibrated estimate that it is relevant (the order stays), then the floor:
+    the scores never increase down the order, so the floor keeps a prefix of it. Returns the hits kept and,
+    when the floor kept none, why the search abstains."""
+    inputs = calibration.inputs(store, query, ordered, rows, maxsim)
+    if collect is not None:
+        collect(inputs, ordered, rows)
+    # The model's probabilities, before temporal decay (which orders, never drops); none when the fused order
+    # or the blend stood.
+    ranker = [c.probability for c in ordered] if ordered[0].probability is not None else None
+    for c, p in zip(ordered, calibration.scores(calibration.default_model(), inputs, ranker)):
+        c.ranker, c.score = c.score, p
+    kept = [c for c in ordered if c.score >= floor]
+    if kept:
+        return kept, None
+    return kept, f"the best hit scored {under(ordered[0].score, floor)}, under the floor minScore {floor:g}"
+
+
+def under(value: float, floor: float) -> str:
+    """`value` with the digits that show it under `floor`: 0.99957 under minScore 1 read "scored 1.000"."""
+    for digits in (3, 6):
+        if float(text := f"{value:.{digits}f}") < floor:
+            return text
+    return repr(value)
+
+
+def learned_wanted(config: Config, requested: bool | None, embedder: Embedder | None) -> bool:
+    """Whether this search orders by the learned ranker: a rerank happens and it is local MaxSim (a feature of
+    the model), with `rerank.method = "learned"`. Otherwise the fused order, or the MaxSim blend, as before."""
+    return (
+        config.rerank.method == "learned" and is_maxsim(config.rerank) and shortlist.wanted(config, requested, embedder)
+    )
+
+
+def order_by_learned(
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    query: str,
+    cands: list[ranking.Candidate],
+    rows: dict[int, ChunkRow],
+    today: date,
+    make_reranker: Callable[[], rerankers.Reranker] | None,
+    collect: Collector | None,
+) -> tuple[list[ranking.Candidate], str | None]:
+    """Every candidate scored by MaxSim and blended (both features), then ordered by the model's probability.
+    Without MaxSim scores the model has no basis: the fused order stands and the reason is returned."""
+    pool = sorted(cands, key=lambda c: (-c.score, c.id))
+    try:  # MaxSim per line, and (into the score cache) each candidate's MaxSim, from one product per chunk
+        reranker = make_reranker() if make_reranker else rerankers.create_reranker(config.rerank, embedder)
+        by_id = dict(zip((c.id for c in pool), shortlist.line_signals(store, query, pool, rows, reranker)))
+    except Exception:  # the same failure reaches rerank_shortlist, which says why in `degraded`
+        by_id = {}
+    pool, problem = shortlist.rerank_shortlist(store, config, embedder, query, pool, rows, make_reranker=make_reranker)
+    if problem:
+        return pool, problem
+    lines = np.array([by_id[c.id] for c in pool]) if by_id else None  # in the blend's order, as `pool` now is
+    x = ranker_features.features(query, pool, rows, today, lines)
+    if collect is not None:
+        collect(pool, rows, x)
+    for c, p in zip(pool, learned.model_for(config.rerank.rankerModel).predict(x)):
+        # Temporal decay scales the model's probability as it scaled the fused score: the model was trained
+        # without decay and reads `fused` among forty signals, so a note 30 half-lives old came first.
+        c.probability = float(p)
+        c.score = c.probability * (c.decay if c.decay is not None else 1.0)
+    return sorted(pool, key=lambda c: (-c.score, c.id)), None
+
+
+def fuse(cands: list[ranking.Candidate], config: Config) -> None:
+    s = config.search
+    ranking.FUSIONS[s.fusion].fuse(cands, s.vectorWeight, s.textWeight, s.rrfK)
+
+
+def apply_decay(
+    store: Store, cands: list[ranking.Candidate], rows: dict[int, ChunkRow], half_life: float, now: float
+) -> None:
+    paths = {rows[c.id].path for c in cands}
+    mtimes = store.file_mtimes(paths)
+    for c in cands:
+        path = rows[c.id].path
+        if ranking.is_evergreen(path):
+            continue
+        dated = ranking.note_date(path)
+        if dated is not None:
+            age = (now - time.mktime(dated.timetuple())) / 86400
+        else:
+            age = (now - mtimes.get(path, now * 1e9) / 1e9) / 86400
+        c.decay = ranking.decay_factor(age, half_life)
+        c.score *= c.decay

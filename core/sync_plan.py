@@ -1,0 +1,145 @@
+"""What a sync is about to do, read from the workspace: the scan and diff, and the files read batch by batch.
+
+Apart from the sync because the dry run's estimate (core.estimate) and `status` read the workspace exactly as
+the sync will, without writing anything. `SyncReport`, which each stage fills in, starts here with the scan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .config import Config
+from .embedders import Embedder
+from .identity import identity_matches, index_identity
+from .sources import FileEntry, active, read_memory_file
+from .sources.memory import nothing_found
+from .store import Store
+
+BATCH_FILES = 64
+BATCH_BYTES = 512 * 1024
+
+
+@dataclass
+class SyncReport:
+    filesScanned: int = 0
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    skipped: int = 0  # not readable as text (binary, too large): recorded without chunks
+    chunksWritten: int = 0
+    chunksEmbedded: int = 0
+    chunksRejected: int = 0  # refused by the provider even split (too long, invalid): indexed keyword-only
+    cacheHits: int = 0  # chunks whose vector the index or the shared cache already had
+    embeddingCalls: int = 0
+    inputChars: int = 0  # characters sent to the embedder
+    embedSeconds: float = 0.0  # time spent waiting for the embedder (its measured throughput)
+    cachePruned: int = 0  # shared cache entries dropped by cache.maxEntries after this run
+    rebuilt: bool = False
+    fallback: str | None = None  # why this sync ran on embedding.fallback instead of the configured provider
+    vectorsPending: bool = False  # the embedder failed: some text is indexed for keyword search only
+    plan: dict[str, Any] | None = None  # what the run was about to embed and spend (core.estimate.Estimate)
+    rebuildHeld: str | None = None  # the identity changed, a rebuild would cost money: why it waits for --force
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SyncPlan:
+    identity: dict[str, Any]
+    rebuild: bool
+    to_check: list[FileEntry]  # stat changed or new: read, hash, and index if the content changed
+    removed: list[str]
+    known: dict[str, tuple[int, int, str]]
+    forced: bool = False  # a forced run (core.rebuild's are): it needs every vector, the embedder failing stops it
+
+
+def plan_sync(
+    store: Store, config: Config, embedder: Embedder | None, report: SyncReport, force: bool = False
+) -> SyncPlan:
+    identity = index_identity(config, embedder)
+    rebuild = force or not identity_matches(store.identity(), identity)
+    known = {} if rebuild else store.file_rows()
+    sources = active(config)
+    files: list[FileEntry] = []
+    unlisted: list[str] = []
+    for source in sources.values():
+        found, warnings, unlistable = source.discover()
+        files.extend(found)
+        report.warnings.extend(warnings)
+        unlisted.extend(unlistable)
+    if not files and not unlisted:  # a folder that could not be listed says so itself
+        report.warnings.append(nothing_found(config.workspace))
+    report.filesScanned = len(files)
+    to_check = []
+    for entry in files:
+        old = known.get(entry.path)
+        if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns:
+            report.unchanged += 1
+        elif old is not None and not sources[entry.source].due(entry, old[0]):
+            report.unchanged += 1  # e.g. a transcript that grew by less than a delta: read it later
+        else:
+            to_check.append(entry)
+    seen = {f.path for f in files}
+    # A file under a folder that could not be listed is not known to be gone: its rows stay as they are.
+    removed = [p for p in known if p not in seen and not any(not u or p.startswith(f"{u}/") for u in unlisted)]
+    return SyncPlan(identity, rebuild, to_check, removed, known, force)
+
+
+def batches(entries: list[FileEntry]) -> list[list[FileEntry]]:
+    """Coarse units of work: up to BATCH_FILES files or BATCH_BYTES of text each."""
+    out: list[list[FileEntry]] = []
+    current: list[FileEntry] = []
+    size = 0
+    for entry in entries:
+        if current and (len(current) >= BATCH_FILES or size + entry.size > BATCH_BYTES):
+            out.append(current)
+            current, size = [], 0
+        current.append(entry)
+        size += entry.size
+    if current:
+        out.append(current)
+    return out
+
+
+def read_batch(
+    config: Config, batch: list[FileEntry], plan: SyncPlan, report: SyncReport
+) -> tuple[list[tuple[FileEntry, str, list]], list[FileEntry]]:
+    """Read, hash and chunk a batch of files: (files to write with their digest and chunks, files whose
+    content is unchanged and only need their stat updated)."""
+    sources = active(config)
+    files: list[tuple[FileEntry, str, list]] = []
+    touched: list[FileEntry] = []
+    for entry in batch:
+        source = sources[entry.source]
+        try:
+            raw, text, problem = read_memory_file(source.path(entry.path))
+        except OSError as exc:
+            report.warnings.append(f"skipped {entry.path}: {exc.strerror or exc}")
+            continue
+        digest = hashlib.sha256(raw).hexdigest()
+        old = plan.known.get(entry.path)
+        if old is not None and old[2] == digest:
+            touched.append(entry)
+            report.unchanged += 1
+            continue
+        if text is None:
+            # Recorded with no chunks: old chunks go, and the next sync skips it by stat until it changes.
+            report.warnings.append(f"skipped {entry.path}: {problem}")
+            report.skipped += 1
+            files.append((entry, digest, []))
+            continue
+        if problem:
+            report.warnings.append(f"{entry.path}: {problem}")
+        chunks = source.chunk(entry.path, text, report.warnings)
+        files.append((entry, digest, chunks))
+        if old is None:
+            report.added += 1
+        else:
+            report.changed += 1
+    return files, touched
