@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from ..config import EmbeddingConfig
+from ..config_types import EmbeddingConfig
 from ..errors import EmbedderUnavailable, EmbeddingError, ProviderDown
 from ..limiter import RateLimiter, request_tokens
 from .base import InputsRejected, keep_answered

@@ -22,7 +22,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..config import RerankConfig
+from ..config_types import RerankConfig
 from ..embedders import Embedder
 from ..embedders.hosted import JsonEndpoint, public_headers, public_url
 from ..errors import RerankError
