@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from api.catch_up import CatchUps
 from core import Config, ConfigError, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse, load_config
-from core.config import agent_id_problem
+from core.config_home import agent_id_problem
 from core.embedders import create_embedder
 
 

@@ -12,8 +12,10 @@ from typing import Any
 
 from api.schemas import MAX_LINES
 from core import MemsiftError
-from core.config import FUSIONS, MODES, agent_id_problem, default
+from core.config_home import agent_id_problem
+from core.config_schema import MODES, default
 from core.config_values import read_number
+from core.ranking import FUSIONS
 from core.search_request import check_path_prefix, check_request
 from core.timefilter import window
 

@@ -21,7 +21,7 @@ from typing import Any
 from api.arguments import parser
 from api.schemas import MAX_LINES
 from core import Config, MemoryIndex, MemsiftError, load_config
-from core.config import home_problem, memsift_home
+from core.config_home import home_problem, memsift_home
 from core.estimate import summary
 from core.sources.memory import nothing_found
 

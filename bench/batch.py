@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from core.chunking import chunk_text  # noqa: E402
-from core.config import db_path  # noqa: E402
+from core.config_home import db_path  # noqa: E402
 from core.limiter import request_tokens  # noqa: E402
 from tests.fake_provider import FakeProvider  # noqa: E402
 

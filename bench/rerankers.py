@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.fake_rerank, when run as a script
 
 from core.chunking import chunk_text  # noqa: E402
-from core.config import RerankConfig  # noqa: E402
+from core.config_types import RerankConfig  # noqa: E402
 from core.embedders.local import tokenizer_path  # noqa: E402
 from core.rerankers.cohere import CohereReranker  # noqa: E402
 from core.rerankers.cross_encoder import CrossEncoderReranker  # noqa: E402

@@ -3,7 +3,8 @@
 No Prefect and no HTTP server here; `flows/` and `api/` build on this package.
 """
 
-from .config import Config, load_config
+from .config import load_config
+from .config_types import Config
 from .errors import ConfigError, EmbedderUnavailable, GetError, MemsiftError, SearchError, StoreError
 from .memory import MemoryIndex
 from .search_response import SearchResponse

@@ -10,7 +10,7 @@ the name of the workspace it belongs to.
 
 from __future__ import annotations
 
-from .config import Config
+from .config_types import Config
 from .store import Store, StoreError
 
 META_KEY = "workspace"

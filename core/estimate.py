@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .config import Config
+from .config_types import Config
 from .embedders import Embedder
 from .identity import cache_key
 from .shared_cache import SharedCache

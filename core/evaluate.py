@@ -20,7 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .config import Config, load_config
+from .config import load_config
+from .config_types import Config
 from .errors import ConfigError, QueryFileError, SearchError
 from .learned import model_for
 from .memory import MemoryIndex

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .chunking import split_lines
-from .config import Config
+from .config_types import Config
 from .errors import GetError
 from .sources import Source, as_typed, owner, read_memory_file
 from .sources.memory import external_file

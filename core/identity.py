@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Config
+from .config_types import Config
 from .embedders import Embedder
 from .query import FTS_TEXT_VERSION
 from .rerankers.local import token_capture

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .binding import check_workspace, record_workspace
-from .config import Config
+from .config_types import Config
 from .embedders import Embedder, EmbeddingError
 from .errors import ProviderDown
 from .identity import cache_key

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .binding import META_KEY, record_workspace
-from .config import Config, legacy_db_path
+from .config_home import legacy_db_path
+from .config_types import Config
 from .locking import writer_lock
 from .rebuild import SIDE_FILES, swap_in
 from .store import Store

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import learned, rerankers
 from .binding import check_workspace
-from .config import Config
+from .config_types import Config
 from .embedders import Embedder
 from .errors import LockTimeout
 from .estimate import estimate

@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from .config import Config, EmbeddingConfig
+from .config_types import Config, EmbeddingConfig
 from .embedders import (
     DownEmbedder,
     Embedder,

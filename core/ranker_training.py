@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import learned, ranker_features
-from .config import Config
+from .config_types import Config
 from .evaluate import load_queries, query_index
 from .memory import MemoryIndex
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import apsw
 
-from .config import Config
+from .config_types import Config
 from .embedders import Embedder
 from .indexer import Estimator, Progress, Stage, plain_stage, sync
 from .locking import swap_lock

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from . import calibration, ranking, rerankers, threads, timefilter
-from .config import MODES, Config
+from .config_schema import MODES
+from .config_types import Config
 from .embedders import Embedder
 from .errors import SearchError
 from .identity import cache_key, identity_key

@@ -13,7 +13,7 @@ from datetime import date
 import numpy as np
 
 from . import calibration, learned, ranker_features, ranking, rerankers
-from .config import Config
+from .config_types import Config
 from .embedders import Embedder
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import calibration, learned
-from .config import Config
+from .config_types import Config
 from .embedders import Embedder
 from .identity import identity_key, identity_matches, index_identity
 from .indexer import UNFINISHED

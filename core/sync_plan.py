@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config import Config
+from .config_types import Config
 from .embedders import Embedder
 from .identity import identity_matches, index_identity
 from .sources import FileEntry, active, read_memory_file

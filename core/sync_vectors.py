@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 import numpy as np
 
-from .config import Config
+from .config_types import Config
 from .embedders import Embedder, EmbeddingError, InputsRejected, answered_before
 from .identity import cache_key
 from .limiter import request_tokens

@@ -26,7 +26,7 @@ from typing import Generic, Literal, TypeVar
 
 import watchfiles
 
-from .config import Config
+from .config_types import Config
 from .sources.memory import is_memory_path
 
 MAX_DELAY_FACTOR = 10

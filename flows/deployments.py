@@ -14,7 +14,7 @@ from typing import Any
 from prefect.deployments.runner import RunnerDeployment
 from prefect.types.entrypoint import EntrypointType
 
-from core.config import Config
+from core.config_types import Config
 from flows.sync import rebuild_flow, sync_flow
 
 

@@ -23,7 +23,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from core.config import Config, SyncConfig
+from core.config_types import Config, SyncConfig
 from core.embedders import Embedder, EmbedderWrapper
 from core.identity import cache_key
 from core.shared_cache import SharedCache

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from core.config import Config
+from core.config_types import Config
 from core.embedders import Embedder, EmbedderWrapper, create_embedder
 
 LIMIT_NAME = "memsift-embedding"

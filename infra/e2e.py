@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from a clean clone: api/ and core/ are importable either way
 
 from api.prefect_server import HOST, PrefectServer, free_port, wait_healthy  # noqa: E402
-from core.config import db_path  # noqa: E402
+from core.config_home import db_path  # noqa: E402
 
 PG_BIN = Path(os.environ.get("MEMSIFT_E2E_PG_BIN", "/usr/lib/postgresql/15/bin"))
 BIN = Path(sys.executable).parent  # prefect and memsift of this virtualenv

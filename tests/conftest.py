@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from core import MemoryIndex, load_config  # noqa: E402
-from core.config import Config  # noqa: E402
+from core.config_types import Config  # noqa: E402
 from core.embedders.local import LocalEmbedder  # noqa: E402
 
 

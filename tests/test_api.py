@@ -38,7 +38,7 @@ from api.app import MAX_BODY_BYTES, create_app
 from api.cli import main
 from api.schemas import MAX_LINES, MAX_QUERY_BYTES
 from core import MemoryIndex, load_config
-from core.config import Config
+from core.config_types import Config
 from core.sources.memory import external_roots
 from core.sync_plan import SyncReport
 

@@ -22,7 +22,7 @@ from sample import NOTES
 
 from api.cli import main
 from core import MemoryIndex, SearchError, calibration, load_config
-from core.config import db_path
+from core.config_home import db_path
 from core.learned import model_for
 
 MEMSIFT = Path(sys.executable).parent / "memsift"

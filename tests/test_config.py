@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.config import DEFAULT_EXCLUDE, ConfigError, load_config
+from core.config import ConfigError, load_config
+from core.config_schema import DEFAULT_EXCLUDE
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 from index_checks import chunks_without_vectors, content, integrity
 
 from core import MemoryIndex, load_config
-from core.config import Config
+from core.config_types import Config
 
 pytestmark = pytest.mark.reliability
 

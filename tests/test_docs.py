@@ -11,7 +11,7 @@ import pytest
 
 from api import arguments
 from api.app import create_app
-from core.config import _SCHEMA
+from core.config_schema import SCHEMA
 
 DOCS = "\n".join(p.read_text(encoding="utf-8") for p in sorted((Path(__file__).parent.parent / "docs").glob("*.md")))
 #: Litestar's own catch-all under the docs page: it serves nothing of memsift's (404 for any other path).
@@ -33,7 +33,7 @@ def _routes(config) -> list[str]:
     return sorted(paths - NOT_OURS)
 
 
-@pytest.mark.parametrize("key", sorted(_SCHEMA))
+@pytest.mark.parametrize("key", sorted(SCHEMA))
 def test_every_configuration_key_is_documented(key: str) -> None:
     assert f"`{key}`" in DOCS
 

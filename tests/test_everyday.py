@@ -30,7 +30,7 @@ import pytest
 from conftest import Up, wait_for
 
 from api.prefect_server import free_port
-from core.config import db_path, legacy_db_path
+from core.config_home import db_path, legacy_db_path
 from tests.fake_provider import FakeProvider, fake_vector
 
 MEMSIFT = Path(sys.executable).parent / "memsift"

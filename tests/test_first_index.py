@@ -24,7 +24,7 @@ from conftest import wait_for as poll
 
 from api.prefect_server import free_port
 from core import load_config
-from core.config import db_path
+from core.config_home import db_path
 from core.memory import MemoryIndex
 from tests.fake_provider import FakeProvider
 

@@ -31,7 +31,7 @@ from prefect.client.schemas.objects import FlowRun, TaskRun
 
 from api.cli import main
 from core import ConfigError, SyncReport, processes
-from core.config import db_path
+from core.config_home import db_path
 from core.progress import ProgressEvent
 from flows.orphans import crash_orphans
 from flows.sync import run_sync

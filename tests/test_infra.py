@@ -148,7 +148,8 @@ def test_every_environment_variable_is_a_setting(tmp_path: Path) -> None:
     from prefect.settings import Settings
     from prefect.settings.legacy import _get_settings_fields
 
-    from core.config import _env_overrides, load_config
+    from core.config import load_config
+    from core.config_env import env_overrides
 
     prefect_settings = set(_get_settings_fields(Settings))
     dockerfile_env = dict(kv.split("=", 1) for i, a in _dockerfile() if i == "ENV" for kv in a.split())
@@ -163,7 +164,7 @@ def test_every_environment_variable_is_a_setting(tmp_path: Path) -> None:
         memsift = {k: v for k, v in env.items() if k.startswith("MEMSIFT_") and v and "${" not in v}
         config = load_config(workspace=tmp_path, env=memsift)  # ConfigError names an unknown key or a bad value
         for name, value in memsift.items():
-            assert name in ("MEMSIFT_HOME", "MEMSIFT_CONFIG") or _env_overrides({name: value}), f"{where}: {name}"
+            assert name in ("MEMSIFT_HOME", "MEMSIFT_CONFIG") or env_overrides({name: value}), f"{where}: {name}"
             checked.add(name)
         assert str(config.home) == env.get("MEMSIFT_HOME", str(config.home))
     assert {"PREFECT_API_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL", "MEMSIFT_HOME"} <= checked

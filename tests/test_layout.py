@@ -14,7 +14,7 @@ import pytest
 
 import core
 from api.schemas import SearchRequest
-from core import ConfigError, config, load_config, ranking
+from core import ConfigError, config_schema, load_config, ranking
 from core.embedders import EMBEDDERS, local
 from core.rerankers import RERANKERS, cohere
 from core.sources import SOURCES
@@ -126,8 +126,8 @@ def test_the_graph_sees_the_imports_that_matter():
     """The checker itself: a lazy import in a function counts, a TYPE_CHECKING one does not."""
     graph = _graph()
     assert "core.embedders.model_graph" in graph["core.embedders.local"]  # imported inside a function
-    assert "core.config" not in graph["core.embedders"]  # only under TYPE_CHECKING
-    assert {"core", "core.config", "api.mcp"} <= graph["api.cli"]  # `from core import ...`, and a lazy import
+    assert "core.config_types" not in graph["core.embedders"]  # only under TYPE_CHECKING
+    assert {"core", "core.config_home", "api.mcp"} <= graph["api.cli"]  # `from core import ...`, and a lazy import
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -196,10 +196,11 @@ def test_choice_lists_have_one_source():
     assert _choices("embedding.provider") == _choices("embedding.fallback") == ["auto", *EMBEDDERS, "none"]
     assert _choices("rerank.provider") == list(RERANKERS)
     assert _choices("search.fusion") == list(ranking.FUSIONS)
-    assert _choices("search.mode") == list(config.MODES)
-    assert _choices("rerank.dialect") == list(config.DIALECTS) and set(config.DIALECTS) == set(cohere.DEFAULT_PATH)
+    assert _choices("search.mode") == list(config_schema.MODES)
+    assert _choices("rerank.dialect") == list(config_schema.DIALECTS)
+    assert set(config_schema.DIALECTS) == set(cohere.DEFAULT_PATH)
     assert _choices("embedding.localGraph") == list(local.GRAPHS)
     with pytest.raises(ConfigError, match=f"is not one of {', '.join(SOURCES)}"):
         load_config(workspace=ROOT / "examples" / "workspace", overrides={"sources": ["memory", "x"]}, env={})
     mode = typing.get_type_hints(SearchRequest)["mode"]  # Literal[...] | None
-    assert set(typing.get_args(typing.get_args(mode)[0])) == set(config.MODES)
+    assert set(typing.get_args(typing.get_args(mode)[0])) == set(config_schema.MODES)

@@ -23,7 +23,7 @@ from index_checks import chunks_without_vectors, content
 from api.cli import main
 from api.mcp import MemoryTools
 from core import MemoryIndex, load_config, memory_embedder
-from core.config import Config
+from core.config_types import Config
 from core.embedders.hosted import PROBE_TEXT
 from core.errors import EmbeddingError
 from tests.fake_provider import FakeProvider

@@ -19,7 +19,7 @@ import pytest
 from conftest import wait_for
 
 from core import MemoryIndex, load_config
-from core.config import Config
+from core.config_types import Config
 from core.embedders import EmbedderUnavailable, EmbeddingError, create_embedder
 from core.embedders.hosted import HostedEmbedder, split_utf8
 from core.embedders.local import LocalEmbedder

@@ -16,7 +16,7 @@ import pytest
 from index_checks import chunks_without_vectors, integrity
 
 from api.cli import main
-from core.config import db_path
+from core.config_home import db_path
 from tests.fake_provider import FakeProvider
 
 PROBE = "memsift probe"

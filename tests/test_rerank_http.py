@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from core import load_config
-from core.config import ConfigError, RerankConfig
+from core.config import ConfigError
+from core.config_types import RerankConfig
 from core.rerankers import RerankError, create_reranker
 from core.rerankers.cohere import CohereReranker, relevance_scores, rerank_url
 from tests.fake_rerank import SHAPES, FakeReranker, fake_relevance

@@ -21,7 +21,7 @@ import pytest
 from index_checks import chunks_without_vectors, integrity
 
 from api.cli import main
-from core.config import db_path
+from core.config_home import db_path
 from core.indexer import UNFINISHED
 from core.shared_cache import SharedCache, cache_path
 from core.store import Store

@@ -22,7 +22,7 @@ from watchfiles import Change
 
 from api.agents import Agents
 from core import MemoryIndex
-from core.config import Config
+from core.config_types import Config
 from core.watching import MemoryWatching, changed_agents, watch
 from flows.deployments import agent_deployments, flow_parameters
 from flows.watch import SyncRuns

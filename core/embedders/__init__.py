@@ -18,7 +18,7 @@ from ..registry import load
 from .base import DownEmbedder, Embedder, EmbedderWrapper, InputsRejected, answered_before
 
 if TYPE_CHECKING:
-    from ..config import EmbeddingConfig
+    from ..config_types import EmbeddingConfig
 
 __all__ = [
     "EMBEDDERS",

@@ -1,73 +1,36 @@
-"""What every hosted embedder shares: one HTTP client, the rate limiter, retries, batching, splitting, checks.
+"""What every hosted embedder shares: the rate limiter, concurrency, batching, splitting, checks of the answers.
 
 A provider subclass only says how its wire format looks (`_request`, `_vectors`) and what it knows about its
-models; everything that decides whether an index stays consistent (order, counts, dimensions, which faults
-are retried and which are not, what an error message may contain) lives here once. `JsonEndpoint` (one JSON
-POST with retries, Retry-After and redacted errors) is shared with the hosted reranker (`core.rerankers.cohere`).
+models; everything that decides whether an index stays consistent (order, counts, dimensions, which inputs
+were rejected) lives here once. The HTTP client, which faults are retried and what an error message may contain
+are `JsonEndpoint`'s (core/json_endpoint.py), shared with the hosted reranker.
 """
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
-import re
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 import numpy as np
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from ..config import EmbeddingConfig
+from ..config_types import EmbeddingConfig
 from ..errors import EmbedderUnavailable, EmbeddingError, ProviderDown
+from ..json_endpoint import JsonEndpoint, public_headers, public_url
 from ..limiter import RateLimiter, request_tokens
 from .base import InputsRejected, keep_answered
 
 REMOTE_TIMEOUT = 120.0
 DEFAULT_CONCURRENCY = 4
-#: Backoff when the server gives no Retry-After: 0.5 s, 1 s, 2 s ... plus up to 0.5 s jitter, at most 30 s.
-BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_JITTER = 0.5, 30.0, 0.5
-#: A Retry-After longer than this is cut to it: a sync should fail visibly rather than hang for an hour.
-RETRY_AFTER_MAX = 120.0
 #: Token limits are converted to bytes pessimistically (CJK text can be one token per 2-3 bytes).
 BYTES_PER_TOKEN = 2
 UNKNOWN_MODEL_TOKENS = 512
 PROBE_TEXT = "memsift probe"
-_SECRET_NAME = re.compile(r"auth|key|token|secret|cookie|password|signature", re.IGNORECASE)
-_SECRET_VALUE = re.compile(r"^(bearer|basic)\s|^[A-Za-z0-9_\-\.=+/]{20,}$", re.IGNORECASE)
-_TRANSIENT_STATUS = {408, 429}
 #: The server refuses the inputs (too long, invalid): halves of the request are tried, a lone input is split.
 _REJECTED_STATUS = {400, 413, 422}
 #: A lone rejected input is split in two at most this many times (up to 4 pieces) before it is skipped.
 SPLIT_DEPTH = 2
-_BACKOFF = wait_exponential_jitter(multiplier=BACKOFF_INITIAL, max=BACKOFF_MAX, jitter=BACKOFF_JITTER)
-
-
-class Transient(Exception):
-    """A fault worth retrying (429, 408, 5xx, timeout, dropped connection, unreadable JSON)."""
-
-    def __init__(self, reason: str, status: int | None = None, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.status, self.retry_after = reason, status, retry_after
-
-
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """Retry-After as seconds to wait: a number of seconds or an HTTP date; None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    return min(max(seconds, 0.0), RETRY_AFTER_MAX)
 
 
 def split_utf8(text: str, max_bytes: int) -> list[str]:
@@ -86,153 +49,6 @@ def split_utf8(text: str, max_bytes: int) -> list[str]:
         pieces.append(raw[start:end].decode("utf-8"))
         start = end
     return pieces or [""]
-
-
-def public_headers(headers: dict[str, str]) -> dict[str, str]:
-    """The configured headers as they may appear in the fingerprint: secret names dropped, secret-looking
-    values replaced by a marker (the header still changes the identity, its value never leaves the process)."""
-    return {
-        name: ("<set>" if _SECRET_VALUE.search(value) else value)
-        for name, value in sorted(headers.items())
-        if not _SECRET_NAME.search(name)
-    }
-
-
-def public_url(url: str) -> str:
-    """`url` as it may be shown or stored (errors, status, the index fingerprint): a password in it
-    (`https://user:pass@host/v1`, a proxy's credentials) becomes `<set>`; it is a secret like a key."""
-    scheme, sep, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    userinfo, at, host = netloc.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:<set>@{host}{slash}{path}"
-
-
-class JsonEndpoint:
-    """One JSON API behind POST requests: the client, the key, retries on transient faults (Retry-After first,
-    else backoff with jitter), and errors that name the status and the server's reason but never a secret.
-
-    Subclasses set `provider`, `base_url`, `failure` (what a request that failed for good raises) and
-    `quota_advice` (what to change after a 429 that outlasted the retries), then call `_connect`.
-    """
-
-    provider: str
-    base_url: str
-    failure: type[Exception] = RuntimeError
-    #: What a request whose transient faults outlasted the retries raises (the service is down, not refusing).
-    outage: type[Exception] | None = None
-    quota_advice = "Check the plan and quota of the API key."
-    #: A Retry-After longer than this is cut to it.
-    retry_after_max = RETRY_AFTER_MAX
-    _key: str | None = None
-
-    def _connect(self, headers: dict[str, str], retries: int, timeout: float, limiter: RateLimiter) -> None:
-        """Open the client on `base_url` with the configured `headers` and the key's (`_auth_headers`)."""
-        self.retries_allowed = retries
-        self.calls = 0
-        self.retries = 0
-        self._count_lock = threading.Lock()
-        secret_headers = [v for k, v in headers.items() if _SECRET_NAME.search(k) or _SECRET_VALUE.search(v)]
-        self._secrets = [s for s in (self._key, *secret_headers) if s]
-        self.limiter = limiter
-        self._client = httpx.Client(
-            base_url=self.base_url,
-            headers={**headers, **self._auth_headers()},
-            timeout=httpx.Timeout(timeout, connect=timeout),
-        )
-
-    def _auth_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._key}"} if self._key else {}
-
-    def _post_retrying(self, path: str, body: dict[str, Any], tokens: int) -> Any:
-        """The decoded answer to one request, retried on transient faults; `failure` when they outlast the
-        retries or the server refuses (4xx other than 408/429)."""
-        retrying = Retrying(
-            stop=stop_after_attempt(self.retries_allowed + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(Transient),
-            before_sleep=self._count_retry,
-            reraise=True,
-        )
-        try:
-            return retrying(self._post, path, body, tokens)
-        except Transient as exc:
-            raise (self.outage or self.failure)(self._exhausted(exc)) from None
-
-    # -- one HTTP request ------------------------------------------------------------------------------
-
-    def _post(self, path: str, body: dict[str, Any], tokens: int) -> Any:
-        self.limiter.acquire(tokens)
-        with self._count_lock:
-            self.calls += 1
-        try:
-            response = self._client.post(path, json=body)
-        except httpx.TimeoutException as exc:
-            raise Transient(f"timed out ({type(exc).__name__})") from None
-        except httpx.ConnectError as exc:
-            raise Transient(f"cannot connect to {public_url(self.base_url)} ({self._redact(str(exc))})") from None
-        except httpx.TransportError as exc:
-            raise Transient(f"connection dropped ({type(exc).__name__}: {self._redact(str(exc))})") from None
-        status = response.status_code
-        if status in _TRANSIENT_STATUS or status >= 500:
-            raise Transient(
-                self._server_message(response), status, retry_after_seconds(response.headers.get("Retry-After"))
-            )
-        if status >= 400:
-            failure = self.failure(
-                f"{self.provider}: HTTP {status} from {public_url(self.base_url)}: {self._server_message(response)}"
-            )
-            failure.status = status  # type: ignore[attr-defined]  # read by HostedEmbedder to split and skip
-            raise failure
-        try:
-            return response.json()
-        except ValueError:
-            raise Transient("the answer is not valid JSON") from None
-
-    def _wait(self, state: RetryCallState) -> float:
-        """Retry-After when the server sent one, else exponential backoff with jitter."""
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, Transient) and exc.retry_after is not None:
-            return min(exc.retry_after, self.retry_after_max)
-        return _BACKOFF(state)
-
-    def _count_retry(self, state: RetryCallState) -> None:
-        with self._count_lock:
-            self.retries += 1
-
-    def _exhausted(self, exc: Transient) -> str:
-        n = self.retries_allowed + 1
-        attempts = f"{n} attempt{'s' if n > 1 else ''}"  # retries = 0: "after 1 attempt"
-        if exc.status == 429:
-            return (
-                f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts}: {exc.reason}. " + self.quota_advice
-            )
-        status = f"HTTP {exc.status}" if exc.status else "request failed"
-        return f"{self.provider}: {status} after {attempts}: {exc.reason}"
-
-    def _server_message(self, response: httpx.Response) -> str:
-        """The server's own explanation (OpenAI/Gemini `error.message`, others' `detail`/`error`), redacted."""
-        try:
-            payload = response.json()
-        except ValueError:
-            message = response.text
-        else:
-            error = payload.get("error") if isinstance(payload, dict) else None
-            if isinstance(error, dict):
-                message = str(error.get("message") or error)
-            elif error:
-                message = str(error)
-            elif isinstance(payload, dict) and payload.get("detail"):
-                message = str(payload["detail"])
-            else:
-                message = str(payload)
-        return self._redact(message.strip()[:500]) or response.reason_phrase
-
-    def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
 
 
 class HostedEmbedder(JsonEndpoint):

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from .. import threads
-from ..config import LOCAL_GRAPHS as GRAPHS
-from ..config import EmbeddingConfig
+from ..config_schema import LOCAL_GRAPHS as GRAPHS
+from ..config_types import EmbeddingConfig
 from ..errors import EmbedderUnavailable
 from .model_graph import RECIPE, ort_version
 

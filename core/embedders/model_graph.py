@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import memsift_home
+from ..config_home import memsift_home
 from ..errors import GraphBuildError
 from ..locking import file_lock
 

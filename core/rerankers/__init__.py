@@ -21,7 +21,7 @@ from ..registry import load
 from .base import Reranker
 
 if TYPE_CHECKING:
-    from ..config import RerankConfig
+    from ..config_types import RerankConfig
     from ..embedders import Embedder
 
 __all__ = ["RERANKERS", "RerankError", "Reranker", "create_reranker"]

@@ -10,7 +10,7 @@ reads every known shape:
 
 Every document must come back with a score, or the whole answer is refused (RerankError): a partial
 ranking would silently push the unscored documents down. HTTP, retries, Retry-After and the redaction of
-secrets are the hosted embedders' (`core.embedders.hosted.JsonEndpoint`), so both behave the same under faults.
+secrets are `core.json_endpoint.JsonEndpoint`'s, as the hosted embedders', so both behave the same under faults.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..config import RerankConfig
+from ..config_types import RerankConfig
 from ..embedders import Embedder
-from ..embedders.hosted import JsonEndpoint, public_headers, public_url
 from ..errors import RerankError
+from ..json_endpoint import JsonEndpoint, public_headers, public_url
 from ..limiter import RateLimiter
 
 #: The key for any dialect; the dialect's own variable (COHERE_API_KEY...) is read when this one is unset.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..config import Config, RerankConfig
+from ..config_types import Config, RerankConfig
 from ..embedders import Embedder, EmbedderWrapper
 from ..embedders.local import LocalEmbedder
 from .base import Reranker

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import ranking
-from ..config import Config
+from ..config_types import Config
 from ..embedders import Embedder
 from . import Reranker, RerankError, create_reranker
 from .local import token_capture

@@ -14,7 +14,7 @@ from ..registry import load
 from .base import FileEntry, Source, read_memory_file
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from ..config_types import Config
 
 __all__ = ["SOURCES", "FileEntry", "Source", "active", "as_typed", "owner", "read_memory_file"]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..chunking import Chunk, chunk_text
-from ..config import Config
+from ..config_types import Config
 from ..errors import GetError
 from .base import FileEntry
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..chunking import Chunk, chunk_text, split_lines
-from ..config import Config
+from ..config_types import Config
 from .base import FileEntry
 
 PREFIX = "sessions/"

@@ -1,0 +1,55 @@
+"""The environment's configuration: `MEMSIFT_<SECTION>_<KEY>` variables as dotted keys, each with the variable
+that set it, so a bad value's error names what the user actually set.
+
+Apart from the loader (core/config.py): the spellings a key accepts are their own rules, read from the key table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from .config_home import agent_id_problem
+from .config_schema import SCHEMA
+from .errors import ConfigError
+
+
+def _env_key(name: str) -> str:
+    return name.replace("_", "").replace(".", "").lower()
+
+
+_ENV_KEYS = {_env_key(k): k for k in SCHEMA}
+_SECTIONS = {k.split(".")[0].lower() for k in SCHEMA if "." in k}
+_NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_RERANK_API_KEY"}  # the last: a secret, not a key
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """`MEMSIFT_SEARCH_MAX_RESULTS` or `MEMSIFT_SEARCH_MAXRESULTS` -> `search.maxResults`: (value, variable),
+    the variable kept so that a bad value's error names what the user actually set. A variable set to the empty
+    string is unset, as an empty MEMSIFT_CONFIG, MEMSIFT_HOME or OPENAI_API_KEY is (`MEMSIFT_API_KEY=${KEY:-}`
+    in a compose file dropped the file's `api.key`: a server without a key)."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, value in env.items():
+        if not name.startswith("MEMSIFT_") or name in _NOT_CONFIG_ENV or value == "":
+            continue
+        rest = name[len("MEMSIFT_") :]
+        key = _ENV_KEYS.get(_env_key(rest))
+        if key is not None:
+            _found(found, key, value, name)
+        elif rest.lower().startswith("agents_"):  # agents.<id>.workspace, as MEMSIFT_AGENTS_<ID>_WORKSPACE
+            agent = re.fullmatch(r"agents_(\w+)_workspace", rest, re.IGNORECASE)
+            if agent is None or agent_id_problem(agent[1]):
+                raise ConfigError(f"{name}: no such configuration key (MEMSIFT_AGENTS_<ID>_WORKSPACE)")
+            _found(found, f"agents.{agent[1].lower()}.workspace", value, name)
+        elif rest.split("_")[0].lower() in _SECTIONS:
+            raise ConfigError(f"{name}: no such configuration key")
+    return found
+
+
+def _found(found: dict[str, tuple[str, str]], key: str, value: str, name: str) -> None:
+    """One key's value from the environment. Two spellings of it (`MEMSIFT_SEARCH_MAXRESULTS` and
+    `MEMSIFT_SEARCH_MAX_RESULTS`) that disagree are an error: the environment's order picked one in silence."""
+    if key in found and found[key][0] != value:
+        first, second = sorted((found[key][1], name))
+        raise ConfigError(f"{first} and {second} set {key} to different values; keep one")
+    found[key] = (value, name)
