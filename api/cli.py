@@ -282,9 +282,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         for key, value in doc.items():
             print(f"{key:<{width}}  {'never' if key == 'lastSync' and value is None else _word(value)}")
     # `status --deep` is a health check (cron, a container's probe): the report is printed either way, and a
-    # failed probe is a failure's exit code with its reason, as any other. Keyword-only (`provider = "none"`)
-    # is a configuration, not a fault: nothing to probe, nothing failed.
-    if args.deep and not doc["probe"]["ok"] and doc["provider"] != "none":
+    # failed probe is a failure's exit code with its reason, as any other. Keyword-only (`provider = "none"`
+    # in the configuration, whatever an older index was built with) is a choice, not a fault.
+    if args.deep and not doc["probe"]["ok"] and config.embedding.provider != "none":
         return _fail(args, f"the embedder probe failed: {doc['probe']['error']}")
     return 0
 

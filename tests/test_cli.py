@@ -383,7 +383,10 @@ def test_status_deep_exits_1_when_the_probe_fails(capsys, ws: Path) -> None:
         code, out, err = run(capsys, "--workspace", ws, "--debug", "status", "--deep")
         assert code == 1 and re.search(r"^probe +ok=no", out, re.M) and err.count("\n") == 1, err  # no traceback
         assert run(capsys, "--workspace", ws, "status")[0] == 0  # without --deep nothing is probed
-    # Keyword-only is a configuration, not a fault: the probe says so and the check passes.
+    # Keyword-only is a configuration, not a fault: the probe says so and the check passes, also over an index
+    # built with the local model (its identity still names that provider).
+    (ws / "memsift.toml").unlink()
+    assert run(capsys, "--workspace", ws, "index", "--no-prefect")[0] == 0
     (ws / "memsift.toml").write_text('[embedding]\nprovider = "none"\n')
     code, out, err = run(capsys, "--workspace", ws, "--json", "status", "--deep")
     assert code == 0 and json.loads(out)["probe"] == {"ok": False, "error": "no embedder configured"} and err == ""
