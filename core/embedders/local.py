@@ -169,9 +169,10 @@ class LocalEmbedder:
     def _embed(self, texts: list[str], whole: bool, sink: WindowSink | None = None) -> np.ndarray:
         """Each window is its own model call. The optimised graph quantises activations with one scale per
         call, so a window batched with others came out with a vector that depended on its batch-mates (cosine
-        down to 0.964 against the same text alone): an incremental sync and a rebuild disagreed, and so did
-        two machines. One window a call makes a vector a function of its text alone, and is no slower (no
-        padding; 25.8 against 15.1 passages/s, bench/README.md "One window a call")."""
+        down to 0.964 against the same text alone): an incremental sync and a rebuild disagreed, as did
+        indexes built in another order. One window a call makes a vector a function of its text alone, and is
+        faster (no padding: 25.5 against 20.0 real chunks a second; bench/README.md "One vector per text, on
+        every CPU")."""
         windows, owners = self._windows(texts, whole)
         sums = np.zeros((len(texts), self.dims), dtype=np.float32)
         session = self._documents_session if whole else self._session
