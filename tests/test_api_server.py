@@ -287,3 +287,24 @@ def test_serve_answers_requests_naming_no_agent_for_the_agent_of_agent(
             assert http.get("/v1/status", params={"agent": "main"}).json()["agent"] == "main"
     finally:
         stop_process(proc)
+
+
+def test_a_body_that_is_no_json_is_a_400_saying_how(server) -> None:
+    """msgspec says "JSON is malformed" of a syntax error, but of a body cut short only "Input data was
+    truncated", of Latin-1 "Invalid UTF-8 encoded string" and of a UTF-8 byte order mark "invalid character
+    (byte 0)": details naming neither the body nor JSON, on every POST route."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    bodies = {
+        b'{"%s": "flat white"': "ends before the JSON value does",
+        b'{"%s": "caf\xe9"}': "not UTF-8",
+        b'\xef\xbb\xbf{"%s": "flat white"}': "byte order mark",
+        b'{"%s": "flat white",}': "trailing comma",
+    }
+    for route, field in (("/v1/search", b"query"), ("/v1/get", b"path"), ("/v1/index", b"agent")):
+        for body, why in bodies.items():
+            r = httpx.post(
+                f"{base}{route}", content=body % field, headers={"content-type": "application/json"}, timeout=30
+            )
+            assert r.status_code == 400 and r.headers["content-type"].startswith("application/problem+json"), r.text
+            assert r.json()["detail"].startswith("body: JSON is malformed: ") and why in r.json()["detail"], r.text
