@@ -9,6 +9,8 @@ only "Invalid UTF-8 encoded string", naming neither the body nor JSON (`_malform
 refused here, saying so, unless every field of the body is optional (`/v1/index`): then no body is `{}`,
 so `curl -X POST .../v1/index` starts a sync of the default agent. A query parameter on these routes is a
 400 naming it: they read only their body, and `?agent=bob` silently answering for `main` would be worse.
+`StrictJSONBody` says so in the OpenAPI document too (`additionalProperties: false`), where Litestar would
+let a body carry any other property.
 """
 
 from __future__ import annotations
@@ -16,14 +18,20 @@ from __future__ import annotations
 import codecs
 import functools
 import json
-from typing import Any
+from typing import Annotated, Any, TypeAlias, TypeVar
 
 import msgspec
 from litestar import Request
+from litestar.enums import RequestEncodingType
 from litestar.exceptions import ValidationException
+from litestar.params import Body
 
 from api.schemas import GetRequest, IndexRequest, SearchRequest, has_lone_surrogate
 
+T = TypeVar("T")
+StrictJSONBody: TypeAlias = Annotated[
+    T, Body(media_type=RequestEncodingType.JSON, schema_extra={"additionalProperties": False})
+]
 BODIES: dict[str, type[msgspec.Struct]] = {
     "/v1/search": SearchRequest,
     "/v1/get": GetRequest,

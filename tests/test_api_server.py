@@ -308,3 +308,16 @@ def test_a_body_that_is_no_json_is_a_400_saying_how(server) -> None:
             )
             assert r.status_code == 400 and r.headers["content-type"].startswith("application/problem+json"), r.text
             assert r.json()["detail"].startswith("body: JSON is malformed: ") and why in r.json()["detail"], r.text
+
+
+def test_the_openapi_document_says_unknown_body_fields_are_refused(server) -> None:
+    """The server answers 400 to a field a body does not know (`max_results`), but the OpenAPI document let
+    every request body have any other property: a client generated from it, or a validator, sent them."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    doc = httpx.get(f"{base}/schema/openapi.json", timeout=30).json()
+    for route, body in (("/v1/search", {"query": "flat white"}), ("/v1/get", {"path": "MEMORY.md"}), ("/v1/index", {})):
+        ref = doc["paths"][route]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert doc["components"]["schemas"][ref.rsplit("/", 1)[1]]["additionalProperties"] is False, route
+        r = httpx.post(f"{base}{route}", json={**body, "max_results": 2}, timeout=30)
+        assert r.status_code == 400 and "unknown field `max_results`" in r.json()["detail"], r.text
