@@ -179,7 +179,7 @@ def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> 
 def _http_problem(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Problem]:
     """Litestar's own errors (validation, 401, 404, 405, 413) with a detail a client can act on."""
     if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
-        detail = "; ".join(_field_error(e) for e in exc.extra if isinstance(e, dict))
+        detail = "; ".join(_field_error(e, request.query_params) for e in exc.extra if isinstance(e, dict))
     elif isinstance(exc, RequestEntityTooLarge):
         detail = f"the request body is over the limit of {MAX_BODY_BYTES} bytes"
     elif exc.detail == HTTPStatus(exc.status_code).phrase:  # Litestar said nothing more than the status
@@ -189,10 +189,14 @@ def _http_problem(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
     return problem(exc.status_code, detail, exc.headers)
 
 
-def _field_error(error: dict[str, Any]) -> str:
-    """'maxResults: Expected `int` <= 100' (Litestar names the whole body 'data')."""
+def _field_error(error: dict[str, Any], query: Any) -> str:
+    """'maxResults: Expected `int` <= 100' (Litestar names the whole body 'data'). Of a query parameter, whose
+    value is always text, msgspec's "Expected `bool`, got `str`" says nothing: the words it takes instead."""
     key = error.get("key") or "body"
-    return f"{'body' if key == 'data' else key}: {error.get('message', 'invalid')}"
+    message = error.get("message", "invalid")
+    if error.get("source") == "query" and message == "Expected `bool`, got `str`":
+        message = f"expected true or false, got {query.get(key)!r}"
+    return f"{'body' if key == 'data' else key}: {message}"
 
 
 def _problem_of(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:

@@ -321,3 +321,14 @@ def test_the_openapi_document_says_unknown_body_fields_are_refused(server) -> No
         assert doc["components"]["schemas"][ref.rsplit("/", 1)[1]]["additionalProperties"] is False, route
         r = httpx.post(f"{base}{route}", json={**body, "max_results": 2}, timeout=30)
         assert r.status_code == 400 and "unknown field `max_results`" in r.json()["detail"], r.text
+
+
+def test_a_query_flag_that_is_no_boolean_says_which_words_are(server) -> None:
+    """`?deep=yes` answered "deep: Expected `bool`, got `str`": every query value is text, so the detail said
+    nothing the client could act on."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    for value in ("yes", ""):
+        r = httpx.get(f"{base}/v1/status", params={"deep": value}, timeout=30)
+        assert r.status_code == 400 and r.json()["detail"] == f"deep: expected true or false, got {value!r}", r.text
+    assert httpx.get(f"{base}/v1/status", params={"deep": "false"}, timeout=30).status_code == 200
