@@ -43,6 +43,7 @@ from api.schemas import (
     Status,
 )
 from api.strict import StrictJSONBody, only_query_parameters
+from core.config_home import AGENT_ID_PATTERN
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -132,7 +133,10 @@ class MemoryController(Controller):
         request: Request[Any, Any, Any],
         agents: NamedDependency[Agents],
         # Litestar checks a query parameter's bounds given here, not AgentId's own: `?agent=` was the default agent
-        agent: Annotated[AgentId | None, Parameter(min_length=1, max_length=MAX_AGENT_ID)] = None,
+        agent: Annotated[
+            AgentId | None,
+            Parameter(min_length=1, max_length=MAX_AGENT_ID, schema_extra={"pattern": AGENT_ID_PATTERN}),
+        ] = None,
         deep: FromQuery[bool] = False,
     ) -> Status:
         from flows.ratelimit import rate_limit_status

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -332,3 +333,18 @@ def test_a_query_flag_that_is_no_boolean_says_which_words_are(server) -> None:
         r = httpx.get(f"{base}/v1/status", params={"deep": value}, timeout=30)
         assert r.status_code == 400 and r.json()["detail"] == f"deep: expected true or false, got {value!r}", r.text
     assert httpx.get(f"{base}/v1/status", params={"deep": "false"}, timeout=30).status_code == 200
+
+
+def test_the_openapi_document_gives_the_agent_id_rule(server) -> None:
+    """The server refuses `"agent": "a b"` (400: letters, digits, '-', '_'), but the OpenAPI document allowed
+    any string of 1 to 64 characters there: a client checked against it sent them."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    doc = httpx.get(f"{base}/schema/openapi.json", timeout=30).json()
+    schemas = [doc["components"]["schemas"][k]["properties"]["agent"] for k in ("SearchRequest", "GetRequest")]
+    schemas += [p["schema"] for p in doc["paths"]["/v1/status"]["get"]["parameters"] if p["name"] == "agent"]
+    for schema in schemas:
+        rule = re.compile(schema["pattern"])
+        assert rule.search("work-2_b") and not rule.search("a b") and not rule.search("é"), schema
+    r = httpx.post(f"{base}/v1/search", json={"query": "flat white", "agent": "a b"}, timeout=30)
+    assert r.status_code == 400 and "not a valid agent id" in r.json()["detail"], r.text
