@@ -348,3 +348,14 @@ def test_the_openapi_document_gives_the_agent_id_rule(server) -> None:
         assert rule.search("work-2_b") and not rule.search("a b") and not rule.search("é"), schema
     r = httpx.post(f"{base}/v1/search", json={"query": "flat white", "agent": "a b"}, timeout=30)
     assert r.status_code == 400 and "not a valid agent id" in r.json()["detail"], r.text
+
+
+def test_get_of_a_name_too_long_for_the_file_system_is_a_file_that_does_not_exist(server) -> None:
+    """A component over the file system's 255 bytes: `lstat` raised ENAMETOOLONG, a 500. No such file can
+    exist, so it reads as any missing memory file does (SPEC section 4: empty text)."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    path = f"memory/{'a' * 300}.md"
+    r = httpx.post(f"{base}/v1/get", json={"path": path}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"path": path, "from": 1, "lines": 0, "text": "", "totalLines": 0}
