@@ -359,3 +359,16 @@ def test_get_of_a_name_too_long_for_the_file_system_is_a_file_that_does_not_exis
     r = httpx.post(f"{base}/v1/get", json={"path": path}, timeout=30)
     assert r.status_code == 200, r.text
     assert r.json() == {"path": path, "from": 1, "lines": 0, "text": "", "totalLines": 0}
+
+
+def test_a_host_with_a_port_that_is_no_number_is_a_400(server) -> None:
+    """`Host: localhost:abc` (or `:99999`): the request metrics read the URL, whose port raised ValueError,
+    and so did the error handler: a text/plain "Internal Server Error" 500, on every route."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    for host in ("localhost:abc", "localhost:99999", "127.0.0.1:1:2"):
+        for method, path in (("GET", "/healthz"), ("POST", "/v1/search")):
+            r = httpx.request(method, f"{base}{path}", json={"query": "x"}, headers={"Host": host}, timeout=30)
+            assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json", (host, r.text)
+            assert r.json()["detail"].startswith(f"Host {host!r}: "), r.text
+    assert httpx.get(f"{base}/healthz", headers={"Host": "localhost:8000"}, timeout=30).status_code == 200
