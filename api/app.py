@@ -15,7 +15,9 @@ import threading
 from http import HTTPStatus
 from importlib.metadata import version
 from typing import Any
+from urllib.parse import urlsplit
 
+import msgspec
 from litestar import Litestar, Request, Response, Router
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
@@ -70,6 +72,8 @@ class _App(Litestar):
     The request metrics count it as the HEAD it is (api.metrics.request_metrics)."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and (why := _bad_port(scope)) is not None:
+            return await _refuse_early(send, 400, why)
         if scope["type"] != "http" or scope["method"] != "HEAD":
             return await super().__call__(scope, receive, send)
 
@@ -80,6 +84,33 @@ class _App(Litestar):
 
         # A copy: the server keeps its own scope saying HEAD, and so sends no body whatever it is given.
         await super().__call__({**scope, "method": "GET", HEAD_AS_GET: True}, receive, headers_only)
+
+
+def _bad_port(scope: Any) -> str | None:
+    """Why the `Host` header's port is none (`localhost:abc`, `:99999`), or None. Litestar reads the request's
+    URL in its metrics middleware, before any guard, and again in the error handler: such a port raised
+    ValueError in both, and the client got a text/plain 500."""
+    host = next((value for name, value in scope["headers"] if name == b"host"), None)
+    if host is None:
+        return None
+    text = host.decode("latin-1")
+    try:
+        parts = urlsplit(f"//{text}")
+    except ValueError:  # "[::1": Litestar reads it, and the loopback check answers it (421)
+        return None
+    try:
+        parts.port  # noqa: B018  (the property parses the port, raising ValueError)
+    except ValueError as exc:
+        return f"Host {text!r}: {exc}"
+    return None
+
+
+async def _refuse_early(send: Any, status: int, detail: str) -> None:
+    """A problem document sent as ASGI messages, for a request Litestar cannot take in."""
+    body = msgspec.json.encode(Problem(status=status, title=HTTPStatus(status).phrase, detail=detail))
+    headers = [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def create_app(config: Config, default_agent: str = DEFAULT_AGENT, *, loopback_only: bool = False) -> Litestar:
@@ -179,7 +210,7 @@ def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> 
 def _http_problem(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Problem]:
     """Litestar's own errors (validation, 401, 404, 405, 413) with a detail a client can act on."""
     if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
-        detail = "; ".join(_field_error(e) for e in exc.extra if isinstance(e, dict))
+        detail = "; ".join(_field_error(e, request.query_params) for e in exc.extra if isinstance(e, dict))
     elif isinstance(exc, RequestEntityTooLarge):
         detail = f"the request body is over the limit of {MAX_BODY_BYTES} bytes"
     elif exc.detail == HTTPStatus(exc.status_code).phrase:  # Litestar said nothing more than the status
@@ -189,10 +220,14 @@ def _http_problem(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
     return problem(exc.status_code, detail, exc.headers)
 
 
-def _field_error(error: dict[str, Any]) -> str:
-    """'maxResults: Expected `int` <= 100' (Litestar names the whole body 'data')."""
+def _field_error(error: dict[str, Any], query: Any) -> str:
+    """'maxResults: Expected `int` <= 100' (Litestar names the whole body 'data'). Of a query parameter, whose
+    value is always text, msgspec's "Expected `bool`, got `str`" says nothing: the words it takes instead."""
     key = error.get("key") or "body"
-    return f"{'body' if key == 'data' else key}: {error.get('message', 'invalid')}"
+    message = error.get("message", "invalid")
+    if error.get("source") == "query" and message == "Expected `bool`, got `str`":
+        message = f"expected true or false, got {query.get(key)!r}"
+    return f"{'body' if key == 'data' else key}: {message}"
 
 
 def _problem_of(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:

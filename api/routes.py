@@ -17,7 +17,7 @@ from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Operation
-from litestar.params import FromPath, FromQuery, JSONBody, Parameter
+from litestar.params import FromPath, FromQuery, Parameter
 from msgspec import UNSET
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -42,7 +42,8 @@ from api.schemas import (
     SearchRequest,
     Status,
 )
-from api.strict import only_query_parameters
+from api.strict import StrictJSONBody, only_query_parameters
+from core.config_home import AGENT_ID_PATTERN
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -93,7 +94,7 @@ class MemoryController(Controller):
         responses=problems(400, 401, 404, 413, 503),
     )
     def search(
-        self, data: JSONBody[SearchRequest], agents: NamedDependency[Agents], metrics: NamedDependency[Metrics]
+        self, data: StrictJSONBody[SearchRequest], agents: NamedDependency[Agents], metrics: NamedDependency[Metrics]
     ) -> SearchAnswer:
         size = len(data.query.encode())
         if size > MAX_QUERY_BYTES:
@@ -121,7 +122,7 @@ class MemoryController(Controller):
         description=f"Reads only memory files. Without `lines`, the rest of the file up to {MAX_LINES} lines.",
         responses=problems(400, 401, 403, 404, 413, 422, 503),
     )
-    def get_lines(self, data: JSONBody[GetRequest], agents: NamedDependency[Agents]) -> GetAnswer:
+    def get_lines(self, data: StrictJSONBody[GetRequest], agents: NamedDependency[Agents]) -> GetAnswer:
         with agents.lease(data.agent) as index:
             doc = index.get(data.path, data.start or 1, MAX_LINES if data.lines is None else data.lines)
         return msgspec.convert(doc, GetAnswer)
@@ -132,7 +133,10 @@ class MemoryController(Controller):
         request: Request[Any, Any, Any],
         agents: NamedDependency[Agents],
         # Litestar checks a query parameter's bounds given here, not AgentId's own: `?agent=` was the default agent
-        agent: Annotated[AgentId | None, Parameter(min_length=1, max_length=MAX_AGENT_ID)] = None,
+        agent: Annotated[
+            AgentId | None,
+            Parameter(min_length=1, max_length=MAX_AGENT_ID, schema_extra={"pattern": AGENT_ID_PATTERN}),
+        ] = None,
         deep: FromQuery[bool] = False,
     ) -> Status:
         from flows.ratelimit import rate_limit_status
@@ -159,7 +163,7 @@ class MemoryController(Controller):
         self,
         agents: NamedDependency[Agents],
         runs: NamedDependency[IndexRuns],
-        data: JSONBody[IndexRequest] = IndexRequest(),  # noqa: B008  (no body, as `curl -X POST` sends: `{}`)
+        data: StrictJSONBody[IndexRequest] = IndexRequest(),  # noqa: B008  (no body, as `curl -X POST` sends: `{}`)
     ) -> IndexRun:
         return _answer(runs.start(agents.config(data.agent), data.force is True))
 

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from core.config_home import AGENT_ID_PATTERN
+
 MAX_QUERY_BYTES = 4096
 MAX_RESULTS = 100
 MAX_LINES = 5000
@@ -36,6 +38,9 @@ AgentId = Annotated[
         description="an agent of the configuration (letters, digits, '-', '_'); default `main` (or `memsift --agent "
         "ID serve`'s)",
         examples=["main"],
+        # In the document only: the server's 400 names the rule (core.config_home.agent_id_problem), where
+        # msgspec checking the pattern would say "Expected `str` matching regex ..."
+        extra_json_schema={"extra": {"pattern": AGENT_ID_PATTERN}},
     ),
 ]
 

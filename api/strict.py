@@ -3,24 +3,35 @@
 Litestar converts a decoded body into its struct with `strict=False`, which turns `"maxResults": "2"` into 2
 and `"explain": "true"` into True: a client with a type bug would never learn of it. This hook decodes each
 JSON body once more, strictly, against the same struct before the handler runs; Litestar's own decoding
-then only ever sees bodies of the right types. Malformed JSON is left to Litestar's 400. An empty body is
+then only ever sees bodies of the right types. Malformed JSON is a 400 saying "JSON is malformed" and how:
+msgspec says that of a syntax error, but of a body cut short only "Input data was truncated" and of Latin-1
+only "Invalid UTF-8 encoded string", naming neither the body nor JSON (`_malformed`). An empty body is
 refused here, saying so, unless every field of the body is optional (`/v1/index`): then no body is `{}`,
 so `curl -X POST .../v1/index` starts a sync of the default agent. A query parameter on these routes is a
 400 naming it: they read only their body, and `?agent=bob` silently answering for `main` would be worse.
+`StrictJSONBody` says so in the OpenAPI document too (`additionalProperties: false`), where Litestar would
+let a body carry any other property.
 """
 
 from __future__ import annotations
 
+import codecs
 import functools
 import json
-from typing import Any
+from typing import Annotated, Any, TypeAlias, TypeVar
 
 import msgspec
 from litestar import Request
+from litestar.enums import RequestEncodingType
 from litestar.exceptions import ValidationException
+from litestar.params import Body
 
 from api.schemas import GetRequest, IndexRequest, SearchRequest, has_lone_surrogate
 
+T = TypeVar("T")
+StrictJSONBody: TypeAlias = Annotated[
+    T, Body(media_type=RequestEncodingType.JSON, schema_extra={"additionalProperties": False})
+]
 BODIES: dict[str, type[msgspec.Struct]] = {
     "/v1/search": SearchRequest,
     "/v1/get": GetRequest,
@@ -52,11 +63,23 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
         msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         _refuse(_with_whole_numbers(body, kind, exc))
-    except msgspec.DecodeError:
+    except msgspec.DecodeError as exc:
         if (field := _lone_surrogate(body)) is not None:  # msgspec's word for it: "Input data was truncated"
             message = "contains a lone surrogate (\\ud800-\\udfff without its pair), which is no character"
             raise ValidationException(extra=[{"key": field, "message": message}]) from None
-        return  # other malformed JSON: Litestar's 400 says where
+        raise ValidationException(extra=[{"key": "body", "message": _malformed(body, exc)}]) from None
+
+
+def _malformed(body: bytes, exc: msgspec.DecodeError) -> str:
+    """What is wrong with a body that is no JSON, in words a client can act on."""
+    if body.startswith(codecs.BOM_UTF8):  # msgspec: "invalid character (byte 0)", a byte no editor shows
+        return "JSON is malformed: it starts with a UTF-8 byte order mark (EF BB BF); send the JSON without it"
+    said = str(exc)
+    if said == "Input data was truncated":
+        return "JSON is malformed: the body ends before the JSON value does (cut short?)"
+    if said == "Invalid UTF-8 encoded string":
+        return "JSON is malformed: not UTF-8 (JSON over HTTP is UTF-8; Latin-1 or UTF-16 text is refused)"
+    return said
 
 
 def _refuse(exc: msgspec.ValidationError | None) -> None:

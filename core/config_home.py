@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -41,9 +42,13 @@ def home_problem(home: Path) -> str | None:
     return None if ancestor.is_dir() else f"cannot be created: {ancestor} is a file"
 
 
+#: An agent id, as a JSON Schema `pattern` too (the OpenAPI document gives it, so a client learns the rule).
+AGENT_ID_PATTERN = "^[A-Za-z0-9_-]{1,64}$"
+
+
 def agent_id_problem(agent: str) -> str | None:
     """Why `agent` can never name an agent (`" "`, `"a b"`, 65 characters), or None when it can: one rule for
     the configuration's `agents.<id>`, `--agent` and the `agent` of a REST request."""
-    if agent and len(agent) <= 64 and all(c.isalnum() or c in "-_" for c in agent) and agent.isascii():
+    if re.fullmatch(AGENT_ID_PATTERN, agent):
         return None
     return f"{agent!r} is not a valid agent id (letters, digits, '-', '_'; at most 64)"

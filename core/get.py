@@ -13,6 +13,7 @@ The path's source (`core.sources`) says which rules apply.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as statmod
 import unicodedata
@@ -96,8 +97,12 @@ def get_lines(
         raise GetError(400, f"lines: must be 0 or more, got {count}")
     try:
         st = full.lstat()
-    except (FileNotFoundError, NotADirectoryError):  # a parent may be a file: still "does not exist"
-        return {"path": path, "from": start, "lines": 0, "text": "", "totalLines": 0}
+    except OSError as exc:
+        # A parent that is a file, or a name over the file system's 255 bytes (a 500 before): no such file
+        # exists, or can. Anything else (a folder it may not enter) is said as a read that failed is.
+        if isinstance(exc, FileNotFoundError | NotADirectoryError) or exc.errno == errno.ENAMETOOLONG:
+            return {"path": path, "from": start, "lines": 0, "text": "", "totalLines": 0}
+        raise GetError(404, f"path {path!r}: cannot be read: {exc.strerror or exc}") from None
     if not statmod.S_ISREG(st.st_mode):
         raise GetError(403, f"path {path!r}: not a regular file")
     try:

@@ -53,6 +53,8 @@ def check_path_prefix(path_prefix: str) -> None:
         raise SearchError(
             f"pathPrefix: {path_prefix!r} is not workspace-relative; give it as hits name paths (memory/)"
         )
+    if "\\" in path_prefix:  # `memory\2026-11` from Windows: a sync skips such a name, `get` refuses it
+        raise SearchError(f"pathPrefix: {path_prefix!r} holds a backslash; use '/' as hits name paths")
     if "//" in path_prefix:  # `memory//`, a typo or two joined parts: no indexed path holds an empty name
         raise SearchError(f"pathPrefix: {path_prefix!r} has an empty folder name (//); give it as hits name paths")
     if "." in as_typed(path_prefix).split("/")[:-1]:  # `memory/./`: no indexed path names a folder `.`

@@ -23,7 +23,7 @@ from .errors import SearchError
 from .ranking import is_evergreen, note_date
 
 NS = 1_000_000_000
-_DURATION = re.compile(r"(\d{1,6})\s*(h|hours?|d|days?|w|weeks?|m|mo|months?|y|years?)(?:\s+ago)?", re.IGNORECASE)
+_DURATION = re.compile(r"(\d+)\s*(h|hours?|d|days?|w|weeks?|m|mo|months?|y|years?)(?:\s+ago)?", re.IGNORECASE)
 _UNIT_DAYS = {"d": 1, "w": 7}
 _FORMS = "a date (YYYY-MM-DD), a date-time (YYYY-MM-DDTHH:MM), today, yesterday, or a duration such as 12h, 7d, 2w, 3m"
 
@@ -121,4 +121,6 @@ def _bound(field: str, text: str | None, now: float, side: int) -> int | None:
     try:
         return parse_bound(text, now)[side]
     except (ValueError, OverflowError, OSError):
+        if _DURATION.fullmatch(text.strip().lower()):  # a duration of the right form: "is not a duration" misled
+            raise SearchError(f"{field}: {text!r} reaches back past the year 1; give a shorter duration") from None
         raise SearchError(f"{field}: {text!r} is not {_FORMS}") from None

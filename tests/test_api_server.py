@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -287,3 +288,87 @@ def test_serve_answers_requests_naming_no_agent_for_the_agent_of_agent(
             assert http.get("/v1/status", params={"agent": "main"}).json()["agent"] == "main"
     finally:
         stop_process(proc)
+
+
+def test_a_body_that_is_no_json_is_a_400_saying_how(server) -> None:
+    """msgspec says "JSON is malformed" of a syntax error, but of a body cut short only "Input data was
+    truncated", of Latin-1 "Invalid UTF-8 encoded string" and of a UTF-8 byte order mark "invalid character
+    (byte 0)": details naming neither the body nor JSON, on every POST route."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    bodies = {
+        b'{"%s": "flat white"': "ends before the JSON value does",
+        b'{"%s": "caf\xe9"}': "not UTF-8",
+        b'\xef\xbb\xbf{"%s": "flat white"}': "byte order mark",
+        b'{"%s": "flat white",}': "trailing comma",
+    }
+    for route, field in (("/v1/search", b"query"), ("/v1/get", b"path"), ("/v1/index", b"agent")):
+        for body, why in bodies.items():
+            r = httpx.post(
+                f"{base}{route}", content=body % field, headers={"content-type": "application/json"}, timeout=30
+            )
+            assert r.status_code == 400 and r.headers["content-type"].startswith("application/problem+json"), r.text
+            assert r.json()["detail"].startswith("body: JSON is malformed: ") and why in r.json()["detail"], r.text
+
+
+def test_the_openapi_document_says_unknown_body_fields_are_refused(server) -> None:
+    """The server answers 400 to a field a body does not know (`max_results`), but the OpenAPI document let
+    every request body have any other property: a client generated from it, or a validator, sent them."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    doc = httpx.get(f"{base}/schema/openapi.json", timeout=30).json()
+    for route, body in (("/v1/search", {"query": "flat white"}), ("/v1/get", {"path": "MEMORY.md"}), ("/v1/index", {})):
+        ref = doc["paths"][route]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert doc["components"]["schemas"][ref.rsplit("/", 1)[1]]["additionalProperties"] is False, route
+        r = httpx.post(f"{base}{route}", json={**body, "max_results": 2}, timeout=30)
+        assert r.status_code == 400 and "unknown field `max_results`" in r.json()["detail"], r.text
+
+
+def test_a_query_flag_that_is_no_boolean_says_which_words_are(server) -> None:
+    """`?deep=yes` answered "deep: Expected `bool`, got `str`": every query value is text, so the detail said
+    nothing the client could act on."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    for value in ("yes", ""):
+        r = httpx.get(f"{base}/v1/status", params={"deep": value}, timeout=30)
+        assert r.status_code == 400 and r.json()["detail"] == f"deep: expected true or false, got {value!r}", r.text
+    assert httpx.get(f"{base}/v1/status", params={"deep": "false"}, timeout=30).status_code == 200
+
+
+def test_the_openapi_document_gives_the_agent_id_rule(server) -> None:
+    """The server refuses `"agent": "a b"` (400: letters, digits, '-', '_'), but the OpenAPI document allowed
+    any string of 1 to 64 characters there: a client checked against it sent them."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    doc = httpx.get(f"{base}/schema/openapi.json", timeout=30).json()
+    schemas = [doc["components"]["schemas"][k]["properties"]["agent"] for k in ("SearchRequest", "GetRequest")]
+    schemas += [p["schema"] for p in doc["paths"]["/v1/status"]["get"]["parameters"] if p["name"] == "agent"]
+    for schema in schemas:
+        rule = re.compile(schema["pattern"])
+        assert rule.search("work-2_b") and not rule.search("a b") and not rule.search("é"), schema
+    r = httpx.post(f"{base}/v1/search", json={"query": "flat white", "agent": "a b"}, timeout=30)
+    assert r.status_code == 400 and "not a valid agent id" in r.json()["detail"], r.text
+
+
+def test_get_of_a_name_too_long_for_the_file_system_is_a_file_that_does_not_exist(server) -> None:
+    """A component over the file system's 255 bytes: `lstat` raised ENAMETOOLONG, a 500. No such file can
+    exist, so it reads as any missing memory file does (SPEC section 4: empty text)."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    path = f"memory/{'a' * 300}.md"
+    r = httpx.post(f"{base}/v1/get", json={"path": path}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"path": path, "from": 1, "lines": 0, "text": "", "totalLines": 0}
+
+
+def test_a_host_with_a_port_that_is_no_number_is_a_400(server) -> None:
+    """`Host: localhost:abc` (or `:99999`): the request metrics read the URL, whose port raised ValueError,
+    and so did the error handler: a text/plain "Internal Server Error" 500, on every route."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    for host in ("localhost:abc", "localhost:99999", "127.0.0.1:1:2"):
+        for method, path in (("GET", "/healthz"), ("POST", "/v1/search")):
+            r = httpx.request(method, f"{base}{path}", json={"query": "x"}, headers={"Host": host}, timeout=30)
+            assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json", (host, r.text)
+            assert r.json()["detail"].startswith(f"Host {host!r}: "), r.text
+    assert httpx.get(f"{base}/healthz", headers={"Host": "localhost:8000"}, timeout=30).status_code == 200

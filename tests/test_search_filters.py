@@ -96,6 +96,8 @@ def test_durations_count_back_from_now(index):
         ({"path_prefix": "memory//"}, r"^pathPrefix: 'memory//' has an empty folder name \(//\)"),
         ({"path_prefix": "memory/./"}, r"^pathPrefix: 'memory/./' has a folder named '\.'"),
         ({"path_prefix": "./memory/./2026"}, r"^pathPrefix: './memory/./2026' has a folder named '\.'"),
+        # a Windows path (`memory\2026-11`): hits name paths with '/', and `get` refuses a backslash
+        ({"path_prefix": "memory\\2026-11"}, r"^pathPrefix: 'memory\\\\2026-11' holds a backslash; use '/'"),
     ],
 )
 def test_bad_bounds_are_search_errors(index, options, message):

@@ -69,8 +69,15 @@ def test_a_bad_phrase_is_a_clear_error_naming_the_field(phrase):
 
 
 def test_a_huge_duration_is_an_error_not_a_crash():
-    with pytest.raises(SearchError, match="^after: '999999y' is not"):
-        window(after="999999y", now=NOW.timestamp())
+    """A duration past the year 1 said "is not ... a duration such as 12h", of a duration of that very form."""
+    for phrase in ("999999y", "99999999d", "9" * 5000 + "h"):
+        with pytest.raises(SearchError, match=f"^after: '{phrase}' reaches back past the year 1"):
+            window(after=phrase, now=NOW.timestamp())
+
+
+def test_a_duration_of_many_digits_is_a_duration():
+    """`1000000h` (114 years) was "not a date ... or a duration": the pattern took at most 6 digits."""
+    assert parse_bound("1000000h", NOW.timestamp()) == instant(1912, 5, 2, 23, 30)
 
 
 def test_the_first_and_last_dates_are_open_bounds():
