@@ -62,6 +62,8 @@ def _interruptible() -> Iterator[None]:
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+        if received:  # a broad `except Exception` somewhere swallowed it (an import it cut short raises
+            raise Interrupted(received[0])  # ImportError): the run went on, but it was asked to stop, so say so
     except Exception as exc:
         if received:
             raise Interrupted(received[0]) from exc
