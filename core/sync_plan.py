@@ -29,7 +29,7 @@ class SyncReport:
     changed: int = 0
     removed: int = 0
     unchanged: int = 0
-    skipped: int = 0  # not readable as text (binary, too large): recorded without chunks
+    skipped: int = 0  # not readable as text (binary, too large: recorded without chunks), or not at all (gone, denied)
     chunksWritten: int = 0
     chunksEmbedded: int = 0
     chunksRejected: int = 0  # refused by the provider even split (too long, invalid): indexed keyword-only
@@ -138,6 +138,7 @@ def read_batch(
             raw, text, problem = read_memory_file(source.path(entry.path))
         except OSError as exc:
             report.warnings.append(f"skipped {entry.path}: {exc.strerror or exc}")
+            report.skipped += 1  # the summary's count agrees with its warnings ("0 added", 43 "skipped" lines)
             continue
         digest = hashlib.sha256(raw).hexdigest()
         old = plan.known.get(entry.path)
