@@ -62,6 +62,8 @@ def _interruptible() -> Iterator[None]:
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+        if received:  # a broad `except Exception` somewhere swallowed it (an import it cut short raises
+            raise Interrupted(received[0])  # ImportError): the run went on, but it was asked to stop, so say so
     except Exception as exc:
         if received:
             raise Interrupted(received[0]) from exc
@@ -157,10 +159,17 @@ def cmd_index(args: argparse.Namespace) -> int:
             report, where = sync_agent(config, force=args.force, progress=progress)
     if args.json:
         _print_json(report.to_dict())
-        return 0
-    for warning in report.warnings:
+    else:
+        _print_report(config, report)
+    if where is not None:  # the run's page, or why it has none: on stderr, under --json too (a script's log)
+        print(where.note, file=sys.stderr)
+    return 0
+
+
+def _print_report(config: Any, r: Any) -> None:
+    """SPEC's summary of a run (core.sync_plan.SyncReport), its warnings on stderr."""
+    for warning in r.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    r = report
     if r.plan:
         print(f"plan: {summary(r.plan)}")
     done = "rebuilt" if r.rebuilt else "rebuild held for" if r.rebuildHeld else "synced"
@@ -171,9 +180,6 @@ def cmd_index(args: argparse.Namespace) -> int:
     )
     print(f"chunks: {r.chunksEmbedded} embedded, {r.cacheHits} cache hits, {r.chunksWritten} written")
     print(f"seconds: {r.seconds:.2f}")
-    if where is not None:
-        print(where.note, file=sys.stderr)
-    return 0
 
 
 def _dry_run(args: argparse.Namespace, config: Any) -> int:

@@ -23,7 +23,7 @@ from .shared_cache import SharedCache
 from .sources.memory import workspace_gone
 from .status import iso
 from .store_recovery import UnreadableIndex, set_aside
-from .sync_plan import SyncReport, plan_sync
+from .sync_plan import SyncReport, plan_sync, vanished
 
 
 class SyncRuns(EmbedderChoice):
@@ -73,6 +73,7 @@ class SyncRuns(EmbedderChoice):
         new = index_identity(self.config, embedder)
         if not identity_matches(identity, new):
             if store.get_meta(REBUILD_HELD):
+                self._drop_vanished()  # a deleted note is no hit, even while the rebuild waits for `--force`
                 return None  # the search's `degraded` says why, and what the rebuild would cost
             changed = identity_changes(identity, new)
             return (
@@ -91,6 +92,20 @@ class SyncRuns(EmbedderChoice):
         except LockTimeout:
             return "another sync of this agent is running: the answers come from the index as it is"
         return "; ".join([*notes, *report.warnings]) or None  # what a sync says (a note indexed with U+FFFD)
+
+    def _drop_vanished(self) -> None:
+        """The rows of deleted files, under the writer lock if it is free (a sync running removes them itself)."""
+        if not vanished(self.store, self.config):
+            return
+        try:
+            with self._writing(lock_timeout=0):
+                store = self.store
+                gone = vanished(store, self.config)
+                with store.transaction():
+                    for path in gone:
+                        store.remove_file(path)
+        except LockTimeout:
+            pass
 
     def _sync_locked(self, force: bool, progress: Progress | None, stage: Stage) -> SyncReport:
         record = self.fallback_record()
@@ -163,9 +178,12 @@ class SyncRuns(EmbedderChoice):
         """Leave the index as it is (search answers from it, keyword-only where the model changed) and say why
         and what the rebuild would cost, in the report, its warnings, `status` and the searches' `degraded`."""
         store = self.store
+        gone = vanished(store, self.config)
         with store.transaction():
             store.set_meta(REBUILD_HELD, json.dumps(held))
-        report = SyncReport(plan=held["plan"], rebuildHeld=held["reason"])
+            for path in gone:  # a deleted note is not served until the rebuild is paid for (it costs nothing)
+                store.remove_file(path)
+        report = SyncReport(plan=held["plan"], rebuildHeld=held["reason"], removed=len(gone))
         report.warnings.append(f"{held['reason']}; it would embed: {held['summary']}")
         return report
 

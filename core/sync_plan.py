@@ -7,6 +7,7 @@ the sync will, without writing anything. `SyncReport`, which each stage fills in
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ class SyncReport:
     changed: int = 0
     removed: int = 0
     unchanged: int = 0
-    skipped: int = 0  # not readable as text (binary, too large): recorded without chunks
+    skipped: int = 0  # not readable as text (binary, too large: recorded without chunks), or not at all (gone, denied)
     chunksWritten: int = 0
     chunksEmbedded: int = 0
     chunksRejected: int = 0  # refused by the provider even split (too long, invalid): indexed keyword-only
@@ -66,13 +67,7 @@ def plan_sync(
     rebuild = force or not identity_matches(store.identity(), identity)
     known = {} if rebuild else store.file_rows()
     sources = active(config)
-    files: list[FileEntry] = []
-    unlisted: list[str] = []
-    for source in sources.values():
-        found, warnings, unlistable = source.discover()
-        files.extend(found)
-        report.warnings.extend(warnings)
-        unlisted.extend(unlistable)
+    files, unlisted = _discover(config, report)
     if not files and not unlisted:  # a folder that could not be listed says so itself
         report.warnings.append(nothing_found(config.workspace))
     report.filesScanned = len(files)
@@ -85,10 +80,32 @@ def plan_sync(
             report.unchanged += 1  # e.g. a transcript that grew by less than a delta: read it later
         else:
             to_check.append(entry)
+    return SyncPlan(identity, rebuild, to_check, _gone(known, files, unlisted), known, force)
+
+
+def vanished(store: Store, config: Config) -> list[str]:
+    """The indexed files that are no longer there: what a sync would remove. A rebuild held for `--force`
+    still removes them (it costs nothing), so that a deleted note is not served until the user pays."""
+    files, unlisted = _discover(config, SyncReport())
+    return _gone(store.file_rows(), files, unlisted)
+
+
+def _discover(config: Config, report: SyncReport) -> tuple[list[FileEntry], list[str]]:
+    """Every source's files, and the folders that exist but could not be listed; the warnings go to `report`."""
+    files: list[FileEntry] = []
+    unlisted: list[str] = []
+    for source in active(config).values():
+        found, warnings, unlistable = source.discover()
+        files.extend(found)
+        report.warnings.extend(warnings)
+        unlisted.extend(unlistable)
+    return files, unlisted
+
+
+def _gone(known: Iterable[str], files: list[FileEntry], unlisted: list[str]) -> list[str]:
     seen = {f.path for f in files}
     # A file under a folder that could not be listed is not known to be gone: its rows stay as they are.
-    removed = [p for p in known if p not in seen and not any(not u or p.startswith(f"{u}/") for u in unlisted)]
-    return SyncPlan(identity, rebuild, to_check, removed, known, force)
+    return [p for p in known if p not in seen and not any(not u or p.startswith(f"{u}/") for u in unlisted)]
 
 
 def batches(entries: list[FileEntry]) -> list[list[FileEntry]]:
@@ -121,6 +138,7 @@ def read_batch(
             raw, text, problem = read_memory_file(source.path(entry.path))
         except OSError as exc:
             report.warnings.append(f"skipped {entry.path}: {exc.strerror or exc}")
+            report.skipped += 1  # the summary's count agrees with its warnings ("0 added", 43 "skipped" lines)
             continue
         digest = hashlib.sha256(raw).hexdigest()
         old = plan.known.get(entry.path)

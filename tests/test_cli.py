@@ -722,6 +722,33 @@ sys.exit(cli.main(["index"]))
 """
 
 
+# A broad `except Exception` that swallows the interrupt (an import it cut short raises ImportError in its place).
+_SWALLOWED = """
+import os, signal, sys
+from api import cli
+def swallowed(args):
+    with cli._interruptible():
+        try:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+            except KeyboardInterrupt:
+                raise ImportError("initialization failed")
+        except Exception:
+            pass
+    return 0
+cli._COMMANDS["index"] = swallowed
+sys.exit(cli.main(["index"]))
+"""
+
+
+def test_an_interrupt_something_swallowed_still_ends_the_run_as_interrupted(tmp_path: Path) -> None:
+    """The run went on to its end and exited 0: the user's Ctrl-C was lost without a word."""
+    env = dict(os.environ, MEMSIFT_HOME=str(tmp_path / "home"))
+    done = subprocess.run([sys.executable, "-c", _SWALLOWED], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.startswith("memsift: error: interrupted by SIGINT; the index is as the last completed step")
+
+
 def test_an_error_raised_while_unwinding_from_ctrl_c_is_still_the_interrupt(tmp_path: Path) -> None:
     env = dict(os.environ, MEMSIFT_HOME=str(tmp_path / "home"))
     done = subprocess.run([sys.executable, "-c", _CUT_BY_A_SIGNAL], capture_output=True, text=True, env=env, timeout=60)

@@ -302,6 +302,8 @@ def test_cli_index_process_json_is_one_document(workspace, memsift_home: Path) -
     assert "Traceback" not in proc.stderr
     run = runs.worker()
     assert run.state.is_completed()
+    # where to see the run, as without --json (it was printed only then: a script could not find its run)
+    assert proc.stderr.endswith(f"/runs/flow-run/{run.id}\n") and proc.stderr.startswith("flow run: "), proc.stderr
     assert set(artifacts(run)) == {"sync-report-main", "sync-warnings-main", "sync-progress-main"}
 
 

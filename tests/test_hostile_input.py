@@ -166,6 +166,7 @@ def test_a_file_deleted_between_scan_and_read_is_skipped_with_a_warning(workspac
     report = index.sync(stage=between_scan_and_read(delete))
     assert "skipped memory/gone.md: No such file or directory" in report.warnings
     assert "skipped memory/new.md: No such file or directory" in report.warnings
+    assert report.skipped == 2  # `memsift index` printed "0 skipped" (nothing) beside these warnings
     assert index.search("stable herons").results[0].path == "MEMORY.md"
     report = index.sync()  # the next sync sees the deletions
     assert report.removed == 1

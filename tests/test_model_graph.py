@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -91,3 +94,43 @@ def test_a_text_has_one_vector_whatever_is_embedded_with_it() -> None:
         alone = np.stack([embedder.embed_documents([t])[0] for t in texts])
         reversed_ = embedder.embed_documents(texts[::-1])[::-1]
         assert np.array_equal(together, alone) and np.array_equal(together, reversed_), graph
+
+
+# Ctrl-C while the optimised graph builds (the first `memsift index` of a home, or after an onnxruntime upgrade):
+# a C extension's import that the interrupt cuts short raises ImportError("initialization failed") in its place
+# (pybind11, as onnxruntime's is; numpy's says "import numpy failed"), with the interrupt as its context. The hook
+# raises it where a real one lands, at the build's first import, as test_cli's does: a signal timed against the
+# build would be a race.
+_CUT_WHILE_THE_GRAPH_BUILDS = """
+import os, signal, sys
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "onnx":
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+            except BaseException:
+                raise ImportError("initialization failed")
+sys.meta_path.insert(0, Interrupt())
+from api.entry import main
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_while_the_graph_builds_stops_the_run(workspace, tmp_path: Path) -> None:
+    """The build's `except Exception` took the interrupt for a failed build: the run went on for its whole length
+    on the shipped graph, exited 0, and the next run, with the optimised graph, rebuilt every vector again (the
+    fingerprint names the graph, and the caches are keyed by it)."""
+    ws = workspace({"MEMORY.md": "# Notes\n\nDana drinks green tea every morning before the standup.\n"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSIFT_", "PREFECT_API_URL"))}
+    env |= {"MEMSIFT_HOME": str(tmp_path / "home"), "MEMSIFT_MODEL_CACHE": str(tmp_path / "models")}
+    argv = ["--workspace", str(ws)]
+    done = subprocess.run(
+        [sys.executable, "-c", _CUT_WHILE_THE_GRAPH_BUILDS, *argv, "index", "--no-prefect"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.startswith("memsift: error: interrupted by SIGINT; the index is as the last completed step")
+    status = subprocess.run(
+        [Path(sys.executable).parent / "memsift", *argv, "status", "--json"], capture_output=True, text=True, env=env
+    )
+    assert json.loads(status.stdout)["dirtyReason"] == "never indexed", status.stderr

@@ -160,3 +160,25 @@ def test_the_sync_flow_holds_and_a_forced_flow_run_rebuilds(workspace, provider:
     assert not held.rebuilt and held.rebuildHeld and documents(provider) == []
     forced = run_sync("main", workspace=str(ws), force=True)
     assert forced.rebuilt and forced.chunksEmbedded == len(documents(provider)) == 3
+
+
+def test_a_note_deleted_while_a_rebuild_is_held_is_no_longer_a_hit(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """The held rebuild froze the index: a note the user deleted (a secret written down by mistake) was still
+    a hit, its text in the snippet, for as long as they did not pay for `--force`. Removing rows costs nothing."""
+    ws = workspace(NOTES)
+    configure(ws, provider, "model-a")
+    cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    provider.embedded.clear()
+    configure(ws, provider, "model-b")
+    (ws / "memory/2026-11-24.md").unlink()
+    report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    assert report["rebuildHeld"] and report["removed"] == 1
+    assert cli_json(capsys, "--workspace", ws, "search", "zeppelin deploy", "--json")["results"] == []
+
+    (ws / "memory/2026-11-25.md").unlink()  # a search alone, as it catches up an edit when nothing is held
+    found = cli_json(capsys, "--workspace", ws, "search", "Priya offline mode", "--json")
+    assert found["results"] == [] and "`memsift index --force`" in found["degraded"]
+    assert cli_json(capsys, "--workspace", ws, "search", "flat white", "--json")["results"]  # the rest answers
+    assert documents(provider) == []  # nothing spent

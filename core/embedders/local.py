@@ -139,6 +139,8 @@ class LocalEmbedder:
         try:
             return build_optimized_graph()
         except Exception as exc:  # a failed build must never cost the user their embedder
+            if (interrupt := _interrupt_behind(exc)) is not None:
+                raise interrupt from None  # not a failed build: the run stops, as asked, on the graph it has
             log.warning("using the shipped embedder graph: the optimised one is unavailable (%s)", exc)
             return shipped
 
@@ -218,6 +220,21 @@ class LocalEmbedder:
 def from_config(config: EmbeddingConfig) -> LocalEmbedder:
     """`embedding.provider = "local"`: the process's one instance of the configured graph."""
     return LocalEmbedder.shared(config.model, config.localGraph)
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or the CLI's SIGTERM) behind `exc`, if any. A C extension's import that an interrupt cuts short
+    raises ImportError in its place (pybind11's "initialization failed", as onnxruntime's; "import numpy
+    failed"), the interrupt as its context: taken for a failed build, it switched the run to the shipped graph,
+    whose other fingerprint rebuilt the index then, and again on the next run."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def build_optimized_graph(rebuild: bool = False) -> Path:
