@@ -22,7 +22,7 @@ from typing import Any
 
 from .config import load_config
 from .config_types import Config
-from .errors import ConfigError, QueryFileError, SearchError
+from .errors import QueryFileError, SearchError
 from .learned import model_for
 from .memory import MemoryIndex
 from .search_request import check_request
@@ -117,10 +117,7 @@ def _own_extra_paths(ws: Path) -> tuple[str, ...]:
     own = ws / "memsift.toml"
     if not own.is_file():
         return ()
-    try:
-        return load_config(own, workspace=ws).extra_paths
-    except ConfigError as exc:  # "bogus: no such configuration key" read as the command's own file
-        raise ConfigError(f"{own}: {exc}") from None
+    return load_config(own, workspace=ws).extra_paths  # an error names `own`, as every file's does
 
 
 def _same_name(path: str) -> str:
