@@ -337,6 +337,8 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
             return _fail(args, f"{path}: no such query file")
     if not args.out.parent.is_dir():  # before the searches and the fit, not when writing their result
         return _fail(args, f"--out: {args.out.parent} is not a folder")
+    if args.out.is_dir():  # it was "IsADirectoryError: [Errno 21] Is a directory", after all the work
+        return _fail(args, f"--out: {args.out} is a folder; give the model file's name ({args.out / 'ranker.json'})")
     data = collect(_config(args), args.queries)
     try:
         trained_on = [Path(p).name for p in args.queries]
@@ -350,7 +352,7 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     else:
         print(
             f"wrote {args.out}: {doc['questions']} questions, {doc['candidates']} candidates; "
-            f'use it with rerank.rankerModel = "{args.out}"'
+            f'use it with rerank.rankerModel = "{args.out.absolute()}"'  # the config file's folder is not the cwd
         )
     return 0
 

@@ -130,6 +130,9 @@ def load_config(
             raise ConfigError(f"{source}: {exc}" if key in in_file else str(exc)) from None
         values[key] = str(parsed) if isinstance(parsed, Text) else parsed  # plain str on: msgspec encodes no subclass
 
+    if values["rerank.rankerModel"]:  # a file, as `workspace` is: where the file that names it is, `~` the home
+        model = _resolve(source if "rerank.rankerModel" in in_file else None, values["rerank.rankerModel"])
+        values["rerank.rankerModel"] = str(model.absolute())  # read by servers' and flows' other processes too
     top_source = None if "workspace" in labels else source  # MEMSIFT_WORKSPACE: relative to the current folder
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:

@@ -668,3 +668,18 @@ def test_a_list_key_given_a_string_in_the_file_is_refused_with_the_fix(ws: Path)
     config = load_config(workspace=ws, env={"MEMSIFT_EXTRAPATHS": "docs, notes"})
     assert config.search.maxResults == 6 and type(config.search.maxResults) is int
     assert config.extra_paths == ("docs", "notes")
+
+
+def test_a_ranker_model_is_found_where_the_file_naming_it_is(
+    tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rankerModel = "ranker.json"` beside the config file was read from the current folder ("No such file or
+    directory" from anywhere else, `memsift up` started elsewhere included), and `~/ranker.json` was not the
+    home's; `workspace` in the same file was relative to the file already."""
+    cfg = write(tmp_path / "conf" / "memsift.toml", '[rerank]\nrankerModel = "ranker.json"\n')
+    monkeypatch.chdir(ws)
+    assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(cfg.parent / "ranker.json")
+    write(cfg, '[rerank]\nrankerModel = "~/ranker.json"\n')
+    assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(Path.home() / "ranker.json")
+    env = {"MEMSIFT_RERANK_RANKERMODEL": "mine.json"}  # a variable, as a shell user means it: the current folder
+    assert load_config(cfg, workspace=ws, env=env).rerank.rankerModel == str(ws / "mine.json")
