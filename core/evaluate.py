@@ -90,7 +90,9 @@ def _query_problem(q: Any, base: Path) -> str | None:
         if path.startswith(("/", "~")) or "\\" in path:  # no hit is named so: every metric was 0, in silence
             return f"a 'relevant' path is workspace-relative with '/', as hits name it, got {path!r}"
     if q.get("workspace") is not None:
-        ws = base / str(q["workspace"])
+        if not isinstance(q["workspace"], str) or not q["workspace"].strip():  # `3` named a folder "3"
+            return f"'workspace' is a folder relative to the query file, got {json.dumps(q['workspace'])}"
+        ws = base / q["workspace"]
         if not ws.is_dir():
             return f"workspace {q['workspace']!r} ({ws}) is not a folder"
     return None
