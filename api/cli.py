@@ -13,8 +13,8 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -357,21 +357,40 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _addresses_as_json(args: argparse.Namespace) -> Iterator[Callable[[dict[str, str]], None] | None]:
+    """`serve` and `up` with `--json`: their lines go to stderr and stdout holds one JSON document, the
+    addresses, once they answer (a supervisor reads it); it held their lines, none of them JSON."""
+    if not args.json:
+        yield None
+        return
+    out = sys.stdout
+
+    def ready(doc: dict[str, str]) -> None:
+        out.write(json.dumps(doc) + "\n")
+        out.flush()
+
+    with redirect_stdout(sys.stderr):
+        yield ready
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from api.serve import run_serve
     from api.up import agent_configs
 
     # Every agent is served; --agent chooses the one a request without an `agent` field is answered for.
     main_config = load_config(args.config, workspace=args.workspace)
-    return run_serve(
-        main_config,
-        host=args.host,
-        port=args.port,
-        insecure=args.insecure,
-        workers=args.workers,
-        load=lambda: agent_configs(args.config, args.workspace),
-        agent=args.agent,
-    )
+    with _addresses_as_json(args) as ready:
+        return run_serve(
+            main_config,
+            host=args.host,
+            port=args.port,
+            insecure=args.insecure,
+            workers=args.workers,
+            load=lambda: agent_configs(args.config, args.workspace),
+            agent=args.agent,
+            ready=ready,
+        )
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -380,7 +399,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     def load() -> dict[str, Config]:
         return with_rest_port(agent_configs(args.config, args.workspace), args.port)
 
-    return run_up(load(), args.prefect_port, load=load, agent=args.agent)
+    with _addresses_as_json(args) as ready:
+        return run_up(load(), args.prefect_port, load=load, agent=args.agent, ready=ready)
 
 
 def cmd_ratelimit(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -285,5 +286,28 @@ def test_serve_answers_requests_naming_no_agent_for_the_agent_of_agent(
             assert [h["snippet"].splitlines()[0] for h in hits] == ["# Work"]
             assert http.get("/v1/status").json()["agent"] == "work"
             assert http.get("/v1/status", params={"agent": "main"}).json()["agent"] == "main"
+    finally:
+        stop_process(proc)
+
+
+def test_serve_json_prints_its_addresses_as_one_document_on_stdout(workspace, memsift_home: Path) -> None:
+    """`memsift --json serve` printed "memsift serve: REST API on ..." on stdout, which SPEC's `--json` keeps
+    for one JSON document: a supervisor reading it got text. Its lines go to stderr now."""
+    ws = workspace({"MEMORY.md": "# Memory\n"})
+    port = free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "--json", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, MEMSIFT_HOME=str(memsift_home)),
+    )
+    try:
+        doc = json.loads(proc.stdout.readline())  # EOF ("") if it died: a JSONDecodeError, not a hang
+        assert doc == {"restApi": f"http://127.0.0.1:{port}", "docs": f"http://127.0.0.1:{port}/docs"}
+        assert wait_for(proc, f"{doc['restApi']}/healthz").status_code == 200
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert proc.stdout.read() == b""  # nothing after the document
+        assert b"memsift serve: REST API on" in proc.stderr.read()
     finally:
         stop_process(proc)
