@@ -155,11 +155,11 @@ def cmd_index(args: argparse.Namespace) -> int:
                 report, where = index.sync(force=args.force, progress=progress), None
         else:
             report, where = sync_agent(config, force=args.force, progress=progress)
+    for warning in report.warnings:  # under --json too, as search's: a mistyped --workspace is said where seen
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         _print_json(report.to_dict())
         return 0
-    for warning in report.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
     r = report
     if r.plan:
         print(f"plan: {summary(r.plan)}")
