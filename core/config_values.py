@@ -121,6 +121,11 @@ def toml_string(text: str) -> str:
 
 def text_map(key: str, v: Any) -> dict[str, str]:
     # Header values are often secrets: errors name the header, never its value.
+    if isinstance(v, Text):  # a variable holds no TOML table: a JSON object (any other text could never do)
+        try:
+            v = json.loads(v)
+        except ValueError:
+            raise ConfigError(f'{key}: expected a JSON object of strings, {{"X-Org": "..."}} (not shown)') from None
     if not isinstance(v, dict):
         raise ConfigError(f"{key}: expected a table of strings")
     for name, value in v.items():

@@ -683,3 +683,17 @@ def test_a_ranker_model_is_found_where_the_file_naming_it_is(
     assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(Path.home() / "ranker.json")
     env = {"MEMSIFT_RERANK_RANKERMODEL": "mine.json"}  # a variable, as a shell user means it: the current folder
     assert load_config(cfg, workspace=ws, env=env).rerank.rankerModel == str(ws / "mine.json")
+
+
+def test_headers_from_the_environment_are_a_json_object(ws: Path) -> None:
+    """MEMSIFT_EMBEDDING_HEADERS could never be valid: "expected a table of strings", which a variable cannot
+    hold. A JSON object is read; anything else is refused without its value (a header is often a secret)."""
+    env = {"MEMSIFT_EMBEDDING_HEADERS": '{"X-Org": "acme"}', "MEMSIFT_RERANK_HEADERS": "{}"}
+    config = load_config(workspace=ws, env=env)
+    assert config.embedding.headers == {"X-Org": "acme"} and config.rerank.headers == {}
+    for value in ("X-Org: sk-secret-1", '["sk-secret-1"]', '{"X-Org": 1}'):
+        with pytest.raises(ConfigError) as err:
+            load_config(workspace=ws, env={"MEMSIFT_EMBEDDING_HEADERS": value})
+        assert str(err.value).startswith("MEMSIFT_EMBEDDING_HEADERS (embedding.headers)") and "sk-" not in str(
+            err.value
+        )
