@@ -697,3 +697,16 @@ def test_headers_from_the_environment_are_a_json_object(ws: Path) -> None:
         assert str(err.value).startswith("MEMSIFT_EMBEDDING_HEADERS (embedding.headers)") and "sk-" not in str(
             err.value
         )
+
+
+@pytest.mark.parametrize("url", ["localhost:8080/v1", "ftp://proxy/v1", "http://", "user:sk-pass@proxy/v1"])
+def test_a_base_url_that_is_no_http_url_is_refused_before_any_request(ws: Path, url: str) -> None:
+    """It was taken, and each request failed as "connection dropped (UnsupportedProtocol ...)", after 4 tries."""
+    for key, section in (("embedding.baseUrl", "embedding"), ("rerank.baseUrl", "rerank")):
+        write(ws / "memsift.toml", f'[{section}]\nbaseUrl = "{url}"\n')
+        with pytest.raises(ConfigError) as err:
+            load_config(workspace=ws, env={})
+        assert str(err.value).startswith(in_file(ws, f"{key}: expected an http:// or https:// URL"))
+        assert "sk-pass" not in str(err.value)
+    write(ws / "memsift.toml", '[embedding]\nbaseUrl = "HTTPS://user:pw@proxy:8443/v1"\n')
+    assert load_config(workspace=ws, env={}).embedding.baseUrl == "HTTPS://user:pw@proxy:8443/v1"
