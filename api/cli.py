@@ -13,8 +13,8 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,8 @@ def cmd_index(args: argparse.Namespace) -> int:
                 report, where = index.sync(force=args.force, progress=progress), None
         else:
             report, where = sync_agent(config, force=args.force, progress=progress)
+    for warning in report.warnings:  # under --json too, as search's: a mistyped --workspace is said where seen
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         _print_json(report.to_dict())
     else:
@@ -167,9 +169,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _print_report(config: Any, r: Any) -> None:
-    """SPEC's summary of a run (core.sync_plan.SyncReport), its warnings on stderr."""
-    for warning in r.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    """SPEC's summary of a run (core.sync_plan.SyncReport); its warnings are on stderr already."""
     if r.plan:
         print(f"plan: {summary(r.plan)}")
     done = "rebuilt" if r.rebuilt else "rebuild held for" if r.rebuildHeld else "synced"
@@ -343,6 +343,8 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
             return _fail(args, f"{path}: no such query file")
     if not args.out.parent.is_dir():  # before the searches and the fit, not when writing their result
         return _fail(args, f"--out: {args.out.parent} is not a folder")
+    if args.out.is_dir():  # it was "IsADirectoryError: [Errno 21] Is a directory", after all the work
+        return _fail(args, f"--out: {args.out} is a folder; give the model file's name ({args.out / 'ranker.json'})")
     data = collect(_config(args), args.queries)
     try:
         trained_on = [Path(p).name for p in args.queries]
@@ -356,9 +358,26 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     else:
         print(
             f"wrote {args.out}: {doc['questions']} questions, {doc['candidates']} candidates; "
-            f'use it with rerank.rankerModel = "{args.out}"'
+            f'use it with rerank.rankerModel = "{args.out.absolute()}"'  # the config file's folder is not the cwd
         )
     return 0
+
+
+@contextmanager
+def _addresses_as_json(args: argparse.Namespace) -> Iterator[Callable[[dict[str, str]], None] | None]:
+    """`serve` and `up` with `--json`: their lines go to stderr and stdout holds one JSON document, the
+    addresses, once they answer (a supervisor reads it); it held their lines, none of them JSON."""
+    if not args.json:
+        yield None
+        return
+    out = sys.stdout
+
+    def ready(doc: dict[str, str]) -> None:
+        out.write(json.dumps(doc) + "\n")
+        out.flush()
+
+    with redirect_stdout(sys.stderr):
+        yield ready
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -367,15 +386,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # Every agent is served; --agent chooses the one a request without an `agent` field is answered for.
     main_config = load_config(args.config, workspace=args.workspace)
-    return run_serve(
-        main_config,
-        host=args.host,
-        port=args.port,
-        insecure=args.insecure,
-        workers=args.workers,
-        load=lambda: agent_configs(args.config, args.workspace),
-        agent=args.agent,
-    )
+    with _addresses_as_json(args) as ready:
+        return run_serve(
+            main_config,
+            host=args.host,
+            port=args.port,
+            insecure=args.insecure,
+            workers=args.workers,
+            load=lambda: agent_configs(args.config, args.workspace),
+            agent=args.agent,
+            ready=ready,
+        )
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -384,7 +405,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     def load() -> dict[str, Config]:
         return with_rest_port(agent_configs(args.config, args.workspace), args.port)
 
-    return run_up(load(), args.prefect_port, load=load, agent=args.agent)
+    with _addresses_as_json(args) as ready:
+        return run_up(load(), args.prefect_port, load=load, agent=args.agent, ready=ready)
 
 
 def cmd_ratelimit(args: argparse.Namespace) -> int:

@@ -39,13 +39,15 @@ def run_serve(
     workers: int | None = None,
     load: Callable[[], Mapping[str, Config]] | None = None,
     agent: str = DEFAULT_AGENT,
+    ready: Callable[[dict[str, str]], None] | None = None,
 ) -> int:
     """Serve until Ctrl-C or SIGTERM, syncing the agents whose memory files change (api.watching). With `load`
     (every agent's configuration, read again), the server follows its configuration file and SIGHUP
     (api.config_reload): search settings and agents change in place, the watcher follows the agents, and with
     `sync.watch` on an agent whose settings changed is synced at once (a new chunking or model rebuilds, as
     under `memsift up`; on a hosted provider the rebuild waits for a forced run and says so). `agent`
-    (`memsift --agent ID serve`) answers the requests that name no agent."""
+    (`memsift --agent ID serve`) answers the requests that name no agent. `ready` (`--json`) is given the
+    addresses once the socket listens."""
     if workers is not None:
         config = replace(config, api=replace(config.api, workers=workers))
     named = "--host" if host else "api.host"  # where the address came from, for the refusal below
@@ -65,6 +67,8 @@ def run_serve(
     previous = signal.signal(signal.SIGTERM, _interrupt)
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
+    if ready is not None:
+        ready({"restApi": address, "docs": f"{address}{DOCS_PATH}"})
     if agent != DEFAULT_AGENT:
         _say(f"a request that names no agent is answered for agent {agent} (--agent)")
     if config.api.workers:

@@ -75,11 +75,12 @@ def run_up(
     prefect_port: int | None,
     load: Callable[[], Mapping[str, Config]] | None = None,
     agent: str = "main",
+    ready: Callable[[dict[str, str]], None] | None = None,
 ) -> int:
     """Run until Ctrl-C or SIGTERM; 0 when stopped that way. Errors (ConfigError, ServerError) propagate
     after everything started so far has been stopped. With `load` (`configs` read again), `up` follows its
     configuration file and SIGHUP (api.config_reload, api.up_reload). `agent` (`memsift --agent ID up`)
-    answers the REST requests that name no agent."""
+    answers the REST requests that name no agent. `ready` (`--json`) is given the addresses once all runs."""
     if agent not in configs:  # before anything starts, as `memsift --agent ID serve` refuses it
         raise ConfigError(f"--agent: unknown agent {agent!r} (known: {', '.join(configs)})")
     main = configs["main"]
@@ -99,7 +100,7 @@ def run_up(
             if sock is not None:
                 stack.callback(sock.close)
             ui = _prefect_server(stack, prefect_port, main.home)
-            _serve(configs, stack, ui, load, sock, agent)
+            _serve(configs, stack, ui, load, sock, agent, ready)
     except KeyboardInterrupt:
         pass
     finally:
@@ -208,6 +209,7 @@ def _serve(
     load: Callable[[], Mapping[str, Config]] | None,
     sock: socket.socket | None,
     agent: str,
+    ready: Callable[[dict[str, str]], None] | None,
 ) -> None:
     from prefect.exceptions import TerminationSignal
     from prefect.runner import Runner
@@ -267,6 +269,11 @@ def _serve(
         _say(f"following {follower.file} (and SIGHUP)")
     _say(f"Prefect UI: {ui}")
     _say(f"REST API: {api}")
+    if ready is not None:  # --json: the addresses, as `memsift serve --json` gives its own
+        from api.docs import DOCS_PATH
+
+        address = f"http://{main.api.host}:{main.api.port}"
+        ready({"prefectUi": ui, "restApi": address, "docs": f"{address}{DOCS_PATH}"})
     api_url = os.environ["PREFECT_API_URL"]
     _say(f"a sync now: PREFECT_API_URL={api_url} prefect deployment run '{sync_deployment_name('main')}'")
     _say("Ctrl-C stops everything")

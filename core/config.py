@@ -92,6 +92,7 @@ def load_config(
             raise ConfigError(f"{source}: not valid UTF-8 (TOML files are UTF-8)") from None
         except OSError as exc:
             raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}") from None
+    from_file = set(raw)
     from_env = env_overrides(env)
     # An agent the file names is overridden whatever the case of its id (MEMSIFT_AGENTS_WORK_WORKSPACE, [agents.Work]).
     spelled = {key.lower(): key for key in raw if key.startswith("agents.")}
@@ -101,6 +102,12 @@ def load_config(
     # A value from the environment is validated under its variable's name: "MEMSIFT_SEARCH_MAXRESULTS
     # (search.maxResults): expected an integer, got 'abc'".
     labels = {key: f"{name} ({key})" for key, (_, name) in from_env.items() if key not in (overrides or {})}
+    # A value from the file is named with the file, as its TOML errors are: the file read may be one the user
+    # never named (<workspace>/memsift.toml, $MEMSIFT_CONFIG), and "search.maxResults: ..." did not say which.
+    in_file = from_file - set(labels) - set(overrides or {})
+
+    def named(key: str) -> str:
+        return labels.get(key) or (f"{source}: {key}" if key in in_file else key)
 
     agents: dict[str, Path] = {}
     values: dict[str, Any] = {k: default for k, (default, _) in SCHEMA.items()}
@@ -108,24 +115,32 @@ def load_config(
         if key.startswith("agents."):
             parts = key.split(".")
             if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
-                raise ConfigError(f"{key}: no such configuration key (agents.<id>.workspace)")
+                raise ConfigError(f"{named(key)}: no such configuration key (agents.<id>.workspace)")
             if why := agent_id_problem(parts[1]):  # else only `serve` refused it, blaming an `--agent` never given
-                raise ConfigError(f"{key}: {why}")
-            if not text(key, value).strip():  # it named the config file's folder
-                raise ConfigError(f"{key}: must not be blank")
+                raise ConfigError(f"{named(key)}: {why}")
+            if not text(named(key), value).strip():  # it named the config file's folder
+                raise ConfigError(f"{named(key)}: must not be blank")
             agents[parts[1]] = _resolve(None if key in labels else source, value)
             continue
         if key not in SCHEMA:
-            raise ConfigError(f"{key}: {_not_a_key(key)}")
-        parsed = SCHEMA[key][1](labels.get(key, key), value)
+            raise ConfigError(f"{named(key)}: {_not_a_key(key)}")
+        try:  # the parser names the key alone: its message may quote it (`write extraPaths = ["docs"]`)
+            parsed = SCHEMA[key][1](labels.get(key, key), value)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}" if key in in_file else str(exc)) from None
         values[key] = str(parsed) if isinstance(parsed, Text) else parsed  # plain str on: msgspec encodes no subclass
 
+    if values["rerank.rankerModel"]:  # a file, as `workspace` is: where the file that names it is, `~` the home
+        model = _resolve(source if "rerank.rankerModel" in in_file else None, values["rerank.rankerModel"])
+        values["rerank.rankerModel"] = str(model.absolute())  # read by servers' and flows' other processes too
     top_source = None if "workspace" in labels else source  # MEMSIFT_WORKSPACE: relative to the current folder
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:
         top = _resolve(top_source, values["workspace"])
         if top.resolve() != agents["main"].resolve():
-            raise ConfigError(f"agents.main.workspace: {agents['main']} differs from workspace: {top}; set one")
+            raise ConfigError(
+                f"{named('agents.main.workspace')}: {agents['main']} differs from workspace: {top}; set one"
+            )
     if why := agent_id_problem(agent):
         raise ConfigError(f"--agent: {why}")
     named_by = "workspace"  # the setting an error names: the key (or variable) that chose the folder
@@ -134,11 +149,11 @@ def load_config(
     elif agent != "main":
         if agent not in agents:
             raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
-        ws, named_by = agents[agent], labels.get(f"agents.{agent}.workspace", f"agents.{agent}.workspace")
+        ws, named_by = agents[agent], named(f"agents.{agent}.workspace")
     elif values["workspace"]:
-        ws, named_by = _resolve(top_source, values["workspace"]), labels.get("workspace", "workspace")
+        ws, named_by = _resolve(top_source, values["workspace"]), named("workspace")
     elif "main" in agents:
-        ws, named_by = agents["main"], "agents.main.workspace"
+        ws, named_by = agents["main"], named("agents.main.workspace")
     else:
         ws = Path.cwd()
     ws = ws.resolve()
@@ -146,7 +161,7 @@ def load_config(
         raise ConfigError(f"{named_by}: {ws} is not a folder")
 
     if values["chunking.overlap"] >= values["chunking.tokens"]:
-        raise ConfigError("chunking.overlap: must be smaller than chunking.tokens")
+        raise ConfigError(f"{named('chunking.overlap')}: must be smaller than chunking.tokens")
     fusion = values["search.fusion"]
     vw, tw = FUSIONS[fusion].weights
     vw = values["search.vectorWeight"] if values["search.vectorWeight"] is not None else vw

@@ -13,6 +13,7 @@ from .config_values import (
     boolean,
     boolean_or_auto,
     choice,
+    http_url,
     number,
     on_off,
     optional,
@@ -51,7 +52,7 @@ SCHEMA: dict[str, tuple[Any, Parser]] = {
     "exclude": (DEFAULT_EXCLUDE, text_list),
     "embedding.provider": ("auto", choice(*PROVIDERS)),
     "embedding.model": (None, optional(text)),
-    "embedding.baseUrl": (None, optional(text)),
+    "embedding.baseUrl": (None, optional(http_url)),
     "embedding.headers": ({}, text_map),
     "embedding.apiKey": (None, optional(secret)),  # a secret: else the provider's variable (OPENAI_API_KEY...)
     "embedding.dimensions": (None, optional(number(int, 1, 65536))),
@@ -95,7 +96,7 @@ SCHEMA: dict[str, tuple[Any, Parser]] = {
     "rerank.enabled": ("auto", boolean_or_auto),
     "rerank.provider": ("local", choice(*RERANKERS)),
     "rerank.model": (None, optional(text)),
-    "rerank.baseUrl": (None, optional(text)),
+    "rerank.baseUrl": (None, optional(http_url)),
     "rerank.candidates": (30, number(int, 1, 200)),
     # The reranker's share of the blend; 1.0 replaces the retrieval order (measured: docs/search-and-ranking.md).
     "rerank.weight": (0.4, number(float, 0.0, 1.0)),

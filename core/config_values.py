@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigError
 
@@ -17,6 +18,15 @@ Parser = Callable[[str, Any], Any]
 def text(key: str, v: Any) -> str:
     if not isinstance(v, str):
         raise ConfigError(f"{key}: expected a string, got {v!r}")
+    return v
+
+
+def http_url(key: str, v: Any) -> str:
+    """An endpoint's address: `localhost:8080/v1` (no scheme) or `ftp://...` was taken, and every request then
+    failed as a dropped connection, retried with backoff. The value is not shown: it may hold a password."""
+    parts = urlsplit(text(key, v).strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{key}: expected an http:// or https:// URL, such as http://localhost:8080/v1 (not shown)")
     return v
 
 
@@ -121,6 +131,11 @@ def toml_string(text: str) -> str:
 
 def text_map(key: str, v: Any) -> dict[str, str]:
     # Header values are often secrets: errors name the header, never its value.
+    if isinstance(v, Text):  # a variable holds no TOML table: a JSON object (any other text could never do)
+        try:
+            v = json.loads(v)
+        except ValueError:
+            raise ConfigError(f'{key}: expected a JSON object of strings, {{"X-Org": "..."}} (not shown)') from None
     if not isinstance(v, dict):
         raise ConfigError(f"{key}: expected a table of strings")
     for name, value in v.items():

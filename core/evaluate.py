@@ -22,7 +22,7 @@ from typing import Any
 
 from .config import load_config
 from .config_types import Config
-from .errors import ConfigError, QueryFileError, SearchError
+from .errors import QueryFileError, SearchError
 from .learned import model_for
 from .memory import MemoryIndex
 from .search_request import check_request
@@ -90,7 +90,9 @@ def _query_problem(q: Any, base: Path) -> str | None:
         if path.startswith(("/", "~")) or "\\" in path:  # no hit is named so: every metric was 0, in silence
             return f"a 'relevant' path is workspace-relative with '/', as hits name it, got {path!r}"
     if q.get("workspace") is not None:
-        ws = base / str(q["workspace"])
+        if not isinstance(q["workspace"], str) or not q["workspace"].strip():  # `3` named a folder "3"
+            return f"'workspace' is a folder relative to the query file, got {json.dumps(q['workspace'])}"
+        ws = base / q["workspace"]
         if not ws.is_dir():
             return f"workspace {q['workspace']!r} ({ws}) is not a folder"
     return None
@@ -117,10 +119,7 @@ def _own_extra_paths(ws: Path) -> tuple[str, ...]:
     own = ws / "memsift.toml"
     if not own.is_file():
         return ()
-    try:
-        return load_config(own, workspace=ws).extra_paths
-    except ConfigError as exc:  # "bogus: no such configuration key" read as the command's own file
-        raise ConfigError(f"{own}: {exc}") from None
+    return load_config(own, workspace=ws).extra_paths  # an error names `own`, as every file's does
 
 
 def _same_name(path: str) -> str:

@@ -208,9 +208,12 @@ class Model:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Model:
+        where = f"rerank.rankerModel: ranker model {path}" if path else f"ranker model {DEFAULT_MODEL}"
         path = Path(path) if path else DEFAULT_MODEL
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict):  # `[]` was "AttributeError: 'list' object has no attribute 'get'"
+                raise ValueError("not a model (a JSON object with kind and features)")
             if raw.get("kind") not in ("logistic", "logistic+trees") or list(raw["features"]) != list(FEATURES):
                 raise ValueError("not a model over this version's features")
             model = cls(
@@ -224,8 +227,12 @@ class Model:
             )
             if not (len(model.mean) == len(model.std) == len(model.weights) == len(FEATURES)):
                 raise ValueError("vector lengths do not match the features")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise RankerModelError(f"ranker model {path}: {exc}") from None
+        except OSError as exc:  # not "[Errno 2] No such file or directory: '<the path again>'"
+            raise RankerModelError(f"{where}: {exc.strerror or exc}") from None
+        except KeyError as exc:  # not a bare "'features'"
+            raise RankerModelError(f"{where}: not a model, no {exc} field") from None
+        except (ValueError, TypeError) as exc:
+            raise RankerModelError(f"{where}: {exc}") from None
         return model
 
 

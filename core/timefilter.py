@@ -23,7 +23,10 @@ from .errors import SearchError
 from .ranking import is_evergreen, note_date
 
 NS = 1_000_000_000
-_DURATION = re.compile(r"(\d+)\s*(h|hours?|d|days?|w|weeks?|m|mo|months?|y|years?)(?:\s+ago)?", re.IGNORECASE)
+# ASCII digits, as every number memsift reads (`--max-results ٣` is refused): `\d` took `٧d` for 7 days.
+_DURATION = re.compile(
+    r"(\d+)\s*(h|hours?|d|days?|w|weeks?|m|mo|months?|y|years?)(?:\s+ago)?", re.IGNORECASE | re.ASCII
+)
 _UNIT_DAYS = {"d": 1, "w": 7}
 _FORMS = "a date (YYYY-MM-DD), a date-time (YYYY-MM-DDTHH:MM), today, yesterday, or a duration such as 12h, 7d, 2w, 3m"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -372,3 +373,26 @@ def test_a_host_with_a_port_that_is_no_number_is_a_400(server) -> None:
             assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json", (host, r.text)
             assert r.json()["detail"].startswith(f"Host {host!r}: "), r.text
     assert httpx.get(f"{base}/healthz", headers={"Host": "localhost:8000"}, timeout=30).status_code == 200
+
+
+def test_serve_json_prints_its_addresses_as_one_document_on_stdout(workspace, memsift_home: Path) -> None:
+    """`memsift --json serve` printed "memsift serve: REST API on ..." on stdout, which SPEC's `--json` keeps
+    for one JSON document: a supervisor reading it got text. Its lines go to stderr now."""
+    ws = workspace({"MEMORY.md": "# Memory\n"})
+    port = free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "--json", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, MEMSIFT_HOME=str(memsift_home)),
+    )
+    try:
+        doc = json.loads(proc.stdout.readline())  # EOF ("") if it died: a JSONDecodeError, not a hang
+        assert doc == {"restApi": f"http://127.0.0.1:{port}", "docs": f"http://127.0.0.1:{port}/docs"}
+        assert wait_for(proc, f"{doc['restApi']}/healthz").status_code == 200
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert proc.stdout.read() == b""  # nothing after the document
+        assert b"memsift serve: REST API on" in proc.stderr.read()
+    finally:
+        stop_process(proc)

@@ -450,7 +450,7 @@ def test_debug_shows_the_traceback(capsys, ws: Path) -> None:
     code, out, err = run(capsys, "--debug", "--workspace", ws, "status")
     assert code == 1 and out == ""
     assert "Traceback (most recent call last)" in err and "ConfigError" in err
-    assert err.rstrip("\n").splitlines()[-1].startswith("memsift: error: search.maxResults")
+    assert err.rstrip("\n").splitlines()[-1].startswith(f"memsift: error: {ws / 'memsift.toml'}: search.maxResults")
     (ws / "memsift.toml").unlink()
     code, _, err = run(capsys, "--workspace", ws, "get", "../x.md", "--debug")
     assert code == 1 and "Traceback" in err and "GetError" in err

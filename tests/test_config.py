@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,11 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def in_file(ws: Path, message: str) -> str:
+    """An error about a value of `ws`'s memsift.toml: it names the file, as a TOML syntax error does."""
+    return f"{ws / 'memsift.toml'}: {message}"
 
 
 # ---------------------------------------------------------------- defaults
@@ -272,7 +278,7 @@ def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:
     write(ws / "memsift.toml", toml)
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={})
-    assert str(err.value).startswith(f"{key}:")
+    assert str(err.value).startswith(in_file(ws, f"{key}:"))
 
 
 @pytest.mark.parametrize(
@@ -289,7 +295,7 @@ def test_a_table_given_a_plain_value_says_so(ws: Path, toml: str, message: str) 
     write(ws / "memsift.toml", toml)
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={})
-    assert str(err.value) == message
+    assert str(err.value) == in_file(ws, message)
 
 
 @pytest.mark.parametrize("name", ["MEMSIFT_SEARCH_BOGUS", "MEMSIFT_EMBEDDING_PROVIDR", "MEMSIFT_CHUNKING_SIZE"])
@@ -328,7 +334,7 @@ def test_bad_toml_value_is_named(ws: Path, toml: str, key: str) -> None:
     write(ws / "memsift.toml", toml)
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={})
-    assert str(err.value).startswith(f"{key}:")
+    assert str(err.value).startswith(in_file(ws, f"{key}:"))
 
 
 @pytest.mark.parametrize(
@@ -361,7 +367,7 @@ def test_overrides_are_validated_too(ws: Path) -> None:
 )
 def test_overlap_must_be_smaller_than_tokens(ws: Path, toml: str) -> None:
     write(ws / "memsift.toml", toml)
-    with pytest.raises(ConfigError, match=r"^chunking\.overlap:"):
+    with pytest.raises(ConfigError, match=f"^{re.escape(in_file(ws, 'chunking.overlap:'))}"):
         load_config(workspace=ws, env={})
 
 
@@ -371,7 +377,7 @@ def test_overlap_below_tokens_is_fine(ws: Path) -> None:
 
 
 def test_overlap_check_sees_env_overrides(ws: Path) -> None:
-    with pytest.raises(ConfigError, match=r"^chunking\.overlap:"):
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_CHUNKING_OVERLAP \(chunking\.overlap\): must be smaller"):
         load_config(workspace=ws, env={"MEMSIFT_CHUNKING_OVERLAP": "400"})
 
 
@@ -422,7 +428,7 @@ def test_agents_main_workspace_is_the_main_workspace(tmp_path: Path, workspace) 
     write(cfg, f'workspace = "{main_ws}"\n[agents.main]\nworkspace = "{main_ws}"\n')
     assert load_config(cfg, env={}).workspace == main_ws.resolve()
     write(cfg, f'workspace = "{tmp_path}"\n[agents.main]\nworkspace = "{main_ws}"\n')
-    with pytest.raises(ConfigError, match=r"^agents\.main\.workspace: .* differs from workspace: "):
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(cfg))}: agents\\.main\\.workspace: .* differs from "):
         load_config(cfg, env={})
 
 
@@ -497,10 +503,10 @@ def test_agent_workspace_that_is_not_a_folder_is_an_error(ws: Path) -> None:
     """The error names the key that set the folder: it said "workspace:", which the file did not set, and
     `memsift serve` (which loads every agent) failed with it, naming no agent."""
     write(ws / "memsift.toml", '[agents.work]\nworkspace = "missing"\n')
-    with pytest.raises(ConfigError, match=r"^agents\.work\.workspace: .*missing.* is not a folder"):
+    with pytest.raises(ConfigError, match=f"^{re.escape(in_file(ws, 'agents.work.workspace:'))} .*missing.* is not a"):
         load_config(ws / "memsift.toml", agent="work", env={})
     write(ws / "memsift.toml", '[agents.main]\nworkspace = "gone"\n')
-    with pytest.raises(ConfigError, match=r"^agents\.main\.workspace: .*gone.* is not a folder"):
+    with pytest.raises(ConfigError, match=f"^{re.escape(in_file(ws, 'agents.main.workspace:'))} .*gone.* is not a"):
         load_config(ws / "memsift.toml", env={})
     write(ws / "memsift.toml", "")
     with pytest.raises(ConfigError, match=r"^MEMSIFT_WORKSPACE \(workspace\): .*elsewhere.* is not a folder"):
@@ -533,7 +539,7 @@ def test_bad_headers_error_does_not_print_the_secret(ws: Path) -> None:
     write(ws / "memsift.toml", '[embedding.headers]\nAuthorization = "Bearer sk-secret-123"\nX-Retries = 3\n')
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={})
-    assert str(err.value).startswith("embedding.headers")
+    assert str(err.value).startswith(in_file(ws, "embedding.headers"))
     assert "sk-secret-123" not in str(err.value)
 
 
@@ -550,7 +556,7 @@ def test_a_mistyped_secret_is_not_printed(ws: Path, toml: str, key: str, kind: s
     write(ws / "memsift.toml", toml)
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={})
-    assert str(err.value) == f"{key}: expected a string, got a {kind} (not shown: the key is a secret)"
+    assert str(err.value) == in_file(ws, f"{key}: expected a string, got a {kind} (not shown: the key is a secret)")
 
 
 def test_candidate_pool_is_set_by_config_never_by_a_request(ws: Path) -> None:
@@ -580,7 +586,7 @@ def test_a_number_that_is_not_finite_is_refused(ws: Path, where: str, value: str
         write(ws / "memsift.toml", f"[{section}]\n{name} = {value}\n")
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={variable: value} if where == "env" else {})
-    assert str(err.value).startswith(f"{key}:" if where == "toml" else f"{variable} ({key}):")
+    assert str(err.value).startswith(in_file(ws, f"{key}:") if where == "toml" else f"{variable} ({key}):")
     assert "finite" in str(err.value) or "integer" in str(err.value)
 
 
@@ -602,7 +608,7 @@ def test_a_string_in_the_file_where_a_number_or_boolean_is_due_is_refused(
     write(ws / "memsift.toml", toml)
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={})
-    assert str(err.value).startswith(f"{key}: {message}")
+    assert str(err.value).startswith(in_file(ws, f"{key}: {message}"))
 
 
 def test_text_from_the_environment_and_overrides_is_still_parsed(ws: Path) -> None:
@@ -657,8 +663,50 @@ def test_a_list_key_given_a_string_in_the_file_is_refused_with_the_fix(ws: Path)
         write(ws / "memsift.toml", toml)
         with pytest.raises(ConfigError) as err:
             load_config(workspace=ws, env={})
-        assert str(err.value) == message
+        assert str(err.value) == in_file(ws, message)
     write(ws / "memsift.toml", "[search]\nmaxResults = 6.0\n")
     config = load_config(workspace=ws, env={"MEMSIFT_EXTRAPATHS": "docs, notes"})
     assert config.search.maxResults == 6 and type(config.search.maxResults) is int
     assert config.extra_paths == ("docs", "notes")
+
+
+def test_a_ranker_model_is_found_where_the_file_naming_it_is(
+    tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rankerModel = "ranker.json"` beside the config file was read from the current folder ("No such file or
+    directory" from anywhere else, `memsift up` started elsewhere included), and `~/ranker.json` was not the
+    home's; `workspace` in the same file was relative to the file already."""
+    cfg = write(tmp_path / "conf" / "memsift.toml", '[rerank]\nrankerModel = "ranker.json"\n')
+    monkeypatch.chdir(ws)
+    assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(cfg.parent / "ranker.json")
+    write(cfg, '[rerank]\nrankerModel = "~/ranker.json"\n')
+    assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(Path.home() / "ranker.json")
+    env = {"MEMSIFT_RERANK_RANKERMODEL": "mine.json"}  # a variable, as a shell user means it: the current folder
+    assert load_config(cfg, workspace=ws, env=env).rerank.rankerModel == str(ws / "mine.json")
+
+
+def test_headers_from_the_environment_are_a_json_object(ws: Path) -> None:
+    """MEMSIFT_EMBEDDING_HEADERS could never be valid: "expected a table of strings", which a variable cannot
+    hold. A JSON object is read; anything else is refused without its value (a header is often a secret)."""
+    env = {"MEMSIFT_EMBEDDING_HEADERS": '{"X-Org": "acme"}', "MEMSIFT_RERANK_HEADERS": "{}"}
+    config = load_config(workspace=ws, env=env)
+    assert config.embedding.headers == {"X-Org": "acme"} and config.rerank.headers == {}
+    for value in ("X-Org: sk-secret-1", '["sk-secret-1"]', '{"X-Org": 1}'):
+        with pytest.raises(ConfigError) as err:
+            load_config(workspace=ws, env={"MEMSIFT_EMBEDDING_HEADERS": value})
+        assert str(err.value).startswith("MEMSIFT_EMBEDDING_HEADERS (embedding.headers)") and "sk-" not in str(
+            err.value
+        )
+
+
+@pytest.mark.parametrize("url", ["localhost:8080/v1", "ftp://proxy/v1", "http://", "user:sk-pass@proxy/v1"])
+def test_a_base_url_that_is_no_http_url_is_refused_before_any_request(ws: Path, url: str) -> None:
+    """It was taken, and each request failed as "connection dropped (UnsupportedProtocol ...)", after 4 tries."""
+    for key, section in (("embedding.baseUrl", "embedding"), ("rerank.baseUrl", "rerank")):
+        write(ws / "memsift.toml", f'[{section}]\nbaseUrl = "{url}"\n')
+        with pytest.raises(ConfigError) as err:
+            load_config(workspace=ws, env={})
+        assert str(err.value).startswith(in_file(ws, f"{key}: expected an http:// or https:// URL"))
+        assert "sk-pass" not in str(err.value)
+    write(ws / "memsift.toml", '[embedding]\nbaseUrl = "HTTPS://user:pw@proxy:8443/v1"\n')
+    assert load_config(workspace=ws, env={}).embedding.baseUrl == "HTTPS://user:pw@proxy:8443/v1"

@@ -56,7 +56,8 @@ def test_an_invalid_file_is_reported_once_and_the_settings_in_force_stay(workspa
     (ws / "memsift.toml").write_text("[chunking]\ntokens = 5\n")
     assert f.reload("file changed") is False and f.reload("file changed") is False  # a second save, same error
     assert f.configs is before and rec.applies == []
-    assert f.state["error"] == "chunking.tokens: 5 is out of range [16, 8192]" and f.state["errorAt"]
+    error = f"{ws / 'memsift.toml'}: chunking.tokens: 5 is out of range [16, 8192]"  # the file named
+    assert f.state["error"] == error and f.state["errorAt"]
     assert len(rec.lines) == 1 and "invalid, the settings applied at" in rec.lines[0]
     assert "chunking.tokens: 5 is out of range" in rec.lines[0]
 
@@ -179,7 +180,7 @@ def test_serve_takes_new_search_settings_and_rebuilds_a_new_chunking(served) -> 
 
     (ws / "memsift.toml").write_text(toml + "[chunking]\ntokens = 5\n")
     error = wait_for(lambda: httpx.get(f"{base}/readyz", timeout=30).json()["config"]["error"], 30, "the error")
-    assert error == "chunking.tokens: 5 is out of range [16, 8192]"
+    assert error == f"{ws / 'memsift.toml'}: chunking.tokens: 5 is out of range [16, 8192]"
     ready = httpx.get(f"{base}/readyz", timeout=30)
     assert ready.status_code == 200  # the old settings serve
     assert "config" not in httpx.get(f"{base}/v1/status", timeout=30).json()  # SPEC: `status --json`'s document

@@ -202,6 +202,9 @@ _Q = '{"qid": "%s", "query": "tea", "relevant": [{"path": "MEMORY.md", "line": 1
         # a copied line: scored twice and weighed double, in silence
         (_Q % "a" + _Q % "b" + _Q % "a", "q.jsonl:3: duplicate qid 'a' (first on line 1)"),
         (_Q % "a" + '{"qid": [1], "query": "tea", "relevant": []}\n', "q.jsonl:2: 'qid' is a string"),
+        # was "workspace 3 (<folder>/3) is not a folder", and a blank one passed as the query file's folder
+        ('{"query": "tea", "relevant": [], "workspace": 3}\n', "q.jsonl:1: 'workspace' is a folder relative to"),
+        ('{"query": "tea", "relevant": [], "workspace": " "}\n', "q.jsonl:1: 'workspace' is a folder relative to"),
     ],
 )
 def test_eval_refuses_a_bad_query_file_in_one_line(capsys, tmp_path: Path, content: str | None, needle: str):

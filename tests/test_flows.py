@@ -220,7 +220,7 @@ def test_other_agent_from_a_config_file(workspace, memsift_home: Path) -> None:
 def test_bad_configuration_fails_the_run(workspace) -> None:
     ws = workspace({"MEMORY.md": "x\n", "memsift.toml": '[search]\nmode = "fuzzy"\n'})
     runs = Runs()
-    with pytest.raises(ConfigError, match=r"^search\.mode"):
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(ws / 'memsift.toml'))}: search\\.mode"):
         run_sync("main", workspace=str(ws))
     run = runs.one()
     assert run.state.is_failed()

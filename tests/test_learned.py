@@ -266,3 +266,20 @@ def test_feature_rows_are_the_same_in_every_process() -> None:
         for seed in range(8)
     }
     assert len(digests) == 1, digests
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("[]", "not a model (a JSON object with kind and features)"),  # was "AttributeError: 'list' object ..."
+        ('{"kind": "logistic"}', "not a model, no 'features' field"),  # was a bare "'features'"
+        (None, "No such file or directory"),  # was "[Errno 2] No such file or directory: '<the path again>'"
+    ],
+)
+def test_a_bad_model_file_names_the_key_and_says_what_is_wrong(tmp_path, text: str | None, why: str) -> None:
+    path = tmp_path / "m.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(learned.RankerModelError) as err:
+        learned.Model.load(str(path))
+    assert str(err.value) == f"rerank.rankerModel: ranker model {path}: {why}"

@@ -61,7 +61,7 @@ def test_a_phrase_names_a_span(phrase, span):
 
 
 @pytest.mark.parametrize(
-    "phrase", ["", "  ", "last week", "7", "7x", "-7d", "d7", "2026-13-01", "2026-02-30", "tomorrow", "7d later"]
+    "phrase", ["", "  ", "last week", "7", "7x", "-7d", "d7", "2026-13-01", "2026-02-30", "tomorrow", "7d later", "٧d"]
 )
 def test_a_bad_phrase_is_a_clear_error_naming_the_field(phrase):
     with pytest.raises(SearchError, match=r"^before: .*(YYYY-MM-DD).*7d"):

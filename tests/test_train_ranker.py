@@ -135,3 +135,19 @@ def test_the_default_orders_by_the_learned_ranker_and_floors_calibrated_scores(w
         assert len(everything) >= len(hits) and everything[0].path == hits[0].path
     finally:
         index.close()
+
+
+def test_train_ranker_refuses_an_out_that_is_a_folder_before_any_work(
+    capsys, ws: Path, memsift_home: Path, tmp_path: Path
+) -> None:
+    """`--out models` (a folder) fitted the model, then failed: "IsADirectoryError: [Errno 21] Is a directory"."""
+    from api.cli import main
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query": "flat white", "relevant": [{"path": "MEMORY.md", "line": 2}]}) + "\n")
+    out = tmp_path / "models"
+    out.mkdir()
+    assert main(["--workspace", str(ws), "train-ranker", str(queries), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"memsift: error: --out: {out} is a folder; give the model file's name ({out / 'ranker.json'})\n"
+    assert not memsift_home.exists()

@@ -45,6 +45,9 @@ def test_a_workspace_without_memory_files_is_named(tmp_path: Path, memsift_home:
     proc = memsift(memsift_home, "--workspace", typo, "index", "--no-prefect")
     assert proc.returncode == 0, proc.stderr
     assert f"warning: no memory files in {typo}: memsift looks for MEMORY.md, memory.md, memory/**/*.md" in proc.stderr
+    proc = memsift(memsift_home, "--workspace", typo, "index", "--no-prefect", "--json")  # said on stderr too
+    assert proc.returncode == 0 and json.loads(proc.stdout)["warnings"], proc.stderr
+    assert f"warning: no memory files in {typo}" in proc.stderr
 
     proc = memsift(memsift_home, "--workspace", typo, "search", "milk")
     assert proc.returncode == 0 and proc.stdout == "No matches.\n"
