@@ -34,8 +34,13 @@ def secret(key: str, v: Any) -> str:
     """A key's string, or an error that names its type only: a mistyped secret (`key = ["sk-..."]`) must not
     reach a terminal or a log through the error (SPEC section 2)."""
     if not isinstance(v, str):
-        raise ConfigError(f"{key}: expected a string, got a {type(v).__name__} (not shown: the key is a secret)")
+        kind = _TOML_KINDS.get(type(v), type(v).__name__)
+        raise ConfigError(f"{key}: expected a string, got {kind} (not shown: the key is a secret)")
     return v
+
+
+#: A value's kind in TOML's words, for an error that may not show the value ("got a int" said Python's).
+_TOML_KINDS = {list: "an array", dict: "a table", int: "an integer", float: "a float", bool: "a boolean"}
 
 
 class Text(str):

@@ -546,9 +546,9 @@ def test_bad_headers_error_does_not_print_the_secret(ws: Path) -> None:
 @pytest.mark.parametrize(
     ("toml", "key", "kind"),
     [
-        ('[api]\nkey = ["sk-live-1234"]\n', "api.key", "list"),
-        ('[embedding]\napiKey = { value = "sk-live-1234" }\n', "embedding.apiKey", "dict"),
-        ("[embedding]\napiKey = 12345678\n", "embedding.apiKey", "int"),
+        ('[api]\nkey = ["sk-live-1234"]\n', "api.key", "an array"),
+        ('[embedding]\napiKey = { value = "sk-live-1234" }\n', "embedding.apiKey", "a table"),
+        ("[embedding]\napiKey = 12345678\n", "embedding.apiKey", "an integer"),
     ],
 )
 def test_a_mistyped_secret_is_not_printed(ws: Path, toml: str, key: str, kind: str) -> None:
@@ -556,7 +556,7 @@ def test_a_mistyped_secret_is_not_printed(ws: Path, toml: str, key: str, kind: s
     write(ws / "memsift.toml", toml)
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={})
-    assert str(err.value) == in_file(ws, f"{key}: expected a string, got a {kind} (not shown: the key is a secret)")
+    assert str(err.value) == in_file(ws, f"{key}: expected a string, got {kind} (not shown: the key is a secret)")
 
 
 def test_candidate_pool_is_set_by_config_never_by_a_request(ws: Path) -> None:
