@@ -303,7 +303,10 @@ def test_cli_index_process_json_is_one_document(workspace, memsift_home: Path) -
     run = runs.worker()
     assert run.state.is_completed()
     # where to see the run, as without --json (it was printed only then: a script could not find its run)
-    assert proc.stderr.endswith(f"/runs/flow-run/{run.id}\n") and proc.stderr.startswith("flow run: "), proc.stderr
+    # and its warnings, as search --json gives them: on stderr, each on a line
+    lines = proc.stderr.splitlines()
+    assert lines == ["warning: skipped memory/blob.md: binary content (NUL bytes)", lines[-1]], proc.stderr
+    assert lines[-1].startswith("flow run: ") and lines[-1].endswith(f"/runs/flow-run/{run.id}"), proc.stderr
     assert set(artifacts(run)) == {"sync-report-main", "sync-warnings-main", "sync-progress-main"}
 
 
