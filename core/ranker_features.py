@@ -145,7 +145,7 @@ def features(
     chunks = [_parse(rows[c.id].text) for c in cands]
     # Sorted: the idf sums then add up in one order in every process (a set's order follows the hash seed,
     # and moved a score's sixth decimal between the CLI and a server now and then).
-    terms = sorted(_terms(query))
+    terms = sorted(stems_of(query))
     idf = _idf(terms, chunks)
     total = sum(idf.values()) or 1.0
     named = _named(query)
@@ -284,7 +284,9 @@ def _parse(text: str) -> _Chunk:
     return _Chunk({t: tuple(js) for t, js in where.items()}, {who: tuple(js) for who, js in speakers.items()})
 
 
-def _terms(text: str) -> set[str]:
+def stems_of(text: str) -> set[str]:
+    """The crude stems (`_STEM`) of the words of `text` that are not stop words: how the features, and the
+    snippet's window (core.snippets), match a question's words to a line's."""
     return _stems(_WORD.findall(text.lower()))
 
 

@@ -218,7 +218,7 @@ def search(
                 "(a hit found by meaning alone needs cosine >= minScore)"
             )
         kept = cands[:limit]
-        hits = [_hit(rows[c.id], c, s.snippetChars, s.citations, explain) for c in kept]
+        hits = [_hit(rows[c.id], c, query, s.snippetChars, s.citations, explain) for c in kept]
     return SearchResponse(
         results=hits,
         mode=mode,
@@ -286,7 +286,7 @@ def _vector_problem(
     return None
 
 
-def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: bool, explain: bool) -> Hit:
+def _hit(row: ChunkRow, c: ranking.Candidate, query: str, snippet_chars: int, citations: bool, explain: bool) -> Hit:
     scores = None
     if explain:
         scores = {
@@ -306,7 +306,7 @@ def _hit(row: ChunkRow, c: ranking.Candidate, snippet_chars: int, citations: boo
         startLine=row.start_line,
         endLine=row.end_line,
         score=round(c.score, 6),
-        snippet=snippet(row.text, snippet_chars),
+        snippet=snippet(row.text, snippet_chars, query),
         source=row.source,
         citation=f"{row.path}#L{row.start_line}-L{row.end_line}" if citations else None,
         scores=scores,

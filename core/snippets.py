@@ -1,17 +1,38 @@
-"""A hit's snippet: the start of its chunk, at most `search.snippetChars` characters.
+"""A hit's snippet: at most `search.snippetChars` characters of its chunk, from the lines that hold the most of
+the question's words.
 
-A cut chunk ends with an ellipsis, so a reader knows there is more (`get` reads it), and is cut after the
-last whole word that fits, unless that throws away more than a fifth of the budget (one long token, a URL,
-CJK text without spaces): then it is cut where the budget ends. The ellipsis counts toward the budget.
+The snippet is what an agent reads to decide whether to `get` a hit, so it shows the part of the chunk that
+matched: a long chunk (a runbook note of 1,500 characters) answered a question about its last section with
+its first 700 characters, which never held the answer. The window is whole lines, the earliest holding the
+most of the question's distinct words (crude stems, as the learned ranker matches them); a chunk whose start
+holds as many as any window, or a question none of whose words is in it (a paraphrase), shows its start.
+
+A snippet that starts past the chunk's first line begins with an ellipsis, and a cut one ends with one, so
+a reader knows there is more (`get` reads it). A cut is after the last whole word that fits, unless that
+throws away more than a fifth of the budget (one long token, a URL, CJK text without spaces): then it is
+where the budget ends. The ellipses count toward the budget.
 """
 
 from __future__ import annotations
+
+from itertools import accumulate
+
+from .ranker_features import stems_of
 
 ELLIPSIS = "…"
 _KEEP_AT_LEAST = 0.8  # of the budget, when backing off to a word boundary
 
 
-def snippet(text: str, limit: int) -> str:
+def snippet(text: str, limit: int, query: str = "") -> str:
+    if len(text) <= limit:
+        return text
+    start = _window_start(text, limit, query) if query else 0
+    if start:
+        return ELLIPSIS + _cut(text[start:], limit - len(ELLIPSIS))
+    return _cut(text, limit)
+
+
+def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     room = limit - len(ELLIPSIS)
@@ -21,3 +42,25 @@ def snippet(text: str, limit: int) -> str:
         if space >= room * _KEEP_AT_LEAST:
             cut = cut[:space]
     return cut.rstrip() + ELLIPSIS
+
+
+def _window_start(text: str, limit: int, query: str) -> int:
+    """The offset of the first line of the earliest window of whole lines (within `limit` characters, or one
+    line alone) holding the most of the query's distinct words; 0 when the chunk's start holds as many."""
+    wanted = stems_of(query)
+    lines = text.split("\n")
+    held = [stems_of(line) & wanted for line in lines] if wanted else []
+    if not any(held):
+        return 0
+    offsets = list(accumulate((len(line) + 1 for line in lines), initial=0))  # each line's start
+    best, best_at = -1, 0
+    for i in range(len(lines)):
+        if i and not held[i]:  # a window that starts on a line holding none is beaten by the next one's
+            continue
+        covered, j = set(held[i]), i + 1
+        while j < len(lines) and offsets[j + 1] - 1 - offsets[i] <= limit:
+            covered |= held[j]
+            j += 1
+        if len(covered) > best:
+            best, best_at = len(covered), i
+    return offsets[best_at]

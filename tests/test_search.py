@@ -12,6 +12,7 @@ from conftest import CountingEmbedder
 from core import SearchError
 from core.query import fts_phrases
 from core.ranking import bm25_score
+from core.snippets import snippet
 from core.store import Store
 
 NOTES = {
@@ -303,3 +304,28 @@ def test_temporal_decay_orders_the_learned_ranker_too(workspace, make_config, op
     index.sync()
     newest_first = [f"memory/{today - timedelta(days=d)}.md" for d in reversed(days)]
     assert paths(index.search("Dana oolong tea", min_score=0))[:3] == newest_first
+
+
+RUNBOOK = "\n".join(
+    ["# On-call runbook", "", "## Paging", "Page the payments rotation through the pager app."]
+    + [f"- step {i}: check the dashboard panel {i} and write down what it shows" for i in range(1, 15)]
+    + ["", "## Dead letter queue", "Replay the dead letter queue with `replay_dlq --since 1h` from the bastion."]
+)
+
+
+def test_a_snippet_shows_the_lines_that_hold_the_question_s_words(workspace, make_config, open_index):
+    """A long chunk answered a question about its last section with its first 700 characters, which never
+    held the answer: the snippet is now the window of whole lines holding the most of the question's words."""
+    ws = workspace({"MEMORY.md": RUNBOOK + "\n"})
+    index = open_index(make_config(ws), embedder=None)
+    [hit] = index.search("how do I replay the dead letter queue", min_score=0.0).results
+    assert len(RUNBOOK) > 700 >= len(hit.snippet)
+    assert hit.snippet.startswith("…## Dead letter queue\nReplay the dead letter queue with `replay_dlq")
+    assert RUNBOOK.endswith(hit.snippet[1:])
+    # the hit is still the whole chunk, which `get` reads
+    assert (hit.path, hit.startLine, hit.endLine) == ("MEMORY.md", 1, RUNBOOK.count("\n") + 1)
+    # the start holds as many of the words as any window: the snippet is the chunk's start
+    [hit] = index.search("page the payments rotation", min_score=0.0).results
+    assert RUNBOOK.startswith(hit.snippet[:-1]) and hit.snippet.endswith("…")
+    # and so it is when no word of the question is in the chunk (a paraphrase the vector leg found)
+    assert snippet(RUNBOOK, 700, "how do I roll back a release") == snippet(RUNBOOK, 700)
