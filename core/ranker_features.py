@@ -284,6 +284,12 @@ def _parse(text: str) -> _Chunk:
     return _Chunk({t: tuple(js) for t, js in where.items()}, {who: tuple(js) for who, js in speakers.items()})
 
 
+def term_lines(text: str) -> dict[str, tuple[int, ...]]:
+    """Each stem of `text` (`stems_of`) -> the 0-based lines holding it, ascending: the features' parse, cached,
+    so a snippet's window (core.snippets) reads the lines the ranker just read for free."""
+    return _parse(text).where
+
+
 def stems_of(text: str) -> set[str]:
     """The crude stems (`_STEM`) of the words of `text` that are not stop words: how the features, and the
     snippet's window (core.snippets), match a question's words to a line's."""

@@ -15,9 +15,10 @@ where the budget ends. The ellipses count toward the budget.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from itertools import accumulate
 
-from .ranker_features import stems_of
+from .ranker_features import stems_of, term_lines
 
 ELLIPSIS = "…"
 _KEEP_AT_LEAST = 0.8  # of the budget, when backing off to a word boundary
@@ -47,19 +48,20 @@ def _cut(text: str, limit: int) -> str:
 def _window_start(text: str, limit: int, query: str) -> int:
     """The offset of the first line of the earliest window of whole lines (within `limit` characters, or one
     line alone) holding the most of the query's distinct words; 0 when the chunk's start holds as many."""
-    wanted = stems_of(query)
-    lines = text.split("\n")
-    held = [stems_of(line) & wanted for line in lines] if wanted else []
-    if not any(held):
+    where = term_lines(text)
+    held: dict[int, set[str]] = defaultdict(set)
+    for term in stems_of(query) & where.keys():
+        for line in where[term]:
+            held[line].add(term)
+    if not held:
         return 0
+    lines = text.split("\n")
     offsets = list(accumulate((len(line) + 1 for line in lines), initial=0))  # each line's start
     best, best_at = -1, 0
-    for i in range(len(lines)):
-        if i and not held[i]:  # a window that starts on a line holding none is beaten by the next one's
-            continue
-        covered, j = set(held[i]), i + 1
+    for i in sorted({0, *held}):  # a window that starts on a line holding none is beaten by the next one's
+        covered, j = set(held.get(i, ())), i + 1
         while j < len(lines) and offsets[j + 1] - 1 - offsets[i] <= limit:
-            covered |= held[j]
+            covered |= held.get(j, set())
             j += 1
         if len(covered) > best:
             best, best_at = len(covered), i
