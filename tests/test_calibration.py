@@ -183,8 +183,30 @@ def test_identifier_shapes() -> None:
     assert calibration.identifiers("Why did PR #42 get reverted?") == {"42"}
     assert calibration.identifiers("orders(customer_id) and ERR_CERT_EXPIRED") == {"customer_id", "err_cert_expired"}
     assert calibration.identifiers("s3fs on macOS, getUserName") == {"s3fs", "macos", "getusername"}
+    assert calibration.identifiers("JIRA-4412 and INC-2291, CVE-2024-3094") == {"4412", "2291", "2024", "3094"}
+    assert calibration.identifiers("the top-10 list, covid-19 and 2026-12-01") == set()  # no upper-case key
     # quantities, dates, plain numbers, names and a leading or trailing underscore are not identifiers
     assert calibration.identifiers("Met Caroline at 10am on Aug 15th, 2023; ran 5k; __init__ took 42 ms") == set()
+
+
+TICKETS = {
+    "memory/2026-11-16.md": "Started on JIRA-4412: invoices with zero line items crash the PDF renderer.\n",
+    "memory/2026-11-30.md": "Started JIRA-4470: webhook signatures fail for payloads over 1 MB.\n",
+    "memory/2026-12-02.md": "Flaky test test_refund_partial; opened JIRA-4481 about the FX cache.\n",
+}
+
+
+def test_a_ticket_id_is_an_identifier(workspace) -> None:
+    """JIRA-4412 is the words `jira` and `4412` to the keyword leg: every note naming another JIRA ticket
+    matched `jira`, so they scored 0.76-0.91 beside the answer, and a ticket held nowhere (JIRA-9999) was
+    answered 0.88. Its number is the identifier, as PR #42's is."""
+    root = workspace(TICKETS)
+    with MemoryIndex(load_config(workspace=root)) as index:
+        index.sync()
+        assert [h.path for h in index.search("JIRA-4412").results] == ["memory/2026-11-16.md"]
+        absent = index.search("JIRA-9999")
+        assert absent.results == [] and "under the floor minScore 0.35" in absent.abstained
+        assert len(index.search("JIRA-9999", min_score=0).results) == 3  # the floor removed them
 
 
 def _inputs(chunks: int, maxsim: tuple[float | None, ...] = (0.3, 0.5)) -> calibration.Inputs:
