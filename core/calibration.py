@@ -65,7 +65,9 @@ ABSENT_IDENTIFIER = 0.25
 #: A hit the learned ranker rates under this share of the first hit's probability is no answer (`outranked`).
 OUTRANKED = 1e-3
 _QUANTITY = re.compile(r"\d+(?:st|nd|rd|th|s|am|pm|k|m|h|km|kg|min)?")
-_TICKET = re.compile(r"\b[A-Z][A-Z0-9]*((?:-\d+)+)\b")  # JIRA-4412, CVE-2024-3094: their numbers
+# JIRA-4412, CVE-2024-3094: their numbers of 3 digits or more (UTF-8, COVID-19 and MP-3 name no ticket, and
+# notes may write them utf8 or covid: a number the workspace lacks would read as something absent)
+_TICKET = re.compile(r"\b[A-Z][A-Z0-9]+((?:-\d{3,})+)\b")
 
 QUESTION_BASE = (
     # the question: does the workspace hold what it asks about?
@@ -307,8 +309,8 @@ def features(inp: Inputs) -> np.ndarray:
 def identifiers(query: str) -> set[str]:
     """The question's words shaped as identifiers, lower-cased: with `_` inside, letters and digits mixed (not
     a quantity such as 15th, 10am or 5k), a lower-case letter then a capital (macOS, getUser), or a number
-    after `#` (PR #42) or after an upper-case key and a hyphen (JIRA-4412, CVE-2024-3094: a ticket's numbers, the
-    words the keyword leg matches; `top-10` and `covid-19` are no keys)."""
+    after `#` (PR #42) or of 3 digits or more after an upper-case key and a hyphen (JIRA-4412, CVE-2024-3094: a
+    ticket's numbers, the words the keyword leg matches; `top-10`, `covid-19` and UTF-8 are no tickets)."""
     numbers = set(re.findall(r"#(\d+)", query))
     numbers |= {n for m in _TICKET.finditer(query) for n in re.findall(r"\d+", m[1])}
     return {

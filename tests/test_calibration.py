@@ -185,6 +185,7 @@ def test_identifier_shapes() -> None:
     assert calibration.identifiers("s3fs on macOS, getUserName") == {"s3fs", "macos", "getusername"}
     assert calibration.identifiers("JIRA-4412 and INC-2291, CVE-2024-3094") == {"4412", "2291", "2024", "3094"}
     assert calibration.identifiers("the top-10 list, covid-19 and 2026-12-01") == set()  # no upper-case key
+    assert calibration.identifiers("save it as UTF-8, COVID-19 and MP-3, A-100") == set()  # no ticket number
     # quantities, dates, plain numbers, names and a leading or trailing underscore are not identifiers
     assert calibration.identifiers("Met Caroline at 10am on Aug 15th, 2023; ran 5k; __init__ took 42 ms") == set()
 
