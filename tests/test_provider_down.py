@@ -383,3 +383,26 @@ def test_a_provider_failing_part_way_through_a_first_index_leaves_exactly_the_re
         assert answer["mode"] == "hybrid" and "degraded" not in answer
     finally:
         provider.close()
+
+
+def test_a_search_on_a_stalled_provider_waits_one_timeout_not_every_retry(workspace, open_index) -> None:
+    """A long-lived server whose provider stops answering (a black-holed route): each search's query embedding
+    waited out `retries` + 1 timeouts and the backoff between them (4 x 120 s by default, 8 minutes per
+    search) before degrading. A search's attempts now fit in one `timeoutSeconds` (at most 10 s)."""
+    stalled = Switchable(stall_seconds=5.0)
+    stalled.fault = lambda n: "stall" if stalled.down else None
+    try:
+        (workspace(NOTES) / "memsift.toml").write_text(
+            f'[embedding]\nprovider = "openai"\nbaseUrl = "{stalled.url}"\nmodel = "fake-model"\n'
+            "retries = 3\ntimeoutSeconds = 1\n"
+        )
+        index = open_index(load_config(workspace=workspace(NOTES)))
+        index.sync()
+        stalled.down = True
+        sent = len(stalled.requests)
+        answer = index.search("zeppelin deploy ERR_SSL_PROTOCOL")
+        assert answer.mode == "keyword" and "timed out" in answer.degraded
+        assert answer.results[0].path == "memory/2026-11-24.md"
+        assert len(stalled.requests) - sent == 1  # one attempt fills the budget: no retry after it
+    finally:
+        stalled.close()
