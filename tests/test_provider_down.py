@@ -406,3 +406,24 @@ def test_a_search_on_a_stalled_provider_waits_one_timeout_not_every_retry(worksp
         assert len(stalled.requests) - sent == 1  # one attempt fills the budget: no retry after it
     finally:
         stalled.close()
+
+
+def test_a_new_model_configured_while_the_provider_is_down_is_not_reported_up_to_date(
+    config: Config, provider: Switchable, capsys
+) -> None:
+    """The provider down when the process starts, and the model changed in the file: the index stood in with the
+    old model's identity, so `status` said `dirty: no` and a sync went on under the old model as if nothing
+    changed. It is the identity change it is with the provider up: the rebuild waits for `--force`."""
+    with MemoryIndex(config) as index:
+        index.sync()
+    toml = config.workspace / "memsift.toml"
+    toml.write_text(toml.read_text().replace('model = "fake-model"', 'model = "fake-model-2"'))
+    provider.down = True
+    cli = ["--workspace", str(config.workspace)]
+    capsys.readouterr()
+    assert main([*cli, "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["model"] == "fake-model" and status["dirty"] and "model" in status["dirtyReason"]
+    assert "`memsift index --force`" in status["dirtyReason"]
+    assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+    assert "model" in json.loads(capsys.readouterr().out)["rebuildHeld"]
