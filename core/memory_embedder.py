@@ -104,7 +104,8 @@ class EmbedderChoice:
             if not (self._provider_down or refused):
                 return None
             return configured
-        if identity.get("provider") != self.config.embedding.provider:
+        # `auto` as resolved (the index names `openai`, not `auto`: no stand-in made a down provider fail syncs)
+        if identity.get("provider") != (configured.provider if configured else self.config.embedding.provider):
             return None
         if configured is not None and identity.get("model") != configured.model:
             # A new model configured: standing in as the old one said the index was up to date (status not

@@ -427,3 +427,27 @@ def test_a_new_model_configured_while_the_provider_is_down_is_not_reported_up_to
     assert "`memsift index --force`" in status["dirtyReason"]
     assert main([*cli, "index", "--no-prefect", "--json"]) == 0
     assert "model" in json.loads(capsys.readouterr().out)["rebuildHeld"]
+
+
+def test_provider_auto_down_at_start_gives_the_same_keyword_only_sync(
+    workspace, provider: Switchable, capsys, monkeypatch
+) -> None:
+    """`provider = "auto"` resolved to openai: the index names `openai`, the file `auto`, so nothing stood in for
+    the provider down at start: `memsift index` failed (exit 1) where `provider = "openai"` syncs keyword-only,
+    and `status` said "the configuration or model changed: the next sync rebuilds", which it had not."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-auto")
+    ws = workspace(NOTES)
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "auto"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+    )
+    cli = ["--workspace", str(ws)]
+    assert main([*cli, "index", "--no-prefect"]) == 0
+    provider.down = True
+    (ws / "memory" / "2026-11-30.md").write_text(NEW_NOTE)
+    capsys.readouterr()
+    assert main([*cli, "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["dirtyReason"] == "1 file new or modified, 0 removed"
+    assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["vectorsPending"] and report["added"] == 1 and not report["rebuilt"]
