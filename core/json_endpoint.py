@@ -210,7 +210,8 @@ class JsonEndpoint:
                 message = str(payload["detail"])
             else:
                 message = str(payload)
-        return self._redact(message.strip()[:500]) or response.reason_phrase
+        # Redacted before the cut: a key across the 500th character left its first characters in the error.
+        return self._redact(message.strip())[:500] or response.reason_phrase
 
     def _redact(self, text: str) -> str:
         for secret in self._secrets:
