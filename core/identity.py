@@ -60,5 +60,7 @@ def identity_matches(stored: dict[str, Any] | None, new: dict[str, Any]) -> bool
 
 
 def identity_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """The index identity's keys that differ, for a message: `chunking, extraPaths`."""
-    return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+    """The index identity's keys that differ, for a message: `chunking, extraPaths`. A provisional `new` (its
+    provider down) does not know its dims and fingerprint yet: they are not named as changed."""
+    unknown = {"dims", "fingerprint"} if provisional(new) else set()
+    return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k not in unknown)

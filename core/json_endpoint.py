@@ -14,7 +14,14 @@ import time
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_exponential_jitter,
+)
 
 from .limiter import RateLimiter
 
@@ -22,6 +29,9 @@ from .limiter import RateLimiter
 BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_JITTER = 0.5, 30.0, 0.5
 #: A Retry-After longer than this is cut to it: a sync should fail visibly rather than hang for an hour.
 RETRY_AFTER_MAX = 120.0
+#: A search waits on its query's embedding: all its attempts and waits fit in min(timeout, this), where the
+#: retries and timeout sized for indexing (4 x 120 s) held every search for 8 minutes on a stalled provider.
+QUERY_BUDGET = 10.0
 _SECRET_NAME = re.compile(r"auth|key|token|secret|cookie|password|signature", re.IGNORECASE)
 _SECRET_VALUE = re.compile(r"^(bearer|basic)\s|^[A-Za-z0-9_\-\.=+/]{20,}$", re.IGNORECASE)
 _TRANSIENT_STATUS = {408, 429}
@@ -100,6 +110,7 @@ class JsonEndpoint:
         secret_headers = [v for k, v in headers.items() if _SECRET_NAME.search(k) or _SECRET_VALUE.search(v)]
         self._secrets = [s for s in (self._key, *secret_headers) if s]
         self.limiter = limiter
+        self._timeout = timeout
         self._client = httpx.Client(
             base_url=self.base_url,
             headers={**headers, **self._auth_headers()},
@@ -109,29 +120,37 @@ class JsonEndpoint:
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"} if self._key else {}
 
-    def _post_retrying(self, path: str, body: dict[str, Any], tokens: int) -> Any:
+    def _post_retrying(self, path: str, body: dict[str, Any], tokens: int, query: bool = False) -> Any:
         """The decoded answer to one request, retried on transient faults; `failure` when they outlast the
-        retries or the server refuses (4xx other than 408/429)."""
+        retries or the server refuses (4xx other than 408/429). A `query` (a search is waiting) gets
+        QUERY_BUDGET in all, each attempt's timeout cut to what is left."""
+        stop = stop_after_attempt(self.retries_allowed + 1)
+        deadline = None
+        if query:
+            budget = min(self._timeout, QUERY_BUDGET)
+            stop = stop | stop_before_delay(budget)
+            deadline = time.monotonic() + budget
         retrying = Retrying(
-            stop=stop_after_attempt(self.retries_allowed + 1),
+            stop=stop,
             wait=self._wait,
             retry=retry_if_exception_type(Transient),
             before_sleep=self._count_retry,
             reraise=True,
         )
         try:
-            return retrying(self._post, path, body, tokens)
+            return retrying(self._post, path, body, tokens, deadline)
         except Transient as exc:
             raise (self.outage or self.failure)(self._exhausted(exc)) from None
 
     # -- one HTTP request ------------------------------------------------------------------------------
 
-    def _post(self, path: str, body: dict[str, Any], tokens: int) -> Any:
+    def _post(self, path: str, body: dict[str, Any], tokens: int, deadline: float | None = None) -> Any:
         self.limiter.acquire(tokens)
         with self._count_lock:
             self.calls += 1
+        timeout = self._timeout if deadline is None else max(deadline - time.monotonic(), 0.1)
         try:
-            response = self._client.post(path, json=body)
+            response = self._client.post(path, json=body, timeout=httpx.Timeout(timeout, connect=timeout))
         except httpx.TimeoutException as exc:
             raise Transient(f"timed out ({type(exc).__name__})") from None
         except httpx.ConnectError as exc:
@@ -191,7 +210,8 @@ class JsonEndpoint:
                 message = str(payload["detail"])
             else:
                 message = str(payload)
-        return self._redact(message.strip()[:500]) or response.reason_phrase
+        # Redacted before the cut: a key across the 500th character left its first characters in the error.
+        return self._redact(message.strip())[:500] or response.reason_phrase
 
     def _redact(self, text: str) -> str:
         for secret in self._secrets:

@@ -99,12 +99,18 @@ class EmbedderChoice:
         if not self._embedder_error:
             return None
         identity = self.store.identity()
+        configured = provisional_stand_in(self.config.embedding, self._embedder_error)
         if identity is None:
             if not (self._provider_down or refused):
                 return None
-            return provisional_stand_in(self.config.embedding, self._embedder_error)
-        if identity.get("provider") != self.config.embedding.provider:
+            return configured
+        # `auto` as resolved (the index names `openai`, not `auto`: no stand-in made a down provider fail syncs)
+        if identity.get("provider") != (configured.provider if configured else self.config.embedding.provider):
             return None
+        if configured is not None and identity.get("model") != configured.model:
+            # A new model configured: standing in as the old one said the index was up to date (status not
+            # dirty, syncs keyword-only under the old identity); as the new one, the rebuild waits for --force.
+            return configured
         return DownEmbedder(identity, self._embedder_error)
 
     def fallback_record(self) -> dict[str, Any] | None:

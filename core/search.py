@@ -275,15 +275,28 @@ def _vector_problem(
             )
         return "the index holds no vectors (built without an embedder); run `memsift index`; keyword results only"
     if identity_key(identity) != cache_key(embedder):
-        built = (
-            f"the index was built with {identity.get('provider')}/{identity.get('model')}, "
+        built = f"the index was built with {identity.get('provider')}/{identity.get('model')}, " + (
             f"not {embedder.provider}/{embedder.model}"
+            if (identity.get("provider"), identity.get("model")) != (embedder.provider, embedder.model)
+            else f"under other settings ({_changed_settings(identity.get('fingerprint'), embedder.fingerprint)})"
         )
         if held:
             record = json.loads(held)
             return f"{built}; {record['reason']}, which would embed: {record['summary']}; keyword results only"
         return f"{built}; run `memsift index`; keyword results only"
     return None
+
+
+def _changed_settings(built: str | None, now: str) -> str:
+    """What differs between two fingerprints of one provider and model (a hosted embedder's are JSON objects:
+    baseUrl, dims, prefixes, headers): "the index was built with openai/m, not openai/m" told the user nothing."""
+    try:
+        old, new = json.loads(built or "{}"), json.loads(now)
+    except ValueError:
+        return "fingerprint"
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return "fingerprint"
+    return ", ".join(sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))) or "fingerprint"
 
 
 def _hit(row: ChunkRow, c: ranking.Candidate, query: str, snippet_chars: int, citations: bool, explain: bool) -> Hit:

@@ -21,9 +21,12 @@ import numpy as np
 
 #: 429 with Retry-After 1 s, 429 with an HTTP date ~2 s ahead, 429 with Retry-After 0, 500, 503, a stall past
 #: the client's timeout, a dropped connection, malformed JSON, one vector too few, vectors of the wrong
-#: dimension, 400 and 401 (whose message echoes the Authorization header, as careless servers do). Apart from
-#: these, `reject` answers 400 to requests holding an input it names bad.
-FAULTS = ("429", "429-date", "429-zero", "500", "503", "stall", "drop", "malformed", "count", "dim", "400", "401")
+#: dimension, 400 and 401 (whose message echoes the Authorization header, as careless servers do; 401-long puts
+#: it across the 500th character). Apart from these, `reject` answers 400 to requests holding an input it names bad.
+FAULTS = (
+    *("429", "429-date", "429-zero", "500", "503", "stall", "drop", "malformed", "count", "dim"),
+    *("400", "401", "401-long"),
+)
 
 
 def fake_vector(text: str, dims: int) -> np.ndarray:
@@ -124,9 +127,11 @@ class FakeProvider:
             return self._send(h, int(fault), {"error": {"message": "upstream trouble"}})
         if fault == "400":
             return self._send(h, 400, {"error": {"message": "input is too long"}})
-        if fault == "401":
+        if fault in ("401", "401-long"):
             auth = h.headers.get("Authorization") or h.headers.get("x-goog-api-key") or ""
-            return self._send(h, 401, {"error": {"message": f"Incorrect API key provided: {auth}"}})
+            # 401-long: the key straddles the 500th character, where clients cut a server's message
+            padding = "." * (490 - len("Incorrect API key provided: Bearer ")) if fault == "401-long" else ""
+            return self._send(h, 401, {"error": {"message": f"{padding}Incorrect API key provided: {auth}"}})
         if fault == "malformed":
             return self._send_raw(h, 200, b'{"data": [')
         bad = [i for i, t in enumerate(body.get("input") or []) if self.reject and self.reject(t)]

@@ -383,3 +383,72 @@ def test_a_provider_failing_part_way_through_a_first_index_leaves_exactly_the_re
         assert answer["mode"] == "hybrid" and "degraded" not in answer
     finally:
         provider.close()
+
+
+def test_a_search_on_a_stalled_provider_waits_one_timeout_not_every_retry(workspace, open_index) -> None:
+    """A long-lived server whose provider stops answering (a black-holed route): each search's query embedding
+    waited out `retries` + 1 timeouts and the backoff between them (4 x 120 s by default, 8 minutes per
+    search) before degrading. A search's attempts now fit in one `timeoutSeconds` (at most 10 s)."""
+    stalled = Switchable(stall_seconds=5.0)
+    stalled.fault = lambda n: "stall" if stalled.down else None
+    try:
+        (workspace(NOTES) / "memsift.toml").write_text(
+            f'[embedding]\nprovider = "openai"\nbaseUrl = "{stalled.url}"\nmodel = "fake-model"\n'
+            "retries = 3\ntimeoutSeconds = 1\n"
+        )
+        index = open_index(load_config(workspace=workspace(NOTES)))
+        index.sync()
+        stalled.down = True
+        sent = len(stalled.requests)
+        answer = index.search("zeppelin deploy ERR_SSL_PROTOCOL")
+        assert answer.mode == "keyword" and "timed out" in answer.degraded
+        assert answer.results[0].path == "memory/2026-11-24.md"
+        assert len(stalled.requests) - sent == 1  # one attempt fills the budget: no retry after it
+    finally:
+        stalled.close()
+
+
+def test_a_new_model_configured_while_the_provider_is_down_is_not_reported_up_to_date(
+    config: Config, provider: Switchable, capsys
+) -> None:
+    """The provider down when the process starts, and the model changed in the file: the index stood in with the
+    old model's identity, so `status` said `dirty: no` and a sync went on under the old model as if nothing
+    changed. It is the identity change it is with the provider up: the rebuild waits for `--force`."""
+    with MemoryIndex(config) as index:
+        index.sync()
+    toml = config.workspace / "memsift.toml"
+    toml.write_text(toml.read_text().replace('model = "fake-model"', 'model = "fake-model-2"'))
+    provider.down = True
+    cli = ["--workspace", str(config.workspace)]
+    capsys.readouterr()
+    assert main([*cli, "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["model"] == "fake-model" and status["dirty"]
+    assert "the index identity changed (model)" in status["dirtyReason"]  # dims, fingerprint: not known yet
+    assert "`memsift index --force`" in status["dirtyReason"]
+    assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+    assert "model" in json.loads(capsys.readouterr().out)["rebuildHeld"]
+
+
+def test_provider_auto_down_at_start_gives_the_same_keyword_only_sync(
+    workspace, provider: Switchable, capsys, monkeypatch
+) -> None:
+    """`provider = "auto"` resolved to openai: the index names `openai`, the file `auto`, so nothing stood in for
+    the provider down at start: `memsift index` failed (exit 1) where `provider = "openai"` syncs keyword-only,
+    and `status` said "the configuration or model changed: the next sync rebuilds", which it had not."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-auto")
+    ws = workspace(NOTES)
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "auto"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+    )
+    cli = ["--workspace", str(ws)]
+    assert main([*cli, "index", "--no-prefect"]) == 0
+    provider.down = True
+    (ws / "memory" / "2026-11-30.md").write_text(NEW_NOTE)
+    capsys.readouterr()
+    assert main([*cli, "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["dirtyReason"] == "1 file new or modified, 0 removed"
+    assert main([*cli, "index", "--no-prefect", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["vectorsPending"] and report["added"] == 1 and not report["rebuilt"]

@@ -182,3 +182,20 @@ def test_a_note_deleted_while_a_rebuild_is_held_is_no_longer_a_hit(
     assert found["results"] == [] and "`memsift index --force`" in found["degraded"]
     assert cli_json(capsys, "--workspace", ws, "search", "flat white", "--json")["results"]  # the rest answers
     assert documents(provider) == []  # nothing spent
+
+
+def test_a_held_rebuild_of_a_new_base_url_names_what_changed(capsys, workspace, provider: FakeProvider) -> None:
+    """The same provider and model at another `baseUrl` (a proxy, another vLLM): the search said "the index was
+    built with openai/model-a, not openai/model-a", a contradiction that hid why it answers keyword-only."""
+    ws = workspace(NOTES)
+    configure(ws, provider, "model-a")
+    cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    other = FakeProvider()
+    try:
+        configure(ws, other, "model-a")
+        assert cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")["rebuildHeld"]
+        found = cli_json(capsys, "--workspace", ws, "search", "zeppelin deploy", "--json")
+    finally:
+        other.close()
+    assert found["mode"] == "keyword" and "not openai/model-a" not in found["degraded"]
+    assert "built with openai/model-a, under other settings (baseUrl)" in found["degraded"]

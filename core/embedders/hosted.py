@@ -218,7 +218,7 @@ class HostedEmbedder(JsonEndpoint):
     def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
         """One request, retried on transient faults; checked and normalised rows."""
         path, body = self._request(texts, query)
-        payload = self._post_retrying(path, body, tokens=request_tokens(texts))
+        payload = self._post_retrying(path, body, tokens=request_tokens(texts), query=query)
         try:
             rows = self._vectors(payload)
             vectors = np.asarray(rows, dtype=np.float32)
