@@ -62,16 +62,13 @@ def _may_hold_memory(config: Config, change: watchfiles.Change, path: str, rel: 
     return is_memory_path(config, f"{rel}/x.md")
 
 
-def _folders(roots: list[str]) -> dict[str, tuple[int, int] | None]:
-    """Each workspace folder's (device, inode), None when it is not there."""
-    found: dict[str, tuple[int, int] | None] = {}
-    for root in roots:
-        try:
-            st = os.stat(root)
-            found[root] = (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
-        except OSError:
-            found[root] = None
-    return found
+def folder_id(path: str | Path) -> tuple[int, int] | None:
+    """A folder's (device, inode), None when no folder is there: inotify watches the folder, not its name."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
 def watch(
@@ -96,7 +93,7 @@ def watch(
     notes. Its (device, inode) is therefore checked at every step (a `stat` per workspace, every 50 ms).
     """
     roots = sorted({str(c.workspace) for c in configs.values()})
-    folders = _folders(roots)
+    folders = {root: folder_id(root) for root in roots}
     present = [root for root in roots if folders[root] is not None] or roots  # none: watchfiles names it
     quiet = max(debounce_ms, 50) / 1000
     pending: set[str] = set()
@@ -129,7 +126,7 @@ def watch(
         if on_tick is not None and (handed or now >= next_tick):
             on_tick()
             next_tick = now + tick_ms / 1000
-        if _folders(roots) != folders:
+        if any(folder_id(root) != folders[root] for root in roots):
             if pending:
                 on_changes(pending)
             return True
