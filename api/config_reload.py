@@ -30,6 +30,7 @@ import watchfiles
 
 from api.agents import Agents
 from core import Config, ConfigError
+from core.watching import folder_id
 
 QUIET_MS = 100  # a save is one write or one rename; wait this long for the folder to settle
 TICK_MS = 1000
@@ -126,7 +127,19 @@ class ConfigFollower:
         self._publish(self.state)
 
     def follow(self, stop: threading.Event, ready: threading.Event | None = None) -> None:
-        """Re-read after every settled batch of events in the file's folder until `stop` is set."""
+        """Re-read after every settled batch of events in the file's folder until `stop` is set. A folder
+        deleted and made again, or replaced by a copy renamed over it, is watched again (inotify watches the
+        folder, not its name: its new file was followed no more) and the file re-read."""
+        while self._follow(stop, ready):
+            while folder_id(self.file.parent) is None and not stop.wait(TICK_MS / 1000):
+                pass  # the folder is gone: wait for it to come back
+            if stop.is_set():
+                return
+            self.reload("folder replaced")
+
+    def _follow(self, stop: threading.Event, ready: threading.Event | None) -> bool:
+        """True when the folder was replaced or deleted: watch again."""
+        folder = folder_id(self.file.parent)
         for changes in watchfiles.watch(
             self.file.parent,
             recursive=False,
@@ -139,10 +152,13 @@ class ConfigFollower:
         ):
             if ready is not None:
                 ready.set()
+            if folder_id(self.file.parent) != folder:
+                return True
             if changes:
                 self.reload("file changed")
             if self._on_tick is not None:
                 self._on_tick()
+        return False
 
     def start(self, stop: threading.Event) -> threading.Thread:
         """`follow` in a daemon thread, and SIGHUP (from the main thread only) as a re-read; returns once the

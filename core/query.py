@@ -25,6 +25,7 @@ find the note holding the full 40. A term that looks like such a hex id (`is_hex
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from .chunking import WIDE
 
@@ -37,7 +38,7 @@ _SEPARATORS = re.compile(r"[\s!-/:-@\[-^`{-~\u2010-\u2027\u2030-\u205e]+")
 MAX_TERMS = 64
 HEX_PREFIX_MIN = 7  # `git log --oneline`'s short SHA
 # Part of the index identity: a change to `fts_text` makes existing FTS rows wrong, so the index is rebuilt.
-FTS_TEXT_VERSION = 2
+FTS_TEXT_VERSION = 3
 
 # A short list: question words and function words that carry no topic. Measured on locomo-dev
 # (docs/search-and-ranking.md).
@@ -54,9 +55,11 @@ STOP_WORDS = frozenset(
 
 def fts_text(text: str) -> str:
     """The text as the FTS table indexes it: CJK, kana and Hangul characters spaced apart, punctuation and
-    whitespace runs made one space, a space at each end."""
+    whitespace runs made one space, a space at each end. Composed (NFC), as `query_terms` composes the query:
+    a note saved decomposed (macOS, `e` + U+0301) and a query typed composed, or the reverse, are the same
+    words under trigram too, which compares code points as they are."""
     if not text.isascii():
-        text = _WIDE_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
+        text = _WIDE_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", unicodedata.normalize("NFC", text))
     return " " + _SEPARATORS.sub(" ", text).strip() + " "
 
 
@@ -78,8 +81,10 @@ def _split_scripts(token: str) -> list[str]:
 
 def query_terms(text: str) -> list[str]:
     """Lower-cased word tokens (CJK runs as bigrams), de-duplicated in order, stop words dropped unless they
-    are all there is."""
-    words = (t.lower() for t in _TOKEN.findall(text.replace("\x00", " ")))
+    are all there is. Composed (NFC) first: a combining mark is no word character, so a decomposed `Zürich`
+    (`u` + U+0308, as macOS input and file names give it) would split into `zu` and `rich`."""
+    text = unicodedata.normalize("NFC", text.replace("\x00", " "))
+    words = (t.lower() for t in _TOKEN.findall(text))
     tokens = list(dict.fromkeys(term for word in words for term in _split_scripts(word)))
     kept = [t for t in tokens if t not in STOP_WORDS]
     return (kept or tokens)[:MAX_TERMS]

@@ -18,6 +18,7 @@ starts when that one has finished, instead of a second sync queueing on the writ
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -61,6 +62,15 @@ def _may_hold_memory(config: Config, change: watchfiles.Change, path: str, rel: 
     return is_memory_path(config, f"{rel}/x.md")
 
 
+def folder_id(path: str | Path) -> tuple[int, int] | None:
+    """A folder's (device, inode), None when no folder is there: inotify watches the folder, not its name."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
 def watch(
     configs: Configs,
     on_changes: Callable[[set[str]], None],
@@ -70,21 +80,27 @@ def watch(
     ready: threading.Event | None = None,
     tick_ms: int = TICK_MS,
     on_seen: Callable[[set[str]], None] | None = None,
-) -> None:
-    """Call `on_changes(agents)` for every debounced batch of memory-file changes until `stop` is set.
+) -> bool:
+    """Call `on_changes(agents)` for every debounced batch of memory-file changes until `stop` is set (False),
+    or until a workspace folder is deleted, replaced or comes back (True: watch again).
 
     `configs` maps agent ids to their configurations (their workspaces are watched recursively). `on_seen`
     gets the agents of every change at once, within `SEEN_MS` of it, long before the debounced batch: a
     search can then tell whether its index may be behind the files without a stat of each file. `on_tick`
     runs after every batch and every `tick_ms` without change; `ready` is set once the watches are in place.
+    inotify watches a folder, not its name: a workspace deleted and made again (`rm -rf`, a fresh clone, a
+    restore) was watched no more, in silence, and the searches that trust the watcher answered from the old
+    notes. Its (device, inode) is therefore checked at every step (a `stat` per workspace, every 50 ms).
     """
     roots = sorted({str(c.workspace) for c in configs.values()})
+    folders = {root: folder_id(root) for root in roots}
+    present = [root for root in roots if folders[root] is not None] or roots  # none: watchfiles names it
     quiet = max(debounce_ms, 50) / 1000
     pending: set[str] = set()
     first = last = 0.0
     next_tick = time.monotonic() + tick_ms / 1000
     for changes in watchfiles.watch(
-        *roots,
+        *present,
         watch_filter=lambda change, path: bool(changed_agents(configs.values(), change, path)),
         step=SEEN_MS,  # watchfiles hands changes over this soon; the debounce is counted here
         debounce=SEEN_MS * 4,  # and this soon under a stream of changes
@@ -110,6 +126,11 @@ def watch(
         if on_tick is not None and (handed or now >= next_tick):
             on_tick()
             next_tick = now + tick_ms / 1000
+        if any(folder_id(root) != folders[root] for root in roots):
+            if pending:
+                on_changes(pending)
+            return True
+    return False
 
 
 class MemoryWatching:
@@ -170,10 +191,29 @@ class MemoryWatching:
         self._say(f"watching {', '.join(sorted(watched))} (debounce {debounce} ms)")
 
     def _watch(self, watched: Configs, stop: threading.Event, ready: threading.Event, debounce: int) -> None:
-        """`watch`, saying why it ended if it failed (a workspace deleted, the inotify watch limit reached),
-        rather than a thread's traceback: the server goes on serving, and syncing on request."""
+        """`watch`, again after a workspace folder was replaced, saying why it ended if it failed (a workspace
+        missing at start, the inotify watch limit reached) rather than a thread's traceback: the server goes on
+        serving, and syncing on request."""
         try:
-            watch(watched, self._on_changes, stop, debounce, on_tick=self._on_tick, ready=ready, on_seen=self._count)
+            while watch(
+                watched, self._on_changes, stop, debounce, on_tick=self._on_tick, ready=ready, on_seen=self._count
+            ):
+                with self._seen_lock:
+                    self._epoch += 1  # its changes meanwhile were seen by no watch: a search looks again
+                while not any(c.workspace.is_dir() for c in watched.values()) and not stop.wait(TICK_MS / 1000):
+                    pass  # every workspace gone: wait for one to come back
+                if stop.is_set():
+                    return
+                back = {agent for agent, config in watched.items() if config.workspace.is_dir()}
+                gone = (
+                    f"; {', '.join(sorted(watched.keys() - back))} when its folder is back"
+                    if len(back) < len(watched)
+                    else ""
+                )
+                self._say(
+                    f"a workspace folder was deleted, replaced or made again: watching {', '.join(sorted(back))}{gone}"
+                )
+                self._on_changes(back)  # what the folder holds now may differ from the index
         except Exception as exc:
             self._say(
                 f"file watching stopped ({type(exc).__name__}: {exc}); the index is synced only on request now "

@@ -4,6 +4,7 @@ then `memsift serve` as a real process, its settings changed under it. `memsift 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -243,3 +244,26 @@ def test_a_hosted_providers_rebuild_is_announced_not_started(workspace, memsift_
     assert line.startswith("agent main: the index identity changed (chunking); a rebuild on the hosted provider")
     assert f"embeds up to {chunks} chunks again" in line and "is NOT started" in line
     assert "prefect deployment run 'memsift-rebuild/main'" in line
+
+
+def test_a_config_folder_replaced_is_followed_again(workspace, tmp_path: Path) -> None:
+    """inotify watches the folder, not its name: once the workspace holding memsift.toml was replaced by a copy
+    renamed over it (a restore, a fresh clone swapped in), its file's edits were followed no more."""
+    ws = workspace({**NOTES, "memsift.toml": "[search]\nmaxResults = 3\n"})
+    rec = Recorder()
+    f = follower(ws, rec)
+    stop = threading.Event()
+    thread = f.start(stop)
+    try:
+        fresh = tmp_path / "fresh"
+        shutil.copytree(ws, fresh)
+        (fresh / "memsift.toml").write_text("[search]\nmaxResults = 4\n")
+        ws.rename(tmp_path / "old")
+        fresh.rename(ws)
+        wait_for(lambda: f.configs["main"].search.maxResults == 4, 30, "the new folder's file")
+        (ws / "memsift.toml").write_text("[search]\nmaxResults = 5\n")
+        wait_for(lambda: f.configs["main"].search.maxResults == 5, 30, "an edit in the new folder")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
