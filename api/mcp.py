@@ -358,4 +358,6 @@ def _surrogate_request_id(line: Any) -> str | int | None:
 
 def _say(line: str) -> None:
     """The server's own lines go to stderr: stdout carries the protocol."""
-    print(f"memsift mcp: {line}", file=sys.stderr, flush=True)
+    # one write: print() writes the text and its newline apart, and a line from another thread landed between
+    sys.stderr.write(f"memsift mcp: {line}\n")
+    sys.stderr.flush()

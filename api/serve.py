@@ -154,7 +154,9 @@ def listen_socket(host: str, port: int, choose: str = "--port or api.port") -> s
 
 
 def _say(line: str) -> None:
-    print(f"memsift serve: {line}", file=sys.stderr, flush=True)
+    # one write: print() writes the text and its newline apart, and a line from another thread landed between
+    sys.stderr.write(f"memsift serve: {line}\n")
+    sys.stderr.flush()
 
 
 def _interrupt(signum: int, frame: Any) -> None:

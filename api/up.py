@@ -20,6 +20,7 @@ import importlib.util
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -152,7 +153,9 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def _say(line: str) -> None:
-    print(f"memsift up: {line}", flush=True)
+    # one write: print() writes the text and its newline apart, and a line from another thread landed between
+    sys.stdout.write(f"memsift up: {line}\n")
+    sys.stdout.flush()
 
 
 def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
