@@ -172,7 +172,8 @@ def _print_report(config: Any, r: Any) -> None:
     """SPEC's summary of a run (core.sync_plan.SyncReport); its warnings are on stderr already."""
     if r.plan:
         print(f"plan: {summary(r.plan)}")
-    done = "rebuilt" if r.rebuilt else "rebuild held for" if r.rebuildHeld else "synced"
+    kinds = (("first index of", r.firstIndex), ("rebuilt", r.rebuilt), ("rebuild held for", r.rebuildHeld))
+    done = next((kind for kind, applies in kinds if applies), "synced")
     print(f"{done} agent {config.agent} ({config.workspace})")
     print(
         f"files: {r.filesScanned} scanned, {r.added} added, {r.changed} changed, {r.removed} removed"

@@ -51,8 +51,9 @@ class WatchedSyncs(CoalescedRuns[Run]):
             self._say(f"sync of {run.agent}: {held}")
         elif s["added"] or s["changed"] or s["removed"] or s["rebuilt"]:
             chunks = s["chunksEmbedded"]
+            kind = "first index" if s.get("firstIndex") else "rebuild" if s["rebuilt"] else "sync"
             self._say(
-                f"{'rebuild' if s['rebuilt'] else 'sync'} of {run.agent} done: {s['added']} added, {s['changed']} "
+                f"{kind} of {run.agent} done: {s['added']} added, {s['changed']} "
                 f"changed, {s['removed']} removed, {chunks} chunk{'' if chunks == 1 else 's'} embedded, "
                 f"{s['seconds']:.1f} s"
             )

@@ -148,7 +148,11 @@ class SyncRuns(EmbedderChoice):
             if not force and (held := self._rebuild_held(embedder)) is not None:
                 return self._hold(held)
             return self._rebuild(embedder, progress, stage)
-        return sync(self.store, self.config, embedder, force=force, progress=progress, stage=stage, estimator=estimate)
+        report = sync(
+            self.store, self.config, embedder, force=force, progress=progress, stage=stage, estimator=estimate
+        )
+        report.firstIndex = identity is None  # `rebuilt` too (empty tables), which a newcomer's first run read as such
+        return report
 
     def _rebuild_held(self, embedder: Embedder | None) -> dict[str, Any] | None:
         """The record of why the rebuild a changed identity calls for waits for `--force`, or None when it

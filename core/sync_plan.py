@@ -38,7 +38,8 @@ class SyncReport:
     inputChars: int = 0  # characters sent to the embedder
     embedSeconds: float = 0.0  # time spent waiting for the embedder (its measured throughput)
     cachePruned: int = 0  # shared cache entries dropped by cache.maxEntries after this run
-    rebuilt: bool = False
+    rebuilt: bool = False  # built from empty tables: a first index, or a rebuild (`firstIndex` tells them apart)
+    firstIndex: bool = False  # the agent's first index, in the live file: its first run, not a rebuild of one
     fallback: str | None = None  # why this sync ran on embedding.fallback instead of the configured provider
     vectorsPending: bool = False  # the embedder failed: some text is indexed for keyword search only
     plan: dict[str, Any] | None = None  # what the run was about to embed and spend (core.estimate.Estimate)

@@ -65,13 +65,13 @@ def test_index_no_prefect_json_prints_the_sync_report(capsys, ws: Path) -> None:
     assert set(report) == {
         "filesScanned", "added", "changed", "removed", "unchanged", "skipped", "chunksWritten", "chunksEmbedded",
         "cacheHits", "embeddingCalls", "inputChars", "embedSeconds", "cachePruned", "rebuilt", "fallback", "seconds",
-        "warnings", "vectorsPending", "plan", "rebuildHeld", "chunksRejected",
+        "warnings", "vectorsPending", "plan", "rebuildHeld", "chunksRejected", "firstIndex",
     }  # fmt: skip
     assert report["filesScanned"] == 3 and report["added"] == 3
     assert report["fallback"] is None
     assert report["changed"] == report["removed"] == report["unchanged"] == 0
     assert report["chunksWritten"] == report["chunksEmbedded"] == 3
-    assert report["rebuilt"] is True  # first sync: a new index
+    assert report["rebuilt"] is True and report["firstIndex"] is True  # first sync: a new index, from empty tables
     assert report["warnings"] == []
 
     (ws / "memory" / "2026-05-15.md").write_text("# 2026-05-15\n- Priya moved offline mode to Q2.\n")
@@ -81,7 +81,7 @@ def test_index_no_prefect_json_prints_the_sync_report(capsys, ws: Path) -> None:
     report = json.loads(out)
     assert (report["filesScanned"], report["added"], report["changed"], report["removed"]) == (3, 1, 1, 1)
     assert report["unchanged"] == 1
-    assert report["chunksEmbedded"] == 2 and report["rebuilt"] is False
+    assert report["chunksEmbedded"] == 2 and report["rebuilt"] is report["firstIndex"] is False
 
 
 def test_index_force_rebuilds_from_the_cache(capsys, ws: Path) -> None:
@@ -89,7 +89,7 @@ def test_index_force_rebuilds_from_the_cache(capsys, ws: Path) -> None:
     code, out, _ = run(capsys, "--workspace", ws, "--json", "index", "--no-prefect", "--force")
     report = json.loads(out)
     assert code == 0
-    assert report["rebuilt"] is True
+    assert report["rebuilt"] is True and report["firstIndex"] is False  # a rebuild of an index, not a first one
     assert report["added"] == 3 and report["chunksEmbedded"] == 0 and report["cacheHits"] == 3
 
 
@@ -99,7 +99,7 @@ def test_index_human_output(capsys, ws: Path) -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("plan: 3 chunks to embed (0 cached), ~") and lines[0].endswith(", no cost (local)")
-    assert lines[1] == f"rebuilt agent main ({ws.resolve()})"
+    assert lines[1] == f"first index of agent main ({ws.resolve()})"  # it read "rebuilt" on a first run
     assert lines[2] == "files: 4 scanned, 3 added, 0 changed, 0 removed, 1 skipped"
     assert lines[3] == "chunks: 3 embedded, 0 cache hits, 3 written"
     assert re.fullmatch(r"seconds: \d+\.\d\d", lines[4])
@@ -632,7 +632,7 @@ def test_progress_bar_goes_to_the_terminal_not_stdout(ws: Path, memsift_home: Pa
     proc, shown = _on_a_terminal(argv, _env(memsift_home), stream="stderr")
     assert proc.returncode == 0
     assert proc.stdout.decode().startswith("plan: ")
-    assert f"\nrebuilt agent main ({ws.resolve()})\n" in proc.stdout.decode()
+    assert f"\nfirst index of agent main ({ws.resolve()})\n" in proc.stdout.decode()
     assert b"\x1b" not in proc.stdout
     assert b"indexing" in shown
     assert b"3/3 chunks embedded" in shown  # chunks, not files: what costs the time
