@@ -98,8 +98,6 @@ class JsonEndpoint:
     #: What a request whose transient faults outlasted the retries raises (the service is down, not refusing).
     outage: type[Exception] | None = None
     quota_advice = "Check the plan and quota of the API key."
-    #: A Retry-After longer than this is cut to it.
-    retry_after_max = RETRY_AFTER_MAX
     _key: str | None = None
 
     def _connect(self, headers: dict[str, str], retries: int, timeout: float, limiter: RateLimiter) -> None:
@@ -184,7 +182,7 @@ class JsonEndpoint:
         """Retry-After when the server sent one, else exponential backoff with jitter."""
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, Transient) and exc.retry_after is not None:
-            return min(exc.retry_after, self.retry_after_max)
+            return exc.retry_after  # retry_after_seconds cut it to RETRY_AFTER_MAX
         return _BACKOFF(state)
 
     def _count_retry(self, state: RetryCallState) -> None:

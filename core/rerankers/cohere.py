@@ -113,8 +113,6 @@ class CohereReranker(JsonEndpoint):
         if dialect_env and not self._key and not config.baseUrl:
             raise RerankError(f"{self.provider}: set {KEY_ENV} or {dialect_env} in the environment")
         self.max_documents = MAX_DOCUMENTS.get(self.dialect, HOSTED_MAX_DOCUMENTS)
-        # A search is waiting: a Retry-After is honoured up to one timeout, never the embedders' two minutes.
-        self.retry_after_max = config.timeoutSeconds
         self._connect(config.headers, config.retries, config.timeoutSeconds, RateLimiter(None, None))
         self.fingerprint = json.dumps(
             {
@@ -127,10 +125,13 @@ class CohereReranker(JsonEndpoint):
         )
 
     def score(self, query: str, documents: list[str]) -> list[float]:
+        """A search is waiting: every request, attempt and wait (a Retry-After too) fits in one `timeoutSeconds`
+        (10 s at most), where a stalled service held each search for two timeouts and the backoff (21 s)."""
         scores: list[float] = []
+        deadline = self.waiting_deadline()
         for start in range(0, len(documents), self.max_documents):
             batch = documents[start : start + self.max_documents]
-            payload = self._post_retrying(self.endpoint, self._request(query, batch), tokens=1)
+            payload = self._post_retrying(self.endpoint, self._request(query, batch), tokens=1, deadline=deadline)
             try:
                 scores.extend(relevance_scores(payload, len(batch)))
             except ValueError as exc:
