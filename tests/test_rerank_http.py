@@ -3,6 +3,7 @@ dialect's request, each answer shape, and the faults of a hosted service."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -312,3 +313,28 @@ def test_a_search_with_a_stalled_reranker_answers_within_the_timeout_unreranked(
     assert len(fake.requests) == 1  # the default retry did not fit in the second left
     assert "reranking failed" in answer.degraded and "after 1 attempt in the 1 s allowed: timed out" in answer.degraded
     assert answer.results == fused.results and answer.tookMs < fused.tookMs + 2500
+
+
+def test_status_names_the_service_searches_call_and_the_blend_they_use(
+    fake: FakeReranker, workspace, capsys, monkeypatch: pytest.MonkeyPatch
+):
+    """`status` showed a hosted reranker as `model=—, method=learned, ranker=<fingerprint>`: the learned ranker
+    orders only a MaxSim rerank (a Cohere-style one is blended), and the service was sent `rerank-v3.5`."""
+    from api.cli import main
+    from tests.sample import NOTES
+
+    monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+    ws = workspace(NOTES)
+    (ws / "memsift.toml").write_text(
+        f'[rerank]\nenabled = true\nprovider = "cohere"\nbaseUrl = "http://user:{KEY}@{fake.url[7:]}"\n'
+    )
+    assert main(["--workspace", str(ws), "status", "--json"]) == 0
+    out = capsys.readouterr().out
+    rerank = json.loads(out)["rerank"]
+    assert (rerank["provider"], rerank["model"], rerank["method"], rerank["ranker"]) == (
+        "cohere",
+        "rerank-v3.5",
+        "blend",
+        None,
+    )
+    assert rerank["endpoint"] == f"http://user:<set>@{fake.url[7:]}/v2/rerank" and KEY not in out

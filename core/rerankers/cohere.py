@@ -88,6 +88,14 @@ def relevance_scores(payload: Any, count: int) -> list[float]:
     return [s for s in scores if s is not None]
 
 
+def service(config: RerankConfig) -> tuple[str, str | None]:
+    """The model and the endpoint (as it may be shown) that a reranker built from `config` calls; no endpoint
+    when the dialect has no default URL and none is set."""
+    base_url = config.baseUrl or DEFAULT_BASE_URL.get(config.dialect)
+    endpoint = public_url(rerank_url(base_url.rstrip("/"), config.dialect)) if base_url else None
+    return config.model or DEFAULT_MODEL.get(config.dialect, TEI_MODEL), endpoint
+
+
 def from_config(config: RerankConfig, embedder: Embedder | None = None) -> CohereReranker:
     """`rerank.provider = "cohere"`; the index's embedder plays no part."""
     return CohereReranker(config)
@@ -107,7 +115,7 @@ class CohereReranker(JsonEndpoint):
             raise RerankError(f"rerank.baseUrl: the {self.dialect} dialect needs the server's URL")
         self.base_url = base_url.rstrip("/")
         self.endpoint = rerank_url(self.base_url, self.dialect)
-        self.model = config.model or DEFAULT_MODEL.get(self.dialect, TEI_MODEL)
+        self.model, _ = service(config)
         dialect_env = DIALECT_KEY_ENV.get(self.dialect)
         self._key = os.environ.get(KEY_ENV) or (os.environ.get(dialect_env) if dialect_env else None)
         if dialect_env and not self._key and not config.baseUrl:
