@@ -338,3 +338,29 @@ def test_status_names_the_service_searches_call_and_the_blend_they_use(
         None,
     )
     assert rerank["endpoint"] == f"http://user:<set>@{fake.url[7:]}/v2/rerank" and KEY not in out
+
+
+def test_metrics_count_searches_the_reranker_failed(
+    fake: FakeReranker, workspace, make_config, monkeypatch: pytest.MonkeyPatch, capsys, caplog
+):
+    """A rerank service refusing the key degrades every answer and fails nothing: /metrics counted the searches
+    and their time, but nothing showed that none was reranked. Each degraded part is counted; no log shows the
+    key the server echoed."""
+    from test_api import serving
+
+    from tests.sample import NOTES
+
+    monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+    fake.fault = lambda n: "401" if n > 1 else None
+    settings = {"rerank.enabled": True, "rerank.provider": "cohere", "rerank.baseUrl": fake.url}
+    with serving(make_config(workspace(NOTES), **settings)) as client:
+        assert "degraded" not in client.post("/v1/search", json={"query": "deploy certificate"}).json()
+        for query in ("deploy certificate expired", "the on-call SRE"):
+            answer = client.post("/v1/search", json={"query": query}).json()
+            assert "reranking failed" in answer["degraded"] and "Bearer ***" in answer["degraded"]
+        client.post("/v1/search", json={"query": "deploy", "mode": "keyword", "rerank": False})
+        text = client.get("/metrics").text
+    assert 'memsift_search_degraded_total{agent="main",part="rerank"} 2.0' in text
+    assert 'part="vector"' not in text
+    said = capsys.readouterr()
+    assert KEY not in said.out + said.err + caplog.text
