@@ -149,7 +149,16 @@ class SearchAnswer(msgspec.Struct):
     provider: str
     model: str | None
     tookMs: float
-    degraded: Annotated[str, Meta(description="why the vector leg did not run")] | UnsetType = UNSET
+    degraded: (
+        Annotated[
+            str,
+            Meta(
+                description="why the answer is less than the configured search: the vector leg did not run or misses "
+                "chunks (keyword results), the reranker failed (fused order), the first index is still running"
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
     abstained: (
         Annotated[str, Meta(description="no hits because every candidate scored under minScore: nothing relevant")]
         | UnsetType
