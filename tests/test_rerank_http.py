@@ -326,7 +326,7 @@ def test_status_names_the_service_searches_call_and_the_blend_they_use(
     monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
     ws = workspace(NOTES)
     (ws / "memsift.toml").write_text(
-        f'[rerank]\nenabled = true\nprovider = "cohere"\nbaseUrl = "http://user:{KEY}@{fake.url[7:]}"\n'
+        f'[rerank]\nenabled = true\nprovider = "cohere"\nbaseUrl = "http://user:{KEY}@{fake.url[7:]}/rerank?k={KEY}"\n'
     )
     assert main(["--workspace", str(ws), "status", "--json"]) == 0
     out = capsys.readouterr().out
@@ -337,7 +337,7 @@ def test_status_names_the_service_searches_call_and_the_blend_they_use(
         "blend",
         None,
     )
-    assert rerank["endpoint"] == f"http://user:<set>@{fake.url[7:]}/v2/rerank" and KEY not in out
+    assert rerank["endpoint"] == f"http://user:<set>@{fake.url[7:]}/rerank" and KEY not in out
 
 
 def test_metrics_count_searches_the_reranker_failed(

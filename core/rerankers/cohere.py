@@ -89,10 +89,11 @@ def relevance_scores(payload: Any, count: int) -> list[float]:
 
 
 def service(config: RerankConfig) -> tuple[str, str | None]:
-    """The model and the endpoint (as it may be shown) that a reranker built from `config` calls; no endpoint
-    when the dialect has no default URL and none is set."""
+    """The model and the endpoint (as `status` shows it: a password as `<set>`, no query string, where a proxy's
+    key may sit) that a reranker built from `config` calls; no endpoint when the dialect has no default URL
+    and none is set."""
     base_url = config.baseUrl or DEFAULT_BASE_URL.get(config.dialect)
-    endpoint = public_url(rerank_url(base_url.rstrip("/"), config.dialect)) if base_url else None
+    endpoint = public_url(rerank_url(base_url.rstrip("/"), config.dialect)).split("?")[0] if base_url else None
     return config.model or DEFAULT_MODEL.get(config.dialect, TEI_MODEL), endpoint
 
 
