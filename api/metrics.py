@@ -80,6 +80,15 @@ class Metrics:
             ["agent", "reason"],
             registry=self.registry,
         )
+        # A reranker with a wrong key or a provider down degrades every answer and fails nothing: count it.
+        self.search_degraded = Counter(
+            "memsift_search_degraded",
+            "Searches answered degraded, by agent and what degraded (`degraded` says why): vector (keyword results "
+            "only), vectors_pending (chunks without a vector yet), rerank (the reranker failed: fused order), "
+            "first_index (the agent's first index still running)",
+            ["agent", "part"],
+            registry=self.registry,
+        )
         self.top_score = Histogram(
             "memsift_search_top_score",
             "Score of the first hit of each search that returned one, by agent",
@@ -97,6 +106,8 @@ class Metrics:
         for stage, ms in (response.timings or {}).items():
             if ms:
                 self.stage_seconds.labels(stage).observe(ms / 1000)
+        for part in response.degradedBy:
+            self.search_degraded.labels(agent, part).inc()
         if response.results:
             self.top_score.labels(agent).observe(response.results[0].score)
         else:

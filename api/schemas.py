@@ -149,7 +149,16 @@ class SearchAnswer(msgspec.Struct):
     provider: str
     model: str | None
     tookMs: float
-    degraded: Annotated[str, Meta(description="why the vector leg did not run")] | UnsetType = UNSET
+    degraded: (
+        Annotated[
+            str,
+            Meta(
+                description="why the answer is less than the configured search: the vector leg did not run or misses "
+                "chunks (keyword results), the reranker failed (fused order), the first index is still running"
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
     abstained: (
         Annotated[str, Meta(description="no hits because every candidate scored under minScore: nothing relevant")]
         | UnsetType
@@ -252,16 +261,17 @@ class VectorsPending(msgspec.Struct):
 
 
 class RerankState(msgspec.Struct):
-    """`rerank.*` as configured, whether a search reranks by default (`active`), and for MaxSim how many chunks
-    have token bits stored."""
+    """`rerank.*` as searches use it, whether a search reranks by default (`active`), and for MaxSim how many
+    chunks have token bits stored."""
 
     enabled: bool | str
     active: bool
     provider: str
     model: str | None
+    endpoint: str | None  # a hosted reranker's URL (a password in it as `<set>`)
     candidates: int
     weight: float
-    method: str  # `blend`, or `learned` (the learned ranker)
+    method: str  # `blend`, or `learned` (the learned ranker, which orders only a MaxSim rerank)
     ranker: str | None  # with `learned`: the model's fingerprint (or why it cannot be read)
     tokenBits: int | None
     calibration: str  # the fingerprint of the score calibration (core/calibration.json)

@@ -108,7 +108,7 @@ SCHEMA: dict[str, tuple[Any, Parser]] = {
     # The hosted reranker (docs/search-and-ranking.md): a search waits for it, so a shorter timeout than embeddings'.
     "rerank.dialect": ("cohere", choice(*DIALECTS)),
     "rerank.headers": ({}, text_map),
-    "rerank.timeoutSeconds": (10.0, number(float, 0.001)),
+    "rerank.timeoutSeconds": (3.0, number(float, 0.001)),
     "rerank.retries": (1, number(int, 0, 20)),
     "sync.watch": (True, boolean),
     "sync.watchDebounceMs": (1500, number(int, 0, 3_600_000)),

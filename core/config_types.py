@@ -92,7 +92,7 @@ class RerankConfig:
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold keys
     method: str = "learned"
     rankerModel: str | None = None
-    timeoutSeconds: float = 10.0
+    timeoutSeconds: float = 3.0  # a search's whole rerank (config_schema.py holds the default users see)
     retries: int = 1
 
 

@@ -29,8 +29,9 @@ from .limiter import RateLimiter
 BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_JITTER = 0.5, 30.0, 0.5
 #: A Retry-After longer than this is cut to it: a sync should fail visibly rather than hang for an hour.
 RETRY_AFTER_MAX = 120.0
-#: A search waits on its query's embedding: all its attempts and waits fit in min(timeout, this), where the
-#: retries and timeout sized for indexing (4 x 120 s) held every search for 8 minutes on a stalled provider.
+#: A caller is waiting (a search on its query's embedding or its rerank, a server's start on the provider's
+#: probe): all its attempts and waits fit in min(timeout, this), where the retries and timeout sized for
+#: indexing (4 x 120 s) held every search, and every start, for 8 minutes on a stalled provider.
 QUERY_BUDGET = 10.0
 _SECRET_NAME = re.compile(r"auth|key|token|secret|cookie|password|signature", re.IGNORECASE)
 _SECRET_VALUE = re.compile(r"^(bearer|basic)\s|^[A-Za-z0-9_\-\.=+/]{20,}$", re.IGNORECASE)
@@ -97,8 +98,6 @@ class JsonEndpoint:
     #: What a request whose transient faults outlasted the retries raises (the service is down, not refusing).
     outage: type[Exception] | None = None
     quota_advice = "Check the plan and quota of the API key."
-    #: A Retry-After longer than this is cut to it.
-    retry_after_max = RETRY_AFTER_MAX
     _key: str | None = None
 
     def _connect(self, headers: dict[str, str], retries: int, timeout: float, limiter: RateLimiter) -> None:
@@ -120,16 +119,18 @@ class JsonEndpoint:
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"} if self._key else {}
 
-    def _post_retrying(self, path: str, body: dict[str, Any], tokens: int, query: bool = False) -> Any:
+    def waiting_deadline(self) -> float:
+        """When a caller that waits on this endpoint stops waiting: QUERY_BUDGET or one timeout from now."""
+        return time.monotonic() + min(self._timeout, QUERY_BUDGET)
+
+    def _post_retrying(self, path: str, body: dict[str, Any], tokens: int, deadline: float | None = None) -> Any:
         """The decoded answer to one request, retried on transient faults; `failure` when they outlast the
-        retries or the server refuses (4xx other than 408/429). A `query` (a search is waiting) gets
-        QUERY_BUDGET in all, each attempt's timeout cut to what is left."""
+        retries or the server refuses (4xx other than 408/429). With a `deadline` (`waiting_deadline`: someone
+        is waiting) every attempt and wait fits before it, each attempt's timeout cut to what is left."""
         stop = stop_after_attempt(self.retries_allowed + 1)
-        deadline = None
-        if query:
-            budget = min(self._timeout, QUERY_BUDGET)
-            stop = stop | stop_before_delay(budget)
-            deadline = time.monotonic() + budget
+        allowed = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        if allowed is not None:
+            stop = stop | stop_before_delay(allowed)
         retrying = Retrying(
             stop=stop,
             wait=self._wait,
@@ -140,7 +141,11 @@ class JsonEndpoint:
         try:
             return retrying(self._post, path, body, tokens, deadline)
         except Transient as exc:
-            raise (self.outage or self.failure)(self._exhausted(exc)) from None
+            attempts = retrying.statistics.get("attempt_number", 1)
+            cut = allowed is not None and attempts <= self.retries_allowed  # the deadline ended them, not retries
+            raise (self.outage or self.failure)(
+                self._exhausted(exc, attempts, f" in the {round(allowed, 1):g} s allowed" if cut else "")
+            ) from None
 
     # -- one HTTP request ------------------------------------------------------------------------------
 
@@ -177,16 +182,16 @@ class JsonEndpoint:
         """Retry-After when the server sent one, else exponential backoff with jitter."""
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, Transient) and exc.retry_after is not None:
-            return min(exc.retry_after, self.retry_after_max)
+            return exc.retry_after  # retry_after_seconds cut it to RETRY_AFTER_MAX
         return _BACKOFF(state)
 
     def _count_retry(self, state: RetryCallState) -> None:
         with self._count_lock:
             self.retries += 1
 
-    def _exhausted(self, exc: Transient) -> str:
-        n = self.retries_allowed + 1
-        attempts = f"{n} attempt{'s' if n > 1 else ''}"  # retries = 0: "after 1 attempt"
+    def _exhausted(self, exc: Transient, n: int, waited: str = "") -> str:
+        """The reason, after `n` attempts; `waited` says when a caller's deadline, not the retries, ended them."""
+        attempts = f"{n} attempt{'s' if n > 1 else ''}{waited}"  # retries = 0: "after 1 attempt"
         if exc.status == 429:
             return (
                 f"{self.provider}: HTTP 429 (quota or rate limit) after {attempts}: {exc.reason}. " + self.quota_advice

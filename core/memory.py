@@ -128,6 +128,7 @@ class MemoryIndex(SyncRuns):
         if partial:
             response.degraded = f"{partial}; {response.degraded}" if response.degraded else partial
             response.partial = True
+            response.degradedBy += ("first_index",)
         response.warn(said)
         return response
 

@@ -98,11 +98,13 @@ def search(
 
     identity = store.identity() or {}
     degraded = None
+    degraded_by: list[str] = []  # which parts, for telemetry (SearchResponse.degradedBy)
     if mode != "keyword":
         pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
         degraded = _vector_problem(identity, embedder, embedder_error, store.get_meta(REBUILD_HELD), pending)
         if degraded:
             mode = "keyword"
+            degraded_by.append("vector")
         elif pending:  # the vector leg runs, but cannot see the chunks a failed sync left without a vector
             lacking, refused = vectorless(store, identity_key(identity))
             degraded = (
@@ -110,6 +112,7 @@ def search(
                 "alone finds those until the next sync embeds them"
                 + (f" ({refused} more the provider refused stay keyword-only)" if refused else "")
             )
+            degraded_by.append("vectors_pending")
 
     phrases = fts_phrases(query)
     scope = _scope(store, path_prefix, timefilter.window(after, before, evergreen=evergreen, now=now))
@@ -135,6 +138,7 @@ def search(
             problem = f"embedding the query failed ({type(exc).__name__}: {exc})"
         if problem:  # a zero vector has no direction: no cosine (sqlite-vec answers NULL distances)
             degraded = f"{problem}; keyword results only"
+            degraded_by.append("vector")
             mode = "keyword"
             text_hits = keyword_leg()  # scored as keyword-only (a hybrid search's leg had FTS5's idf)
         if mode != "keyword":
@@ -172,6 +176,7 @@ def search(
             cands = [c for c in cands if ranking.passes_floor(c, floor)]
         if problem:
             degraded = f"{degraded}; {problem}" if degraded else problem
+            degraded_by.append("rerank")
     else:
         with clock.stage("fusion"):
             kept_by_floor = (c for c in cands if calibrated or ranking.passes_floor(c, floor))
@@ -184,6 +189,7 @@ def search(
         cands = head + cands[config.rerank.candidates :]
         if problem:
             degraded = f"{degraded}; {problem}" if degraded else problem
+            degraded_by.append("rerank")
     with clock.stage("shaping"):
         # MMR last (SPEC puts it before the rerank): a reranker scores near-duplicates alike and would undo it.
         reach = max(limit, calibration.HEAD)  # what calibration reads does not depend on maxResults
@@ -226,6 +232,7 @@ def search(
         model=identity.get("model") or (embedder.model if embedder else None),
         tookMs=round((time.perf_counter() - started) * 1000, 2),
         degraded=degraded,
+        degradedBy=tuple(degraded_by),
         timings=clock.ms(),
         explain=explain,
         empty=None if hits else "below_floor" if pool else "no_match",

@@ -44,6 +44,10 @@ class SearchResponse:
     empty: str | None = None
     #: Why a calibrated search answered no hit: every candidate's estimate of relevance was under the floor.
     abstained: str | None = None
+    #: Not on the wire (`degraded` says why), for telemetry: which parts of the search degraded: "vector" (keyword
+    #: results only), "vectors_pending" (chunks without a vector yet), "rerank" (the reranker failed: fused
+    #: order), "first_index" (the agent's first index is still running).
+    degradedBy: tuple[str, ...] = ()
     #: Not on the wire (`degraded` says it): the agent's first index is still running, the answer covers part
     #: of the memory only, so an empty one does not mean the workspace holds no memory file.
     partial: bool = False

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import calibration, learned
-from .config_types import Config
+from .config_types import Config, RerankConfig
 from .embedders import Embedder
 from .identity import identity_key, identity_matches, index_identity
 from .indexer import UNFINISHED
-from .rerankers.local import LOCAL_DEFAULT, token_capture
+from .rerankers.local import LOCAL_DEFAULT, is_maxsim, token_capture
 from .rerankers.shortlist import wanted
 from .shared_cache import SharedCache, cache_path
 from .store import Store
@@ -116,22 +116,33 @@ def _shared_cache_status(config: Config) -> dict[str, Any]:
 
 
 def _rerank_status(config: Config, store: Store, embedder: Embedder | None) -> dict[str, Any]:
-    """Whether searches rerank by default, with what, and how many chunks have MaxSim token bits."""
+    """Whether searches rerank by default, with what (the method and model they use, not only the keys: the
+    learned ranker orders only a MaxSim rerank, a hosted service's model defaults per dialect), where a hosted
+    reranker is called, and how many chunks have MaxSim token bits."""
     r = config.rerank
     capture = token_capture(config, embedder)
+    method = r.method if is_maxsim(r) else "blend"
+    model, endpoint = (r.model or LOCAL_DEFAULT, None) if r.provider == "local" else _hosted_service(r)
     return {
         "enabled": r.enabled,
         "active": wanted(config, None, embedder),
         "provider": r.provider,
-        "model": r.model or (LOCAL_DEFAULT if r.provider == "local" else None),
+        "model": model,
+        "endpoint": endpoint,
         "candidates": r.candidates,
         "weight": r.weight,
-        "method": r.method,
-        "ranker": _ranker_identity(r.rankerModel) if r.method == "learned" else None,
+        "method": method,
+        "ranker": _ranker_identity(r.rankerModel) if method == "learned" else None,
         "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,
         # what hybrid scores are calibrated with: part of what a score means, as the ranker is
         "calibration": calibration.default_model().fingerprint,
     }
+
+
+def _hosted_service(r: RerankConfig) -> tuple[str, str | None]:
+    from .rerankers.cohere import service  # imported when configured: it brings the HTTP client
+
+    return service(r)
 
 
 def _probe(embedder: Embedder | None, embedder_error: str | None) -> dict[str, Any]:

@@ -582,6 +582,9 @@ def test_openapi_schema_and_offline_docs_page(client) -> None:
         "evergreen",
     } == set(props)
     assert "from" in schema["components"]["schemas"]["GetRequest"]["properties"]
+    # `degraded` says every reason an answer is less than asked, a failed rerank too, not only the vector leg's
+    degraded = schema["components"]["schemas"]["SearchAnswer"]["properties"]["degraded"]["description"]
+    assert "vector leg" in degraded and "reranker failed" in degraded
     # Every bound the server enforces, 0 included (Litestar drops a bound of 0: `minScore: -0.1` passed a client
     # generated from the schema and met a 400)
     bounds = {

@@ -337,7 +337,7 @@ def test_status_json(capsys, ws: Path, memsift_home: Path) -> None:
     assert doc["cacheEntries"] == 3 and doc["sharedCache"]["entries"] == 3
     assert doc["sharedCache"]["path"].endswith("/cache/embeddings.sqlite")
     assert doc["rerank"] | {"weight": None} == {
-        "enabled": "auto", "active": True, "provider": "local", "model": "maxsim",
+        "enabled": "auto", "active": True, "provider": "local", "model": "maxsim", "endpoint": None,
         "candidates": 30, "weight": None, "method": "learned", "ranker": model_for(None).fingerprint, "tokenBits": 3,
         "calibration": calibration.default_model().fingerprint,
     }  # fmt: skip

@@ -710,3 +710,23 @@ def test_a_base_url_that_is_no_http_url_is_refused_before_any_request(ws: Path, 
         assert "sk-pass" not in str(err.value)
     write(ws / "memsift.toml", '[embedding]\nbaseUrl = "HTTPS://user:pw@proxy:8443/v1"\n')
     assert load_config(workspace=ws, env={}).embedding.baseUrl == "HTTPS://user:pw@proxy:8443/v1"
+
+
+def test_every_section_default_is_the_schema_default() -> None:
+    """A section built in code (bench/rerankers.py's RerankConfig) gets what a user's empty file gets:
+    RerankConfig kept a 10 s timeout after the schema's became 3 s."""
+    import dataclasses
+
+    from core import config_types
+    from core.config_schema import SCHEMA
+
+    for name in ("embedding", "chunking", "search", "store", "rerank", "sync", "cache", "sessions", "api"):
+        section = getattr(config_types, f"{name.capitalize()}Config")
+        for f in dataclasses.fields(section):
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                continue
+            assert SCHEMA[f"{name}.{f.name}"][0] == default, f"{name}.{f.name}"

@@ -452,3 +452,24 @@ def test_provider_auto_down_at_start_gives_the_same_keyword_only_sync(
     assert main([*cli, "index", "--no-prefect", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["vectorsPending"] and report["added"] == 1 and not report["rebuilt"]
+
+
+def test_a_start_on_a_stalled_provider_waits_one_timeout_not_every_retry(workspace, capsys) -> None:
+    """The start-up probe (`status --deep`, a served API's readiness, a CLI search's first embedder) ran the
+    indexing schedule on a provider that stopped answering: `retries` + 1 timeouts and the backoff between
+    them (4 x 120 s by default), so `status --deep` as a container's health check hung for 8 minutes. It is
+    bounded as a query is: one `timeoutSeconds`, at most 10 s, for all its attempts and waits."""
+    stalled = Switchable(stall_seconds=5.0)
+    stalled.fault = lambda n: "stall"
+    try:
+        ws = workspace(NOTES)
+        (ws / "memsift.toml").write_text(
+            f'[embedding]\nprovider = "openai"\nbaseUrl = "{stalled.url}"\nmodel = "fake-model"\n'
+            "retries = 3\ntimeoutSeconds = 1\n"
+        )
+        assert main(["--workspace", str(ws), "status", "--deep", "--json"]) == 1
+        assert len(stalled.requests) == 1  # one attempt fills the budget: no retry after it
+        said = capsys.readouterr().err
+        assert "the embedder probe failed" in said and "after 1 attempt in the 1 s allowed: timed out" in said
+    finally:
+        stalled.close()

@@ -3,6 +3,8 @@ dialect's request, each answer shape, and the faults of a hosted service."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -147,7 +149,6 @@ def test_a_wrong_answer_is_named(payload, words):
         ("429", 0.95, 1.6),  # Retry-After: 1
         ("429-date", 0.9, 2.6),  # Retry-After: an HTTP date ~2 s ahead (1-second resolution)
         ("500", 0.45, 1.6),  # backoff 0.5 s + jitter up to 0.5 s
-        ("stall", 0.9, 2.2),  # 0.5 s read timeout, then the backoff
         ("drop", 0.45, 1.6),
         ("malformed", 0.45, 1.6),  # unreadable JSON is retried as a transient fault
     ],
@@ -156,19 +157,26 @@ def test_transient_fault_is_retried(
     fake: FakeReranker, reranker: Callable[..., CohereReranker], fault, min_wait, max_wait
 ):
     fake.fault = lambda n: fault if n == 1 else None
-    ranker = reranker(timeoutSeconds=0.5 if fault == "stall" else 3.0)
+    ranker = reranker(timeoutSeconds=3.0)
     assert ranker.score(QUERY, DOCUMENTS) == pytest.approx(EXPECTED)
     assert len(fake.requests) == 2 and ranker.retries == 1 and ranker.calls == 2
     assert min_wait <= fake.gaps()[0] <= max_wait
 
 
-def test_retry_after_is_cut_to_the_timeout_so_a_search_does_not_hang(
-    fake: FakeReranker, reranker: Callable[..., CohereReranker]
+@pytest.mark.parametrize(("fault", "words"), [("stall", "timed out"), ("429-date", "HTTP 429")])
+def test_a_rerank_fits_in_one_timeout_so_a_search_does_not_hang(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker], fault, words
 ):
-    fake.fault = lambda n: "429-date" if n == 1 else None  # asks for ~2 s
-    ranker = reranker(timeoutSeconds=0.3)
-    assert ranker.score(QUERY, DOCUMENTS) == pytest.approx(EXPECTED)
-    assert ranker.retry_after_max == 0.3 and fake.gaps()[0] < 1.5
+    """A search waits on the rerank: its attempts and waits fit in `timeoutSeconds`. A stalled service held a
+    search for every attempt's timeout and the backoff between them (2 x 10 s + backoff by default); a
+    Retry-After past what is left is not waited for, since no retry could fit after it."""
+    fake.fault = lambda n: fault  # 429-date asks for ~2 s
+    fake.stall_seconds = 5.0
+    ranker = reranker(timeoutSeconds=0.5, retries=3)
+    started = time.monotonic()
+    with pytest.raises(RerankError, match="after 1 attempt in the 0.5 s allowed") as err:
+        ranker.score(QUERY, DOCUMENTS)
+    assert words in str(err.value) and time.monotonic() - started < 1.5 and len(fake.requests) == 1
 
 
 def test_faults_that_outlast_the_retries_are_a_rerank_error_without_the_key(
@@ -176,7 +184,7 @@ def test_faults_that_outlast_the_retries_are_a_rerank_error_without_the_key(
 ):
     fake.fault = lambda n: "500"
     with pytest.raises(RerankError, match="cohere: HTTP 500 after 2 attempts: upstream trouble"):
-        reranker(retries=1).score(QUERY, DOCUMENTS)
+        reranker(retries=1, timeoutSeconds=3.0).score(QUERY, DOCUMENTS)
     fake.fault = lambda n: "429"
     with pytest.raises(RerankError, match="429 .*quota.*rerank.candidates") as err:
         reranker(retries=0).score(QUERY, DOCUMENTS)
@@ -286,3 +294,73 @@ def test_search_reranks_through_the_service_caches_and_degrades(
     failed = index.search("the on-call SRE this quarter")
     assert "reranking failed" in failed.degraded and KEY not in failed.degraded
     assert [h.path for h in failed.results] == [h.path for h in fused.results]
+
+
+def test_a_search_with_a_stalled_reranker_answers_within_the_timeout_unreranked(
+    fake: FakeReranker, workspace, make_config, open_index, monkeypatch: pytest.MonkeyPatch
+):
+    """The rerank of a search against a stalled service: one attempt filling `rerank.timeoutSeconds`, then the
+    fused order with the reason in `degraded`, where it waited for every retry's timeout and the backoff."""
+    from tests.sample import NOTES
+
+    monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+    fake.fault, fake.stall_seconds = (lambda n: "stall"), 10.0
+    settings = {"rerank.enabled": True, "rerank.provider": "cohere", "rerank.baseUrl": fake.url}
+    index = open_index(make_config(workspace(NOTES), **settings, **{"rerank.timeoutSeconds": 1.0}))
+    index.sync()
+    fused = index.search("the on-call SRE this quarter", rerank=False)
+    answer = index.search("the on-call SRE this quarter")
+    assert len(fake.requests) == 1  # the default retry did not fit in the second left
+    assert "reranking failed" in answer.degraded and "after 1 attempt in the 1 s allowed: timed out" in answer.degraded
+    assert answer.results == fused.results and answer.tookMs < fused.tookMs + 2500
+
+
+def test_status_names_the_service_searches_call_and_the_blend_they_use(
+    fake: FakeReranker, workspace, capsys, monkeypatch: pytest.MonkeyPatch
+):
+    """`status` showed a hosted reranker as `model=—, method=learned, ranker=<fingerprint>`: the learned ranker
+    orders only a MaxSim rerank (a Cohere-style one is blended), and the service was sent `rerank-v3.5`."""
+    from api.cli import main
+    from tests.sample import NOTES
+
+    monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+    ws = workspace(NOTES)
+    (ws / "memsift.toml").write_text(
+        f'[rerank]\nenabled = true\nprovider = "cohere"\nbaseUrl = "http://user:{KEY}@{fake.url[7:]}/rerank?k={KEY}"\n'
+    )
+    assert main(["--workspace", str(ws), "status", "--json"]) == 0
+    out = capsys.readouterr().out
+    rerank = json.loads(out)["rerank"]
+    assert (rerank["provider"], rerank["model"], rerank["method"], rerank["ranker"]) == (
+        "cohere",
+        "rerank-v3.5",
+        "blend",
+        None,
+    )
+    assert rerank["endpoint"] == f"http://user:<set>@{fake.url[7:]}/rerank" and KEY not in out
+
+
+def test_metrics_count_searches_the_reranker_failed(
+    fake: FakeReranker, workspace, make_config, monkeypatch: pytest.MonkeyPatch, capsys, caplog
+):
+    """A rerank service refusing the key degrades every answer and fails nothing: /metrics counted the searches
+    and their time, but nothing showed that none was reranked. Each degraded part is counted; no log shows the
+    key the server echoed."""
+    from test_api import serving
+
+    from tests.sample import NOTES
+
+    monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+    fake.fault = lambda n: "401" if n > 1 else None
+    settings = {"rerank.enabled": True, "rerank.provider": "cohere", "rerank.baseUrl": fake.url}
+    with serving(make_config(workspace(NOTES), **settings)) as client:
+        assert "degraded" not in client.post("/v1/search", json={"query": "deploy certificate"}).json()
+        for query in ("deploy certificate expired", "the on-call SRE"):
+            answer = client.post("/v1/search", json={"query": query}).json()
+            assert "reranking failed" in answer["degraded"] and "Bearer ***" in answer["degraded"]
+        client.post("/v1/search", json={"query": "deploy", "mode": "keyword", "rerank": False})
+        text = client.get("/metrics").text
+    assert 'memsift_search_degraded_total{agent="main",part="rerank"} 2.0' in text
+    assert 'part="vector"' not in text
+    said = capsys.readouterr()
+    assert KEY not in said.out + said.err + caplog.text

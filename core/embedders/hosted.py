@@ -96,7 +96,8 @@ class HostedEmbedder(JsonEndpoint):
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.provider)
         self.dims = config.dimensions or self.model_dims.get(self.model, 0)
         try:
-            probe = self._embed_batch([PROBE_TEXT], query=False)
+            # A start waits on it (a server's readiness, `status --deep`, a CLI search): bounded as a query is.
+            probe = self._embed_batch([PROBE_TEXT], query=False, waited_on=True)
         except EmbeddingError as exc:
             self.close()
             raise EmbedderUnavailable(str(exc)) from exc
@@ -215,10 +216,12 @@ class HostedEmbedder(JsonEndpoint):
                 return _normalise(rows.sum(axis=0, keepdims=True)), {}
         return np.zeros((1, self.dims), dtype=np.float32), {0: reason}
 
-    def _embed_batch(self, texts: list[str], query: bool) -> np.ndarray:
-        """One request, retried on transient faults; checked and normalised rows."""
+    def _embed_batch(self, texts: list[str], query: bool, waited_on: bool | None = None) -> np.ndarray:
+        """One request, retried on transient faults; checked and normalised rows. A query's, or any other
+        someone is `waited_on` for, gets `waiting_deadline` for all its attempts."""
         path, body = self._request(texts, query)
-        payload = self._post_retrying(path, body, tokens=request_tokens(texts), query=query)
+        deadline = self.waiting_deadline() if (query if waited_on is None else waited_on) else None
+        payload = self._post_retrying(path, body, tokens=request_tokens(texts), deadline=deadline)
         try:
             rows = self._vectors(payload)
             vectors = np.asarray(rows, dtype=np.float32)

@@ -88,6 +88,15 @@ def relevance_scores(payload: Any, count: int) -> list[float]:
     return [s for s in scores if s is not None]
 
 
+def service(config: RerankConfig) -> tuple[str, str | None]:
+    """The model and the endpoint (as `status` shows it: a password as `<set>`, no query string, where a proxy's
+    key may sit) that a reranker built from `config` calls; no endpoint when the dialect has no default URL
+    and none is set."""
+    base_url = config.baseUrl or DEFAULT_BASE_URL.get(config.dialect)
+    endpoint = public_url(rerank_url(base_url.rstrip("/"), config.dialect)).split("?")[0] if base_url else None
+    return config.model or DEFAULT_MODEL.get(config.dialect, TEI_MODEL), endpoint
+
+
 def from_config(config: RerankConfig, embedder: Embedder | None = None) -> CohereReranker:
     """`rerank.provider = "cohere"`; the index's embedder plays no part."""
     return CohereReranker(config)
@@ -107,14 +116,12 @@ class CohereReranker(JsonEndpoint):
             raise RerankError(f"rerank.baseUrl: the {self.dialect} dialect needs the server's URL")
         self.base_url = base_url.rstrip("/")
         self.endpoint = rerank_url(self.base_url, self.dialect)
-        self.model = config.model or DEFAULT_MODEL.get(self.dialect, TEI_MODEL)
+        self.model, _ = service(config)
         dialect_env = DIALECT_KEY_ENV.get(self.dialect)
         self._key = os.environ.get(KEY_ENV) or (os.environ.get(dialect_env) if dialect_env else None)
         if dialect_env and not self._key and not config.baseUrl:
             raise RerankError(f"{self.provider}: set {KEY_ENV} or {dialect_env} in the environment")
         self.max_documents = MAX_DOCUMENTS.get(self.dialect, HOSTED_MAX_DOCUMENTS)
-        # A search is waiting: a Retry-After is honoured up to one timeout, never the embedders' two minutes.
-        self.retry_after_max = config.timeoutSeconds
         self._connect(config.headers, config.retries, config.timeoutSeconds, RateLimiter(None, None))
         self.fingerprint = json.dumps(
             {
@@ -127,10 +134,13 @@ class CohereReranker(JsonEndpoint):
         )
 
     def score(self, query: str, documents: list[str]) -> list[float]:
+        """A search is waiting: every request, attempt and wait (a Retry-After too) fits in one `timeoutSeconds`
+        (10 s at most), where a stalled service held each search for two timeouts and the backoff (21 s)."""
         scores: list[float] = []
+        deadline = self.waiting_deadline()
         for start in range(0, len(documents), self.max_documents):
             batch = documents[start : start + self.max_documents]
-            payload = self._post_retrying(self.endpoint, self._request(query, batch), tokens=1)
+            payload = self._post_retrying(self.endpoint, self._request(query, batch), tokens=1, deadline=deadline)
             try:
                 scores.extend(relevance_scores(payload, len(batch)))
             except ValueError as exc:
