@@ -38,7 +38,30 @@ _SEPARATORS = re.compile(r"[\s!-/:-@\[-^`{-~\u2010-\u2027\u2030-\u205e]+")
 MAX_TERMS = 64
 HEX_PREFIX_MIN = 7  # `git log --oneline`'s short SHA
 # Part of the index identity: a change to `fts_text` makes existing FTS rows wrong, so the index is rebuilt.
-FTS_TEXT_VERSION = 3
+FTS_TEXT_VERSION = 4
+
+
+def _folds() -> dict[int, str | None]:
+    """Letters that users type in another form than their notes hold, which neither tokenizer folds
+    (unicode61's remove_diacritics folds Latin letters only; trigram, in SQLite 3.40, nothing): German ß as
+    `ss`; Turkish ı and İ as `i` (unicode61 lower-cases the I of `Işık` to `i`, so `ışık` missed it, and
+    trigram kept the mark of `İ` lower-cased to `i` + U+0307); Russian ё as е; Greek without its accents
+    (tonos, dialytika, polytonic marks); Arabic alef without its hamza or madda, and without vowel marks or
+    tatweel (unicode61 splits a word at each vowel mark). The English dev sets hold none of these letters."""
+    table: dict[int, str | None] = {ord("ß"): "ss", ord("ẞ"): "ss", ord("ı"): "i", ord("İ"): "i"}
+    table |= {ord("ё"): "е", ord("Ё"): "Е", ord("\u0640"): None}
+    table |= {ord(alef): "ا" for alef in "أإآٱ"}
+    table |= {mark: None for mark in [*range(0x064B, 0x0660), 0x0670]}
+    for code in [*range(0x0370, 0x0400), *range(0x1F00, 0x2000)]:
+        letter = chr(code)
+        base = "".join(c for c in unicodedata.normalize("NFD", letter) if not unicodedata.combining(c))
+        if unicodedata.category(letter).startswith("L") and base and base != letter:
+            table[code] = base
+    return table
+
+
+_FOLDS = _folds()
+
 
 # A short list: question words and function words that carry no topic. Measured on locomo-dev
 # (docs/search-and-ranking.md).
@@ -57,9 +80,11 @@ def fts_text(text: str) -> str:
     """The text as the FTS table indexes it: CJK, kana and Hangul characters spaced apart, punctuation and
     whitespace runs made one space, a space at each end. Composed (NFC), as `query_terms` composes the query:
     a note saved decomposed (macOS, `e` + U+0301) and a query typed composed, or the reverse, are the same
-    words under trigram too, which compares code points as they are."""
+    words under trigram too, which compares code points as they are. Then `_FOLDS`: the query's terms pass
+    here too (`_phrase`), so `strasse` finds `Straße` and `Straße` finds `Strasse`."""
     if not text.isascii():
-        text = _WIDE_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", unicodedata.normalize("NFC", text))
+        text = unicodedata.normalize("NFC", text).replace("i\u0307", "i").translate(_FOLDS)
+        text = _WIDE_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
     return " " + _SEPARATORS.sub(" ", text).strip() + " "
 
 

@@ -172,6 +172,35 @@ def test_cjk_query_sharing_no_pair_finds_nothing(tmp_path, tokenizer):
     assert not found_in_one_note(tmp_path, tokenizer, "明日は東京で会議があります", "京都")
 
 
+@pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
+@pytest.mark.parametrize(
+    ("note", "query"),
+    [
+        ("Işık Bey ılık çay içti", "ışık"),  # Turkish: unicode61 folds the note's I to i, not to ı
+        ("Işık Bey ılık çay içti", "ilik"),  # typed without a Turkish keyboard
+        ("Işık Bey ılık çay içti", "ILIK"),  # Turkish capitals of ı
+        ("Toplantı İstanbul'da yapıldı", "İstanbul"),  # lower-cased to i + U+0307, which trigram kept
+        ("Toplantı İstanbul'da yapıldı", "istanbul"),
+        ("Die Straße zum Büro ist gesperrt", "strasse"),  # ß, and ss as Swiss German and ASCII keyboards write it
+        ("Die Strasse zum Büro ist gesperrt", "Straße"),
+        ("Отчёт написал Сергей", "отчет"),  # Russian writes ё as е more often than not
+        ("Отчет написал Сергей", "ОТЧЁТ"),
+        ("Ο καφές στην Αθήνα ήταν υπέροχος", "καφες"),  # Greek typed without its accents (tonos)
+        ("Ο καφες στην Αθηνα", "Αθήνα"),
+        ("كتب أحمد التقرير", "احمد"),  # Arabic alef with or without hamza
+        ("كَتَبَ أحمد التقرير", "كتب"),  # vowel marks (harakat): unicode61 splits the word at each one
+    ],
+)
+def test_a_letter_typed_as_its_plain_or_foreign_keyboard_form_finds_the_note(tmp_path, tokenizer, note, query):
+    assert found_in_one_note(tmp_path, tokenizer, note, query)
+
+
+@pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
+def test_folded_letters_do_not_merge_other_words(tmp_path, tokenizer):
+    assert not found_in_one_note(tmp_path, tokenizer, "Işık Bey ılık çay içti", "ilk")
+    assert not found_in_one_note(tmp_path, tokenizer, "Мой отчёт", "мои")  # й is a letter of its own, kept
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(max_size=80))
 def test_any_text_never_breaks_match(store, text):
