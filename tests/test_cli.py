@@ -537,6 +537,18 @@ def test_usage_errors_exit_2(capsys, ws: Path, memsift_home: Path, argv) -> None
     assert not memsift_home.exists()
 
 
+@pytest.mark.parametrize("query", ["-coffee", "--force-with-lease", "-C++"])
+def test_a_query_that_starts_with_a_dash_is_told_to_come_after_double_dash(capsys, ws: Path, query) -> None:
+    """argparse reads `-coffee` as an unknown option and said only `required: query`, to a user who gave one."""
+    code, out, err = run(capsys, "--workspace", ws, "search", query)
+    assert code == 2 and out == ""
+    assert f"{query!r} was read as an option" in err and f"memsift search -- {query!r}" in err, err
+    code, out, err = run(capsys, "--workspace", ws, "search", "--json")  # a known option: the query is missing
+    assert code == 2 and "read as an option" not in err and "required: query" in err, err
+    code, out, err = run(capsys, "--workspace", ws, "search", "--", query)
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("option", [{"max_results": -1}, {"min_score": 2.0}])
 def test_search_library_validates_its_options(ws: Path, option) -> None:
     with MemoryIndex(load_config(workspace=ws)) as index:
