@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from api.schemas import MAX_LINES
+from api.schemas import MAX_LINES, query_too_large
 from core import MemsiftError
 from core.config_home import agent_id_problem
 from core.config_schema import MODES, default
@@ -94,11 +94,14 @@ def _bounded(kind: type, lo: float, hi: float | None = None):
 
 
 def _query(text: str) -> str:
-    """An argparse type for search's QUERY: a blank one is a usage error (exit 2), as no query is."""
+    """An argparse type for search's QUERY: a blank one is a usage error (exit 2), as no query is; so is one over
+    REST's 4 KiB, so that `--json` answers what REST answers."""
     try:
         check_request(text, None, None)
     except MemsiftError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("query: ")) from None
+    if why := query_too_large(text):
+        raise argparse.ArgumentTypeError(why.removeprefix("query: "))
     return text
 
 

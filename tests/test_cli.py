@@ -537,6 +537,15 @@ def test_usage_errors_exit_2(capsys, ws: Path, memsift_home: Path, argv) -> None
     assert not memsift_home.exists()
 
 
+@pytest.mark.parametrize(("query", "code"), [("é" * 2048, 0), ("é" * 2049, 2), ("x" * 4097, 2), ("東" * 1366, 2)])
+def test_a_query_over_4_kib_of_utf_8_is_refused_as_rest_and_mcp_refuse_it(capsys, ws: Path, query, code) -> None:
+    """REST answers 413 and MCP an error past 4,096 bytes; the CLI searched 4,097 x's and printed hits."""
+    got, out, err = run(capsys, "--workspace", ws, "search", query, "--json")
+    assert got == code, err
+    if code:
+        assert out == "" and f"{len(query.encode())} bytes, over the limit of 4096" in err, err
+
+
 @pytest.mark.parametrize("query", ["-coffee", "--force-with-lease", "-C++"])
 def test_a_query_that_starts_with_a_dash_is_told_to_come_after_double_dash(capsys, ws: Path, query) -> None:
     """argparse reads `-coffee` as an unknown option and said only `required: query`, to a user who gave one."""
