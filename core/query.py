@@ -29,7 +29,13 @@ import unicodedata
 
 from .chunking import WIDE
 
-_TOKEN = re.compile(r"\w+", re.UNICODE)
+# Vowel signs and viramas of the Indic scripts (Devanagari to Sinhala) are combining marks, which Python's `\w`
+# and unicode61 both read as separators: दिल्ली (Delhi) was queried as द OR ल and matched दाल (lentils) and any
+# note holding those letters, and nothing under trigram. The query keeps them in its words; `fts_text` writes
+# them as private-use characters, which unicode61 reads as word characters, so a word is indexed whole. Thai,
+# Lao and the other scripts written without spaces are left as they were: a whole sentence would be one word.
+_INDIC_MARKS = [c for c in range(0x0900, 0x0E00) if unicodedata.category(chr(c)).startswith("M")]
+_TOKEN = re.compile("[\\w" + "".join(map(chr, _INDIC_MARKS)) + "]+")
 _WIDE_RUN = re.compile(WIDE.pattern + "+")
 _SCRIPT_PARTS = re.compile(f"({_WIDE_RUN.pattern})")  # split keeping the CJK runs
 # Whitespace, ASCII punctuation but `_`, and the dashes, quotes and bullets of General Punctuation: separators
@@ -60,7 +66,7 @@ def _folds() -> dict[int, str | None]:
     return table
 
 
-_FOLDS = _folds()
+_FOLDS = _folds() | {mark: chr(0xE000 + mark - 0x0900) for mark in _INDIC_MARKS}
 
 
 # A short list: question words and function words that carry no topic. Measured on locomo-dev

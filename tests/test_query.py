@@ -196,6 +196,21 @@ def test_a_letter_typed_as_its_plain_or_foreign_keyboard_form_finds_the_note(tmp
 
 
 @pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
+def test_an_indic_word_is_matched_whole_not_by_its_consonants(tmp_path, tokenizer):
+    """Vowel signs are combining marks, which unicode61 and Python's \\w both read as separators: दिल्ली (Delhi)
+    was the terms द OR ल, found दाल (lentils) and any note holding those letters, and nothing under trigram."""
+    assert query_terms("दिल्ली में बैठक") == ["दिल्ली", "में", "बैठक"]
+    hindi = "कल हमने दिल्ली में डेटाबेस के बारे में बैठक की। राहुल ने रिपोर्ट लिखी।"
+    assert found_in_one_note(tmp_path, tokenizer, hindi, "दिल्ली")
+    assert found_in_one_note(tmp_path, tokenizer, hindi, "राहुल की रिपोर्ट")
+    assert not found_in_one_note(tmp_path, tokenizer, hindi, "दाल")
+    assert not found_in_one_note(tmp_path, tokenizer, hindi, "कुल")  # क and ल, as कल and लिखी hold them
+    tamil = "நாளை சென்னையில் கூட்டம் உள்ளது"
+    assert found_in_one_note(tmp_path, tokenizer, tamil, "சென்னையில்")
+    assert not found_in_one_note(tmp_path, tokenizer, tamil, "கோட்டை")  # fort: கூட்டம்'s letters, another word
+
+
+@pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
 def test_folded_letters_do_not_merge_other_words(tmp_path, tokenizer):
     assert not found_in_one_note(tmp_path, tokenizer, "Işık Bey ılık çay içti", "ilk")
     assert not found_in_one_note(tmp_path, tokenizer, "Мой отчёт", "мои")  # й is a letter of its own, kept
