@@ -53,11 +53,13 @@ def _folds() -> dict[int, str | None]:
     `ss`; Turkish ı and İ as `i` (unicode61 lower-cases the I of `Işık` to `i`, so `ışık` missed it, and
     trigram kept the mark of `İ` lower-cased to `i` + U+0307); Russian ё as е; Greek without its accents
     (tonos, dialytika, polytonic marks); Arabic alef without its hamza or madda, and without vowel marks or
-    tatweel (unicode61 splits a word at each vowel mark). The English dev sets hold none of these letters."""
+    tatweel, and Hebrew without its points (unicode61 splits a word at each such mark). The English dev sets
+    hold none of these letters."""
     table: dict[int, str | None] = {ord("ß"): "ss", ord("ẞ"): "ss", ord("ı"): "i", ord("İ"): "i"}
     table |= {ord("ё"): "е", ord("Ё"): "Е", ord("\u0640"): None}
     table |= {ord(alef): "ا" for alef in "أإآٱ"}
     table |= {mark: None for mark in [*range(0x064B, 0x0660), 0x0670]}
+    table |= {mark: None for mark in range(0x0591, 0x05C8) if unicodedata.category(chr(mark)).startswith("M")}
     for code in [*range(0x0370, 0x0400), *range(0x1F00, 0x2000)]:
         letter = chr(code)
         base = "".join(c for c in unicodedata.normalize("NFD", letter) if not unicodedata.combining(c))
@@ -67,6 +69,7 @@ def _folds() -> dict[int, str | None]:
 
 
 _FOLDS = _folds() | {mark: chr(0xE000 + mark - 0x0900) for mark in _INDIC_MARKS}
+_DROPPED = {code: None for code, to in _FOLDS.items() if to is None}
 
 
 # A short list: question words and function words that carry no topic. Measured on locomo-dev
@@ -113,8 +116,9 @@ def _split_scripts(token: str) -> list[str]:
 def query_terms(text: str) -> list[str]:
     """Lower-cased word tokens (CJK runs as bigrams), de-duplicated in order, stop words dropped unless they
     are all there is. Composed (NFC) first: a combining mark is no word character, so a decomposed `Zürich`
-    (`u` + U+0308, as macOS input and file names give it) would split into `zu` and `rich`."""
-    text = unicodedata.normalize("NFC", text.replace("\x00", " "))
+    (`u` + U+0308, as macOS input and file names give it) would split into `zu` and `rich`. The marks that
+    `fts_text` drops (Arabic vowels, Hebrew points) go first for the same reason: `كَتَبَ` is one word."""
+    text = unicodedata.normalize("NFC", text.replace("\x00", " ")).translate(_DROPPED)
     words = (t.lower() for t in _TOKEN.findall(text))
     tokens = list(dict.fromkeys(term for word in words for term in _split_scripts(word)))
     kept = [t for t in tokens if t not in STOP_WORDS]

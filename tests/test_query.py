@@ -189,6 +189,9 @@ def test_cjk_query_sharing_no_pair_finds_nothing(tmp_path, tokenizer):
         ("Ο καφες στην Αθηνα", "Αθήνα"),
         ("كتب أحمد التقرير", "احمد"),  # Arabic alef with or without hamza
         ("كَتَبَ أحمد التقرير", "كتب"),  # vowel marks (harakat): unicode61 splits the word at each one
+        ("שָׁלוֹם לְכֻלָּם", "שלום"),  # Hebrew vowel points (niqqud), as the harakat
+        ("שלום לכולם", "שָׁלוֹם"),
+        ("كتب أحمد التقرير", "كَتَبَ"),
     ],
 )
 def test_a_letter_typed_as_its_plain_or_foreign_keyboard_form_finds_the_note(tmp_path, tokenizer, note, query):
