@@ -35,7 +35,8 @@ from .chunking import WIDE
 # them as private-use characters, which unicode61 reads as word characters, so a word is indexed whole. Thai,
 # Lao and the other scripts written without spaces are left as they were: a whole sentence would be one word.
 _INDIC_MARKS = [c for c in range(0x0900, 0x0E00) if unicodedata.category(chr(c)).startswith("M")]
-_TOKEN = re.compile("[\\w" + "".join(map(chr, _INDIC_MARKS)) + "]+")
+_TOKEN = re.compile(r"\w+")
+_MARKED_TOKEN = re.compile("[\\w" + "".join(map(chr, _INDIC_MARKS)) + "]+")  # slower: for text that is not ASCII
 _WIDE_RUN = re.compile(WIDE.pattern + "+")
 _SCRIPT_PARTS = re.compile(f"({_WIDE_RUN.pattern})")  # split keeping the CJK runs
 # Whitespace, ASCII punctuation but `_`, and the dashes, quotes and bullets of General Punctuation: separators
@@ -120,8 +121,9 @@ def query_terms(text: str) -> list[str]:
     are all there is. Composed (NFC) first: a combining mark is no word character, so a decomposed `Zürich`
     (`u` + U+0308, as macOS input and file names give it) would split into `zu` and `rich`. The marks that
     `fts_text` drops (Arabic vowels, Hebrew points) go first for the same reason: `كَتَبَ` is one word."""
-    text = unicodedata.normalize("NFC", text.replace("\x00", " ")).translate(_DROPPED)
-    words = (t.lower() for t in _TOKEN.findall(text))
+    text = unicodedata.normalize("NFC", text.replace("\x00", " "))
+    found = _TOKEN.findall(text) if text.isascii() else _MARKED_TOKEN.findall(text.translate(_DROPPED))
+    words = (t.lower() for t in found)
     tokens = list(dict.fromkeys(term for word in words for term in _split_scripts(word)))
     kept = [t for t in tokens if t not in STOP_WORDS]
     return (kept or tokens)[:MAX_TERMS]
