@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from api.schemas import MAX_LINES
+from api.schemas import MAX_LINES, query_too_large
 from core import MemsiftError
 from core.config_home import agent_id_problem
 from core.config_schema import MODES, default
@@ -25,9 +25,32 @@ class _Parser(argparse.ArgumentParser):
     argv: Sequence[str] = ()
 
     def error(self, message: str) -> None:  # usage errors: exit 2 with the usage line
+        if message.endswith("required: query") and (dashed := self._unknown_option()):
+            message += f" ({dashed!r} was read as an option: a query that starts with '-' comes after '--', as in "
+            message += f"memsift search -- {dashed!r})"
         self.print_usage(sys.stderr)
         print(f"memsift: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """Each parser keeps its own arguments (a subcommand's are what follows its name) for `_unknown_option`."""
+        self.argv = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(self.argv, namespace)
+
+    def _unknown_option(self) -> str | None:
+        """The first argument that looks like an option this parser lacks: `memsift search -coffee` (or a flag
+        looked up in the notes, `--force-with-lease`) is argparse's `required: query`, which names no cause."""
+        for arg in self.argv:
+            if arg == "--":
+                return None
+            name = arg.split("=", 1)[0]
+            if (
+                arg.startswith("-")
+                and len(arg) > 1
+                and not any(o.startswith(name) for o in self._option_string_actions)
+            ):
+                return arg
+        return None
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         """The global flags' defaults, set here since they are suppressed where they were not given (they
@@ -71,11 +94,14 @@ def _bounded(kind: type, lo: float, hi: float | None = None):
 
 
 def _query(text: str) -> str:
-    """An argparse type for search's QUERY: a blank one is a usage error (exit 2), as no query is."""
+    """An argparse type for search's QUERY: a blank one is a usage error (exit 2), as no query is; so is one over
+    REST's 4 KiB, so that `--json` answers what REST answers."""
     try:
         check_request(text, None, None)
     except MemsiftError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("query: ")) from None
+    if why := query_too_large(text):
+        raise argparse.ArgumentTypeError(why.removeprefix("query: "))
     return text
 
 

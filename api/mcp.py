@@ -30,7 +30,7 @@ from mcp.server import Server
 from mcp.shared.message import SessionMessage
 
 from api.catch_up import CatchUps
-from api.schemas import MAX_LINES, MAX_QUERY_BYTES, has_lone_surrogate
+from api.schemas import MAX_LINES, has_lone_surrogate, query_too_large
 from core import Config, ConfigError, MemsiftError
 from core.memory import MemoryIndex
 
@@ -160,8 +160,8 @@ class MemoryTools:
     def memory_search(self, args: dict[str, Any]) -> dict[str, Any]:
         _check_names(args, SEARCH_SCHEMA)
         query = _argument(args, SEARCH_SCHEMA, "query")
-        if (size := len(query.encode(errors="surrogatepass"))) > MAX_QUERY_BYTES:  # REST's 413: the same bound
-            raise ToolArgumentError(f"query: {size} bytes, over the limit of {MAX_QUERY_BYTES}")
+        if why := query_too_large(query):  # REST's 413: the same bound
+            raise ToolArgumentError(why)
         max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
         min_score = _argument(args, SEARCH_SCHEMA, "minScore")
         evergreen = _argument(args, SEARCH_SCHEMA, "evergreen")

@@ -28,7 +28,6 @@ from api.runs import MAX_KEPT, IndexRuns, Run
 from api.schemas import (
     MAX_AGENT_ID,
     MAX_LINES,
-    MAX_QUERY_BYTES,
     AgentId,
     ConfigState,
     GetAnswer,
@@ -41,6 +40,7 @@ from api.schemas import (
     SearchAnswer,
     SearchRequest,
     Status,
+    query_too_large,
 )
 from api.strict import StrictJSONBody, only_query_parameters
 from core.config_home import AGENT_ID_PATTERN
@@ -96,9 +96,8 @@ class MemoryController(Controller):
     def search(
         self, data: StrictJSONBody[SearchRequest], agents: NamedDependency[Agents], metrics: NamedDependency[Metrics]
     ) -> SearchAnswer:
-        size = len(data.query.encode())
-        if size > MAX_QUERY_BYTES:
-            raise QueryTooLarge(f"query: {size} bytes, over the limit of {MAX_QUERY_BYTES}")
+        if why := query_too_large(data.query):
+            raise QueryTooLarge(why)
         options = {
             "max_results": data.max_results,
             "min_score": data.min_score,

@@ -366,6 +366,13 @@ class Health(msgspec.Struct):
     status: Literal["ok"] = "ok"
 
 
+def query_too_large(query: str) -> str | None:
+    """Why a query is refused for its size (REST's 413, MCP's tool error, the CLI's usage error), or None: one
+    bound at every front door."""
+    size = len(query.encode(errors="surrogatepass"))
+    return f"query: {size} bytes, over the limit of {MAX_QUERY_BYTES}" if size > MAX_QUERY_BYTES else None
+
+
 def has_lone_surrogate(value: Any) -> bool:
     """Whether a decoded JSON value holds half a UTF-16 pair (`"\\ud800"`): valid JSON syntax to Python's
     parser, no character to msgspec's or the `mcp` package's, which refuse the whole document."""

@@ -29,7 +29,14 @@ import unicodedata
 
 from .chunking import WIDE
 
-_TOKEN = re.compile(r"\w+", re.UNICODE)
+# Vowel signs and viramas of the Indic scripts (Devanagari to Sinhala) are combining marks, which Python's `\w`
+# and unicode61 both read as separators: दिल्ली (Delhi) was queried as द OR ल and matched दाल (lentils) and any
+# note holding those letters, and nothing under trigram. The query keeps them in its words; `fts_text` writes
+# them as private-use characters, which unicode61 reads as word characters, so a word is indexed whole. Thai,
+# Lao and the other scripts written without spaces are left as they were: a whole sentence would be one word.
+_INDIC_MARKS = [c for c in range(0x0900, 0x0E00) if unicodedata.category(chr(c)).startswith("M")]
+_TOKEN = re.compile(r"\w+")
+_MARKED_TOKEN = re.compile("[\\w" + "".join(map(chr, _INDIC_MARKS)) + "]+")  # slower: for text that is not ASCII
 _WIDE_RUN = re.compile(WIDE.pattern + "+")
 _SCRIPT_PARTS = re.compile(f"({_WIDE_RUN.pattern})")  # split keeping the CJK runs
 # Whitespace, ASCII punctuation but `_`, and the dashes, quotes and bullets of General Punctuation: separators
@@ -38,7 +45,35 @@ _SEPARATORS = re.compile(r"[\s!-/:-@\[-^`{-~\u2010-\u2027\u2030-\u205e]+")
 MAX_TERMS = 64
 HEX_PREFIX_MIN = 7  # `git log --oneline`'s short SHA
 # Part of the index identity: a change to `fts_text` makes existing FTS rows wrong, so the index is rebuilt.
-FTS_TEXT_VERSION = 3
+FTS_TEXT_VERSION = 4
+
+
+def _folds() -> dict[int, str | None]:
+    """Letters that users type in another form than their notes hold, which neither tokenizer folds
+    (unicode61's remove_diacritics folds Latin letters only; trigram, in SQLite 3.40, nothing): Latin letters
+    without their accents for trigram (unicode61 reads them so already, but for ten rare ones such as ǽ); German ß as
+    `ss`; Turkish ı and İ as `i` (unicode61 lower-cases the I of `Işık` to `i`, so `ışık` missed it, and
+    trigram kept the mark of `İ` lower-cased to `i` + U+0307); Russian ё as е; Greek without its accents
+    (tonos, dialytika, polytonic marks); Arabic alef without its hamza or madda, and without vowel marks or
+    tatweel, and Hebrew without its points (unicode61 splits a word at each such mark). Of all this the English
+    dev sets hold one `é`, which unicode61 read as `e` already: their index and scores are the same."""
+    table: dict[int, str | None] = {}
+    for code in [*range(0x00C0, 0x0250), *range(0x1E00, 0x1F00), *range(0x0370, 0x0400), *range(0x1F00, 0x2000)]:
+        letter = chr(code)
+        base = "".join(c for c in unicodedata.normalize("NFD", letter) if not unicodedata.combining(c))
+        if unicodedata.category(letter).startswith("L") and base and base != letter:
+            table[code] = base
+    table |= {ord("ß"): "ss", ord("ẞ"): "ss", ord("ı"): "i", ord("İ"): "i"}
+    table |= {ord("ё"): "е", ord("Ё"): "Е", ord("\u0640"): None}
+    table |= {ord(alef): "ا" for alef in "أإآٱ"}
+    table |= {mark: None for mark in [*range(0x064B, 0x0660), 0x0670]}
+    table |= {mark: None for mark in range(0x0591, 0x05C8) if unicodedata.category(chr(mark)).startswith("M")}
+    return table
+
+
+_FOLDS = _folds() | {mark: chr(0xE000 + mark - 0x0900) for mark in _INDIC_MARKS}
+_DROPPED = {code: None for code, to in _FOLDS.items() if to is None}
+
 
 # A short list: question words and function words that carry no topic. Measured on locomo-dev
 # (docs/search-and-ranking.md).
@@ -57,9 +92,11 @@ def fts_text(text: str) -> str:
     """The text as the FTS table indexes it: CJK, kana and Hangul characters spaced apart, punctuation and
     whitespace runs made one space, a space at each end. Composed (NFC), as `query_terms` composes the query:
     a note saved decomposed (macOS, `e` + U+0301) and a query typed composed, or the reverse, are the same
-    words under trigram too, which compares code points as they are."""
+    words under trigram too, which compares code points as they are. Then `_FOLDS`: the query's terms pass
+    here too (`_phrase`), so `strasse` finds `Straße` and `Straße` finds `Strasse`."""
     if not text.isascii():
-        text = _WIDE_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", unicodedata.normalize("NFC", text))
+        text = unicodedata.normalize("NFC", text).replace("i\u0307", "i").translate(_FOLDS)
+        text = _WIDE_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
     return " " + _SEPARATORS.sub(" ", text).strip() + " "
 
 
@@ -82,9 +119,11 @@ def _split_scripts(token: str) -> list[str]:
 def query_terms(text: str) -> list[str]:
     """Lower-cased word tokens (CJK runs as bigrams), de-duplicated in order, stop words dropped unless they
     are all there is. Composed (NFC) first: a combining mark is no word character, so a decomposed `Zürich`
-    (`u` + U+0308, as macOS input and file names give it) would split into `zu` and `rich`."""
+    (`u` + U+0308, as macOS input and file names give it) would split into `zu` and `rich`. The marks that
+    `fts_text` drops (Arabic vowels, Hebrew points) go first for the same reason: `كَتَبَ` is one word."""
     text = unicodedata.normalize("NFC", text.replace("\x00", " "))
-    words = (t.lower() for t in _TOKEN.findall(text))
+    found = _TOKEN.findall(text) if text.isascii() else _MARKED_TOKEN.findall(text.translate(_DROPPED))
+    words = (t.lower() for t in found)
     tokens = list(dict.fromkeys(term for word in words for term in _split_scripts(word)))
     kept = [t for t in tokens if t not in STOP_WORDS]
     return (kept or tokens)[:MAX_TERMS]

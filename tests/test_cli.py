@@ -537,6 +537,27 @@ def test_usage_errors_exit_2(capsys, ws: Path, memsift_home: Path, argv) -> None
     assert not memsift_home.exists()
 
 
+@pytest.mark.parametrize(("query", "code"), [("é" * 2048, 0), ("é" * 2049, 2), ("x" * 4097, 2), ("東" * 1366, 2)])
+def test_a_query_over_4_kib_of_utf_8_is_refused_as_rest_and_mcp_refuse_it(capsys, ws: Path, query, code) -> None:
+    """REST answers 413 and MCP an error past 4,096 bytes; the CLI searched 4,097 x's and printed hits."""
+    got, out, err = run(capsys, "--workspace", ws, "search", query, "--json")
+    assert got == code, err
+    if code:
+        assert out == "" and f"{len(query.encode())} bytes, over the limit of 4096" in err, err
+
+
+@pytest.mark.parametrize("query", ["-coffee", "--force-with-lease", "-C++"])
+def test_a_query_that_starts_with_a_dash_is_told_to_come_after_double_dash(capsys, ws: Path, query) -> None:
+    """argparse reads `-coffee` as an unknown option and said only `required: query`, to a user who gave one."""
+    code, out, err = run(capsys, "--workspace", ws, "search", query)
+    assert code == 2 and out == ""
+    assert f"{query!r} was read as an option" in err and f"memsift search -- {query!r}" in err, err
+    code, out, err = run(capsys, "--workspace", ws, "search", "--json")  # a known option: the query is missing
+    assert code == 2 and "read as an option" not in err and "required: query" in err, err
+    code, out, err = run(capsys, "--workspace", ws, "search", "--", query)
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("option", [{"max_results": -1}, {"min_score": 2.0}])
 def test_search_library_validates_its_options(ws: Path, option) -> None:
     with MemoryIndex(load_config(workspace=ws)) as index:
