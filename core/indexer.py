@@ -106,7 +106,7 @@ def index_batch(
         if pending:
             store.set_meta(VECTORS_PENDING, pending)
         record_refused(store, set(rejected), fresh)
-        if files:  # which of the files now hold no text, for the next syncs to say (core.sync_plan)
+        if files or touched:  # which of the files now hold no text, for the next syncs to say (core.sync_plan)
             store.set_meta(SKIPPED, json.dumps(plan.skipped))
         for entry in touched:
             store.touch_file(entry.path, entry.size, entry.mtime_ns)

@@ -78,17 +78,17 @@ def plan_sync(
         report.warnings.append(nothing_found(config.workspace))
     report.filesScanned = len(files)
     scanned = {entry.path for entry in files}
-    skipped = (
-        {} if rebuild else {p: why for p, why in json.loads(store.get_meta(SKIPPED) or "{}").items() if p in scanned}
-    )
+    recorded = None if rebuild else store.get_meta(SKIPPED)
+    skipped = {p: why for p, why in json.loads(recorded or "{}").items() if p in scanned}
+    unknown = store.files_without_chunks() if recorded is None and not rebuild else set()  # read once to learn why
     to_check = []
     for entry in files:
         old = known.get(entry.path)
-        if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns:
+        if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns and entry.path not in unknown:
             if entry.path in skipped:  # not read again, but still in no search: said by every sync
                 _skip(report, entry.path, skipped[entry.path])
-                continue
-            report.unchanged += 1
+            else:
+                report.unchanged += 1
         elif old is not None and not sources[entry.source].due(entry, old[0]):
             report.unchanged += 1  # e.g. a transcript that grew by less than a delta: read it later
         else:
@@ -162,8 +162,9 @@ def read_batch(
         old = plan.known.get(entry.path)
         if old is not None and old[2] == digest:
             touched.append(entry)
-            if entry.path in plan.skipped:
-                _skip(report, entry.path, plan.skipped[entry.path])
+            if text is None:  # the same bytes, still no text: said again (and recorded, for an index from before)
+                _skip(report, entry.path, problem or "not text")
+                plan.skipped[entry.path] = problem or "not text"
             else:
                 report.unchanged += 1
             continue

@@ -192,6 +192,21 @@ def test_a_skipped_file_is_said_by_every_sync_until_it_changes(workspace, make_c
     assert index.sync().warnings == []
 
 
+def test_an_index_made_before_skips_were_recorded_learns_them_by_one_read(workspace, make_config, open_index):
+    """An index from before the sync recorded its skips has files without chunks and no word of why: each is
+    read once (a blank note, a binary one), so that binary one is said from then on; the others stay quiet."""
+    ws = workspace({"MEMORY.md": "The kestrel nests on the roof.\n", "memory/blank.md": "  \n\n"})
+    (ws / "memory/nul.md").write_bytes(b"\x00\x01 blob\n")
+    index = open_index(make_config(ws), embedder=None)
+    index.sync()
+    with index.store.transaction():
+        index.store.conn.execute("DELETE FROM meta WHERE key = 'skipped_files'")  # as such an index has it
+    binary = ["skipped memory/nul.md: binary content (NUL bytes)"]
+    first = index.sync()
+    assert (first.unchanged, first.skipped, first.chunksWritten, first.warnings) == (2, 1, 0, binary)
+    assert (index.sync().unchanged, index.sync().warnings) == (2, binary)
+
+
 def test_empty_and_blank_files_have_no_chunks(workspace, make_config, open_index, counting_embedder):
     ws = workspace({"MEMORY.md": "", "memory/blank.md": "\n\n   \n", "memory/real.md": "content\n"})
     index = open_index(make_config(ws), embedder=counting_embedder)
