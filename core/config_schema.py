@@ -44,12 +44,28 @@ def _sources(key: str, v: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(sources))
 
 
+def _folder_names(key: str, v: Any) -> tuple[str, ...]:
+    """`exclude` is matched against each folder's own name as the walk meets it (core/sources/memory.py): a path
+    (`memory/private`) or a glob pattern (`drafts/**`, `*.tmp.md`) matches no name, so the notes it was meant to
+    keep out were indexed and served in silence. Refused here, with the name that would do it when there is one."""
+    names = text_list(key, v)
+    for name in names:
+        if "/" in name or "\\" in name or any(c in name for c in "*?"):
+            parts = [p for p in name.replace("\\", "/").split("/") if p and not any(c in p for c in "*?")]
+            hint = f"; write {parts[-1]!r} to leave out every folder of that name" if parts else ""
+            raise ConfigError(
+                f"{key}: {name!r} is not a folder name: exclude holds names of folders never walked, wherever they "
+                f"are, not paths or glob patterns{hint}"
+            )
+    return names
+
+
 # dotted key -> (default, parser). Defaults match SPEC section 2 unless docs/ says why not
 # (docs/configuration.md lists every key; tests/test_docs.py checks it).
 SCHEMA: dict[str, tuple[Any, Parser]] = {
     "workspace": (None, optional(text)),
     "extraPaths": ((), text_list),
-    "exclude": (DEFAULT_EXCLUDE, text_list),
+    "exclude": (DEFAULT_EXCLUDE, _folder_names),
     "embedding.provider": ("auto", choice(*PROVIDERS)),
     "embedding.model": (None, optional(text)),
     "embedding.baseUrl": (None, optional(http_url)),

@@ -30,7 +30,7 @@ from .rerankers.local import token_capture
 from .shared_cache import SharedCache
 from .sources import FileEntry
 from .store import Store
-from .sync_plan import SyncPlan, SyncReport, batches, plan_sync, read_batch
+from .sync_plan import SKIPPED, SyncPlan, SyncReport, batches, plan_sync, read_batch
 from .sync_vectors import VECTORS_PENDING, complete_vectors, embed_missing, keep, keyword_only, record_refused
 
 #: A run that embedded fewer inputs says little about the embedder's speed (model load, one request's latency).
@@ -106,6 +106,8 @@ def index_batch(
         if pending:
             store.set_meta(VECTORS_PENDING, pending)
         record_refused(store, set(rejected), fresh)
+        if files or touched:  # which of the files now hold no text, for the next syncs to say (core.sync_plan)
+            store.set_meta(SKIPPED, json.dumps(plan.skipped))
         for entry in touched:
             store.touch_file(entry.path, entry.size, entry.mtime_ns)
         for entry, digest, chunks in files:

@@ -158,6 +158,15 @@ def note_date(path: str) -> date | None:
         return None
 
 
+def false_date(path: str) -> str | None:
+    """The `YYYY-MM-DD` of a name shaped like a daily note's that is no calendar day (`memory/2026-02-30.md`),
+    or None: such a note is undated, and the sync says so (core/sources/memory.py)."""
+    m = _DATED.search(path)
+    if m and path.startswith("memory/") and note_date(path) is None:
+        return f"{m[1]}-{m[2]}-{m[3]}"
+    return None
+
+
 def is_evergreen(path: str) -> bool:
     """MEMORY.md, memory.md and undated notes under memory/ never decay."""
     return path in ("MEMORY.md", "memory.md") or (path.startswith("memory/") and note_date(path) is None)

@@ -15,6 +15,7 @@ where the budget ends. The ellipses count toward the budget.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from itertools import accumulate
 
@@ -22,6 +23,8 @@ from .ranker_features import stems_of, term_lines
 
 ELLIPSIS = "…"
 _KEEP_AT_LEAST = 0.8  # of the budget, when backing off to a word boundary
+_WORDS = re.compile(r"\w+")  # as the features split a line into words (core.ranker_features)
+_WORD_START = re.compile(r"(?<!\S)\S")  # where a snippet may open: never inside a word, nor on a space
 
 
 def snippet(text: str, limit: int, query: str = "") -> str:
@@ -65,4 +68,24 @@ def _window_start(text: str, limit: int, query: str) -> int:
             j += 1
         if len(covered) > best:
             best, best_at = len(covered), i
+    if offsets[best_at + 1] - 1 - offsets[best_at] > limit:  # one line alone, longer than the snippet
+        return offsets[best_at] + _inside_line(lines[best_at], limit - 2 * len(ELLIPSIS), held[best_at])
     return offsets[best_at]
+
+
+def _inside_line(line: str, room: int, terms: set[str]) -> int:
+    """Where to start in a line longer than the snippet (a paragraph written as one line): at a word, shortly
+    before the earliest of the line's words from which `room` characters hold the most of `terms` (the
+    question's stems in the line); 0 when the line's start holds as many."""
+    found = [(m.start(), m.end()) for m in _WORDS.finditer(line) if stems_of(m.group()) & terms]
+    stems = [stems_of(line[a:b]) for a, b in found]
+    context = room // 10  # a few words before the first match, so the snippet does not open mid-thought
+    best, best_at = -1, 0
+    for at in [0] + [a for a, _ in found]:
+        covered = set().union(*(t for (a, b), t in zip(found, stems) if at <= a and b <= at + room - context))
+        if len(covered) > best:
+            best, best_at = len(covered), at
+    if best_at:  # the first whole word within `context` before it; the match itself when none starts there
+        opening = _WORD_START.search(line, max(0, best_at - context), best_at + 1)
+        best_at = opening.start() if opening else best_at
+    return best_at

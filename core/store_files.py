@@ -89,5 +89,11 @@ class StoreFiles(StoreSchema):
         marks = ",".join("?" * len(paths))
         return dict(self.conn.execute(f"SELECT path, mtime_ns FROM files WHERE path IN ({marks})", paths))
 
+    def files_without_chunks(self) -> set[str]:
+        """The files of some bytes recorded with no chunk: skipped as not text, or blank. An index made before the
+        sync recorded why it skipped a file (core.sync_plan.SKIPPED) has only this to go by."""
+        sql = "SELECT path FROM files f WHERE size > 0 AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.path = f.path)"
+        return {path for (path,) in self.conn.execute(sql)}
+
     def has_file(self, path: str) -> bool:
         return self.conn.execute("SELECT 1 FROM files WHERE path = ?", (path,)).fetchone() is not None

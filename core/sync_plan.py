@@ -7,6 +7,7 @@ the sync will, without writing anything. `SyncReport`, which each stage fills in
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,6 +21,8 @@ from .store import Store
 
 BATCH_FILES = 64
 BATCH_BYTES = 512 * 1024
+#: meta key: JSON {path: why} of the files recorded without chunks because they cannot be read as text
+SKIPPED = "skipped_files"
 
 
 @dataclass
@@ -59,6 +62,8 @@ class SyncPlan:
     removed: list[str]
     known: dict[str, tuple[int, int, str]]
     forced: bool = False  # a forced run (core.rebuild's are): it needs every vector, the embedder failing stops it
+    #: the scanned files the index holds without text, and why; read_batch keeps it current, the sync stores it
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def plan_sync(
@@ -72,16 +77,28 @@ def plan_sync(
     if not files and not unlisted:  # a folder that could not be listed says so itself
         report.warnings.append(nothing_found(config.workspace))
     report.filesScanned = len(files)
+    scanned = {entry.path for entry in files}
+    recorded = None if rebuild else store.get_meta(SKIPPED)
+    skipped = {p: why for p, why in json.loads(recorded or "{}").items() if p in scanned}
+    unknown = store.files_without_chunks() if recorded is None and not rebuild else set()  # read once to learn why
     to_check = []
     for entry in files:
         old = known.get(entry.path)
-        if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns:
-            report.unchanged += 1
+        if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns and entry.path not in unknown:
+            if entry.path in skipped:  # not read again, but still in no search: said by every sync
+                _skip(report, entry.path, skipped[entry.path])
+            else:
+                report.unchanged += 1
         elif old is not None and not sources[entry.source].due(entry, old[0]):
             report.unchanged += 1  # e.g. a transcript that grew by less than a delta: read it later
         else:
             to_check.append(entry)
-    return SyncPlan(identity, rebuild, to_check, _gone(known, files, unlisted), known, force)
+    return SyncPlan(identity, rebuild, to_check, _gone(known, files, unlisted), known, force, skipped)
+
+
+def _skip(report: SyncReport, path: str, why: str) -> None:
+    report.warnings.append(f"skipped {path}: {why}")
+    report.skipped += 1
 
 
 def vanished(store: Store, config: Config) -> list[str]:
@@ -145,14 +162,19 @@ def read_batch(
         old = plan.known.get(entry.path)
         if old is not None and old[2] == digest:
             touched.append(entry)
-            report.unchanged += 1
+            if text is None:  # the same bytes, still no text: said again (and recorded, for an index from before)
+                _skip(report, entry.path, problem or "not text")
+                plan.skipped[entry.path] = problem or "not text"
+            else:
+                report.unchanged += 1
             continue
         if text is None:
-            # Recorded with no chunks: old chunks go, and the next sync skips it by stat until it changes.
-            report.warnings.append(f"skipped {entry.path}: {problem}")
-            report.skipped += 1
+            # Recorded with no chunks: old chunks go; the next syncs skip it by stat until it changes, and say so.
+            _skip(report, entry.path, problem or "not text")
+            plan.skipped[entry.path] = problem or "not text"
             files.append((entry, digest, []))
             continue
+        plan.skipped.pop(entry.path, None)
         if problem:
             report.warnings.append(f"{entry.path}: {problem}")
         chunks = source.chunk(entry.path, text, report.warnings)

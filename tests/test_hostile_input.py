@@ -115,7 +115,11 @@ def test_each_hostile_file_is_indexed_sensibly_or_skipped_with_a_warning_naming_
     assert Path("/etc/passwd").read_bytes().split(b"\n")[0] not in stored
     assert integrity(config.db_path) == ["ok"]
     again = index.sync()
-    assert again.chunksWritten == 0 and again.unchanged == len(indexed)  # nothing read twice, nothing lost
+    assert again.chunksWritten == 0 and again.unchanged == len(indexed) - 2  # nothing read twice, nothing lost
+    assert again.skipped == 2 and {w for w in again.warnings if not w.startswith("skipped '")} == {
+        "skipped memory/binary.md: binary content (NUL bytes)",  # still in no search: said again, not read again
+        f"skipped memory/huge.md: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB",
+    }
 
 
 @pytest.mark.parametrize(

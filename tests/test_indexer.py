@@ -6,6 +6,7 @@ import codecs
 import os
 
 from core.chunking import chunk_text
+from core.sources.base import MAX_FILE_BYTES
 
 TOPICS = ["deploy", "budget", "puppy", "coffee", "garden", "travel", "concert", "dentist"]
 
@@ -160,8 +161,50 @@ def test_bad_encodings_are_handled(workspace, make_config, open_index, counting_
     assert index.search("sixteen bits").results[0].path == "memory/utf16.md"
     assert index.search("croissant").results[0].path == "memory/latin1.md"
     assert report.skipped == 1
-    again = index.sync()  # recorded without chunks: skipped by stat until it changes, not re-read
-    assert again.unchanged == 5 and again.skipped == 0 and again.warnings == []
+    again = index.sync()  # recorded without chunks: skipped by stat until it changes, not re-read, still said
+    assert again.unchanged == 4 and again.skipped == 1
+    assert again.warnings == ["skipped memory/binary.md: binary content (NUL bytes)"]
+
+
+def test_a_skipped_file_is_said_by_every_sync_until_it_changes(workspace, make_config, open_index):
+    """A note that cannot be read as text is in no search: the first sync said so and every later one was
+    silent ("25 scanned, 0 skipped"), while a symlink's skip is said each time. Each sync now says it again,
+    from the index (the file is not re-read), until the file changes, is readable or goes."""
+    ws = workspace({"MEMORY.md": "The kestrel nests on the roof.\n"})
+    (ws / "memory").mkdir()
+    (ws / "memory/nul.md").write_bytes(b"The axolotl eats worms.\n\x00\x01 blob\n")
+    (ws / "memory/huge.md").write_bytes(b"x" * (MAX_FILE_BYTES + 1))
+    index = open_index(make_config(ws), embedder=None)
+    binary = "skipped memory/nul.md: binary content (NUL bytes)"
+    large = "skipped memory/huge.md: larger than 8 MiB"
+    first = index.sync()
+    assert (first.added, first.skipped, sorted(first.warnings)) == (1, 2, [large, binary])
+    again = index.sync()
+    assert (again.unchanged, again.skipped, sorted(again.warnings)) == (1, 2, [large, binary])
+    os.utime(ws / "memory/nul.md", ns=(1, 1))  # a new mtime, the same bytes: read, still no text
+    touched = index.sync()
+    assert (touched.unchanged, touched.skipped, sorted(touched.warnings)) == (1, 2, [large, binary])
+    (ws / "memory/nul.md").write_text("The axolotl eats worms.\n", encoding="utf-8")
+    (ws / "memory/huge.md").unlink()
+    fixed = index.sync()
+    assert (fixed.changed, fixed.removed, fixed.skipped, fixed.warnings) == (1, 1, 0, [])
+    assert [h.path for h in index.search("axolotl", min_score=0).results] == ["memory/nul.md"]
+    assert index.sync().warnings == []
+
+
+def test_an_index_made_before_skips_were_recorded_learns_them_by_one_read(workspace, make_config, open_index):
+    """An index from before the sync recorded its skips has files without chunks and no word of why: each is
+    read once (a blank note, a binary one), so that binary one is said from then on; the others stay quiet."""
+    ws = workspace({"MEMORY.md": "The kestrel nests on the roof.\n", "memory/blank.md": "  \n\n"})
+    (ws / "memory/nul.md").write_bytes(b"\x00\x01 blob\n")
+    index = open_index(make_config(ws), embedder=None)
+    index.sync()
+    with index.store.transaction():
+        index.store.conn.execute("DELETE FROM meta WHERE key = 'skipped_files'")  # as such an index has it
+    binary = ["skipped memory/nul.md: binary content (NUL bytes)"]
+    first = index.sync()
+    assert (first.unchanged, first.skipped, first.chunksWritten, first.warnings) == (2, 1, 0, binary)
+    assert (index.sync().unchanged, index.sync().warnings) == (2, binary)
 
 
 def test_empty_and_blank_files_have_no_chunks(workspace, make_config, open_index, counting_embedder):

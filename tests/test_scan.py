@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
+import pytest
+
+from core.config import ConfigError, load_config
 from core.sources.memory import MemorySource, external_roots, is_memory_path, scan, scan_external
 
 
@@ -79,6 +83,34 @@ def test_excluded_folder_names_are_skipped(workspace, make_config):
         "memory/keep.md",
         "memory/node_modules/pkg/y.md",
     ]
+
+
+@pytest.mark.parametrize(
+    "entry, hint",
+    [
+        ("memory/private", "'private'"),  # a path
+        ("private/", "'private'"),
+        ("drafts/**", "'drafts'"),  # glob patterns, as .gitignore writes them
+        ("**/private", "'private'"),
+        ("*.tmp.md", None),
+    ],
+)
+def test_an_exclude_entry_that_is_no_folder_name_is_refused(workspace, entry, hint):
+    """`exclude` holds folder names, matched against each folder's name: a path or a glob pattern never matched
+    one, and the notes the user meant to keep out (`memory/private/`) were indexed and served in silence."""
+    ws = workspace({"MEMORY.md": "root", "memory/private/p.md": "the safe code is 4711", "memory/x.tmp.md": "x"})
+    (ws / "memsift.toml").write_text(f"exclude = [{json.dumps(entry)}]\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws)
+    message = str(err.value)
+    assert "exclude:" in message and repr(entry) in message and "folder name" in message
+    assert hint is None or f"write {hint}" in message
+    with pytest.raises(
+        ConfigError, match=r"MEMSIFT_EXCLUDE \(exclude\): .* is not a folder name"
+    ):  # the environment's list is read by the same rule
+        load_config(workspace=ws / "memory", env={"MEMSIFT_EXCLUDE": f"node_modules,{entry}"})
+    (ws / "memsift.toml").write_text('exclude = ["private"]\n', encoding="utf-8")
+    assert paths(load_config(workspace=ws)) == ["MEMORY.md", "memory/x.tmp.md"]
 
 
 def test_hidden_files_and_folders_are_skipped(workspace, make_config):

@@ -313,6 +313,32 @@ RUNBOOK = "\n".join(
 )
 
 
+PARAGRAPH = " ".join(  # one long line, as a note's paragraph often is (the editor wraps it, the file does not)
+    [f"Sentence {i} of the retrospective covers routine scheduling and staffing details." for i in range(1, 19)]
+    + ["The outage was traced to the expired wildcard certificate on the ingress proxy."]
+)
+
+
+def test_a_snippet_of_a_line_longer_than_snippet_chars_shows_the_words_of_the_question(
+    workspace, make_config, open_index
+):
+    """The window is whole lines, and a line longer than the snippet (a paragraph written as one line, a
+    pasted log line) showed its first 700 characters: the words that made the hit were past them. The snippet
+    now starts inside such a line, near the first of its words that holds the most of the question's."""
+    ws = workspace({"memory/retro.md": "# Retro\n" + PARAGRAPH + "\n"})
+    index = open_index(make_config(ws), embedder=None)
+    [hit] = index.search("wildcard certificate ingress", min_score=0.0).results
+    assert len(PARAGRAPH) > 1000 and len(hit.snippet) <= 700
+    assert "expired wildcard certificate on the ingress proxy." in hit.snippet
+    assert hit.snippet.startswith("…") and PARAGRAPH.endswith(hit.snippet[1:])
+    assert hit.snippet[1:].split(" ", 1)[0] in PARAGRAPH.split(" ")  # it starts at a whole word
+    assert (hit.startLine, hit.endLine) == (1, 2)  # the hit is still the whole chunk, which `get` reads
+    # the long line's start holds as many of the words: the snippet starts with the line, as before
+    [hit] = index.search("routine staffing", min_score=0.0).results
+    assert hit.snippet.startswith("…Sentence 1 of the retrospective") and hit.snippet.endswith("…")
+    assert snippet("x" * 1000 + "(zebra", 700, "zebra") == "…zebra"  # no word starts before it: at the match
+
+
 def test_a_snippet_shows_the_lines_that_hold_the_question_s_words(workspace, make_config, open_index):
     """A long chunk answered a question about its last section with its first 700 characters, which never
     held the answer: the snippet is now the window of whole lines holding the most of the question's words."""

@@ -153,3 +153,26 @@ def test_a_path_prefix_as_a_shell_completes_it_names_the_same_files(index, prefi
     dotted = index.search("deploy proxy", path_prefix=prefix, min_score=0, max_results=10)
     assert len(paths(plain)) == 4
     assert paths(dotted) == paths(plain)
+
+
+def test_a_daily_note_whose_name_is_no_calendar_date_is_said_to_be_undated(workspace, make_config, open_index):
+    """`memory/2026-02-30.md` looks like a daily note but names no day: it is undated, so a window keeps it as
+    evergreen (`after` May included) and `evergreen=False` drops it. The sync says so, naming the file, rather
+    than leaving the user to wonder why a February note answers a question about May."""
+    ws = workspace(
+        {
+            "memory/2026-02-30.md": "The ibex climbed the north cliff.\n",
+            "memory/2026-13-01-meeting.md": "The ibex meeting moved to the annex.\n",
+            "memory/2026-05-14.md": "The ibex was seen again near the lake.\n",
+        }
+    )
+    index = open_index(make_config(ws))
+    warnings = [w for w in index.sync().warnings if "calendar date" in w]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("memory/2026-02-30.md: 2026-02-30 in its name is not a calendar date")
+    assert warnings[1].startswith("memory/2026-13-01-meeting.md: 2026-13-01 in its name is not a calendar date")
+    assert all("undated" in w for w in warnings)
+    kept = paths(index.search("ibex", after="2026-05-01", min_score=0))
+    assert "memory/2026-02-30.md" in kept  # as the warning says: undated, kept as evergreen
+    dated = paths(index.search("ibex", before="2026-03-31", evergreen=False, min_score=0))
+    assert "memory/2026-02-30.md" not in dated

@@ -152,11 +152,12 @@ def test_a_cut_snippet_ends_with_an_ellipsis_at_a_word(workspace, memsift_home: 
     words = "The checkout deploy failed because the load balancer certificate had expired on Sunday night " * 4
     ws = workspace({"MEMORY.md": words + "\n"})
     env = {"MEMSIFT_SEARCH_SNIPPETCHARS": str(limit)}
-    proc = memsift(memsift_home, "--workspace", ws, "--json", "search", "load balancer certificate", **env)
+    # words the line's start holds (with words past the snippet's end, it opens at them: test_search.py)
+    proc = memsift(memsift_home, "--workspace", ws, "--json", "search", "checkout deploy failed", **env)
     [hit] = json.loads(proc.stdout)["results"]
     snippet = hit["snippet"]
     assert snippet.endswith("…") and len(snippet) <= limit
     body = snippet[:-1]
     assert words.startswith(body) and words[len(body)] == " "  # whole words, then the ellipsis
-    human = memsift(memsift_home, "--workspace", ws, "search", "load balancer certificate", **env).stdout
+    human = memsift(memsift_home, "--workspace", ws, "search", "checkout deploy failed", **env).stdout
     assert snippet in human
