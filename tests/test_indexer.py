@@ -238,3 +238,23 @@ def test_renamed_file_is_served_from_the_cache(workspace, make_config, open_inde
     assert (report.added, report.removed, report.chunksEmbedded) == (1, 1, 0)
     assert counting_embedder.documents == []
     assert [h.path for h in index.search("kitchen renovation").results] == ["memory/new-name.md"]
+
+
+def test_a_stray_nul_in_a_text_note_loses_only_itself(workspace, make_config, open_index):
+    """A note that is UTF-8 but for a stray NUL (an editor's or a crash's leftover) was skipped whole as binary:
+    none of its lines could be found. Now the NUL reads as U+FFFD, its line is named, and the note is searched
+    and read as the file holds it; a file with many control bytes is still binary."""
+    ws = workspace({"MEMORY.md": "The kestrel nests on the roof.\n"})
+    (ws / "memory").mkdir()
+    note = "The axolotl eats worms every morning.\n" * 4 + "A\x00stray byte here.\n" + "Feed it at noon.\n" * 3
+    (ws / "memory/stray.md").write_bytes(note.encode())
+    (ws / "memory/blob.md").write_bytes(b"The axolotl\n\x00\x01\x02\x03 blob\n")
+    index = open_index(make_config(ws), embedder=None)
+    report = index.sync()
+    assert (report.added, report.skipped) == (2, 1)
+    assert sorted(report.warnings) == [
+        "memory/stray.md: NUL bytes on line 5, replaced with U+FFFD",
+        "skipped memory/blob.md: binary content (NUL bytes)",
+    ]
+    assert [h.path for h in index.search("axolotl", min_score=0).results] == ["memory/stray.md"]
+    assert index.get("memory/stray.md", 5, 1)["text"] == "A\ufffdstray byte here."

@@ -83,7 +83,7 @@ def decode(raw: bytes) -> tuple[str | None, str | None]:
         except UnicodeDecodeError:
             return None, "not valid UTF-16"
     if b"\x00" in raw:
-        return None, "binary content (NUL bytes)"
+        return _with_nuls(raw)
     try:
         return raw.decode("utf-8-sig"), None
     except UnicodeDecodeError:
@@ -92,15 +92,36 @@ def decode(raw: bytes) -> tuple[str | None, str | None]:
         ), f"invalid UTF-8 on {_bad_lines(raw)}, bad bytes replaced with U+FFFD"
 
 
-def _bad_lines(raw: bytes, named: int = 5) -> str:
-    """`line 2`, `lines 2, 7`, `lines 2, 7, 9, 12, 15 and 40 more`: where a person finds the bytes to fix. Line
-    numbers as `split_lines` counts them: Latin-1 keeps each byte where it was (a CR or LF byte is never part of a
-    UTF-8 sequence)."""
-    bad = []
-    for number, line in enumerate(split_lines(raw.decode("latin-1")), 1):
-        try:
-            line.encode("latin-1").decode("utf-8")
-        except UnicodeDecodeError:
-            bad.append(number)
+#: Control bytes that text does not hold (all of C0 but tab, line feed, form feed, carriage return and escape).
+_CONTROL = bytes(c for c in range(32) if c not in b"\t\n\f\r\x1b")
+
+
+def _with_nuls(raw: bytes) -> tuple[str | None, str | None]:
+    """A file holding NUL bytes: binary, unless it is UTF-8 with a stray NUL or two (under 1% of its bytes
+    control bytes, an editor's or a crash's leftover in a note), whose every other line would otherwise be lost
+    to search; each NUL is then replaced with U+FFFD, as invalid UTF-8 is, and the lines are named."""
+    if (len(raw) - len(raw.translate(None, _CONTROL))) * 100 > len(raw):
+        return None, "binary content (NUL bytes)"
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None, "binary content (NUL bytes)"
+    return text.replace("\x00", "\ufffd"), f"NUL bytes on {_bad_lines(raw, nul=True)}, replaced with U+FFFD"
+
+
+def _bad_lines(raw: bytes, named: int = 5, nul: bool = False) -> str:
+    """`line 2`, `lines 2, 7`, `lines 2, 7, 9, 12, 15 and 40 more`: where a person finds the bytes to fix (bytes
+    that are no UTF-8, or with `nul` NUL bytes). Line numbers as `split_lines` counts them: Latin-1 keeps each
+    byte where it was (a CR or LF byte is never part of a UTF-8 sequence)."""
+    lines = split_lines(raw.decode("latin-1"))
+    bad = [n for n, line in enumerate(lines, 1) if ("\x00" in line if nul else _not_utf8(line))]
     more = f" and {len(bad) - named} more" if len(bad) > named else ""
     return f"line{'' if len(bad) == 1 else 's'} {', '.join(map(str, bad[:named]))}{more}"
+
+
+def _not_utf8(latin1_line: str) -> bool:
+    try:
+        latin1_line.encode("latin-1").decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
