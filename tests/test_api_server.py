@@ -428,3 +428,52 @@ def test_an_index_file_overwritten_while_serving_is_a_503_saying_what_to_do(work
         os.kill(proc.pid, signal.SIGTERM)
         log = proc.communicate(timeout=30)[1].decode()
     assert "Traceback" not in log, log
+
+
+def test_a_watched_change_waiting_on_another_processs_sync_is_synced_once_that_ends(
+    workspace, memsift_home: Path
+) -> None:
+    """A note edited while another process syncs or rebuilds the agent (`memsift index --force`, minutes): the
+    watcher's sync waited `sync.lockTimeoutSeconds`, said `sync of main failed: LockTimeout` and nothing synced
+    the note after (`status` dirty until the next edit or search). It says it waits, and syncs once the lock
+    is free. The other process here is this test, holding the agent's writer lock."""
+    import queue
+    import threading
+
+    from core import load_config
+    from core.locking import writer_lock
+
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana Whitfield starts every morning with a flat white.\n"})
+    (ws / "memsift.toml").write_text("[sync]\nlockTimeoutSeconds = 0.2\nwatchDebounceMs = 100\n")
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 0
+    port = free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, MEMSIFT_HOME=str(memsift_home)),
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line.decode()) for line in proc.stderr], daemon=True)
+    reader.start()
+    said: list[str] = []
+
+    def line_with(text: str) -> str:
+        while True:
+            said.append(lines.get(timeout=60))  # queue.Empty: the line never came
+            if text in said[-1]:
+                return said[-1]
+
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(proc, f"{base}/readyz")
+        line_with("watching main")
+        with writer_lock(load_config(workspace=ws).db_path, timeout=60):
+            (ws / "memory").mkdir()
+            (ws / "memory" / "2026-05-01.md").write_text("# 2026-05-01\n- The zebra count at the reserve was 41.\n")
+            waits = line_with(f"another sync or rebuild of this index is running (pid {os.getpid()})")
+            assert "failed" not in waits and "again" in waits, said
+        assert "1 added" in line_with("sync of main done"), said
+        assert httpx.get(f"{base}/v1/status", timeout=30).json()["dirty"] is False
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert sum("another sync or rebuild" in line for line in said) == 1, said  # said once, not every 0.2 s
