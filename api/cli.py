@@ -44,6 +44,10 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+#: The signals `_interruptible` caught in this process, for `_stop_if_interrupted`.
+_RECEIVED: list[int] = []
+
+
 @contextmanager
 def _interruptible() -> Iterator[None]:
     """SIGINT and SIGTERM raise `Interrupted` in the main thread while inside (the default SIGTERM would kill
@@ -53,24 +57,34 @@ def _interruptible() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received: list[int] = []
 
     def interrupt(signum: int, frame: object) -> None:
-        received.append(signum)
+        _RECEIVED.append(signum)
         raise Interrupted(signum)
 
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
-        if received:  # a broad `except Exception` somewhere swallowed it (an import it cut short raises
-            raise Interrupted(received[0])  # ImportError): the run went on, but it was asked to stop, so say so
+        _stop_if_interrupted()
     except Exception as exc:
-        if received:
-            raise Interrupted(received[0]) from exc
+        if _RECEIVED:
+            raise Interrupted(_RECEIVED[0]) from exc
         raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _stop_if_interrupted() -> None:
+    """Raise the interrupt a broad `except Exception` swallowed: a C extension's module init (numpy,
+    onnxruntime) that a Ctrl-C cuts raises ImportError in its place, which a search took for a failed
+    embedder and answered from keywords. Called before a command prints its answer, so none is printed."""
+    if _RECEIVED:
+        raise Interrupted(_RECEIVED[0])
+
+
+#: Commands that handle SIGINT and SIGTERM themselves: a server stops gracefully (uvicorn's handlers).
+_SERVERS = {"serve", "mcp", "up"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,14 +100,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
     os.environ.setdefault("XDG_CACHE_HOME", str(home / "cache"))
     try:
-        return _COMMANDS[args.command](args)
+        if args.command in _SERVERS:
+            return _COMMANDS[args.command](args)
+        with _interruptible():
+            return _COMMANDS[args.command](args)
     except MemsiftError as exc:
         return _fail(args, str(exc))
     except Interrupted as exc:
         _fail(args, f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}")
         _exit_now(128 + exc.signum)
-    except KeyboardInterrupt:
-        return _fail(args, "interrupted")
+    except KeyboardInterrupt:  # a server's start-up, before its own handlers: as the console script's guard
+        _fail(args, "interrupted")
+        return 128 + signal.SIGINT
     except BrokenPipeError:  # the reader went away (`memsift get ... | head`): stop quietly, as `cat` would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 128 + signal.SIGPIPE
@@ -150,7 +168,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from api.indexing import sync_agent
     from api.progress import progress_bar
 
-    with _interruptible(), progress_bar(enabled=not args.json and sys.stderr.isatty()) as progress:
+    with progress_bar(enabled=not args.json and sys.stderr.isatty()) as progress:
         if args.no_prefect:
             with MemoryIndex(config) as index:
                 index.require_embedder()
@@ -227,6 +245,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             rerank=args.rerank,
         )
         empty = not response.results and not response.partial and not sum(index.store.stats()["files"].values())
+    _stop_if_interrupted()  # not a keyword answer blaming the embedder for a Ctrl-C
     response.warn(unsynced)
     if response.warning:  # said once the search answered (a search that fails too says why in its own line);
         print(f"note: {response.warning}", file=sys.stderr)  # on stderr with --json too, as get's warning
@@ -279,6 +298,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = _config(args)
     with MemoryIndex(config) as index:
         doc = index.status(deep=args.deep)
+    _stop_if_interrupted()  # the probe's embedder may have taken a Ctrl-C for a failure to load
     from flows.ratelimit import rate_limit_status
 
     doc["rateLimit"] = rate_limit_status(config)

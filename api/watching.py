@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from api.runs import FINAL, IndexRuns, Run
 from core import Config
+from core.errors import LockTimeout
 from core.watching import CoalescedRuns, Configs, MemoryWatching, Phase, reported
 
 
@@ -28,6 +29,7 @@ class WatchedSyncs(CoalescedRuns[Run]):
         self._runs = runs
         self._config = config
         self._say = say
+        self._waiting: set[str] = set()  # agents whose sync waits for another process's: said once
 
     def request(self, agents: Iterable[str]) -> list[Run]:
         """As CoalescedRuns.request, for the agents indexed already: a first index is its first search's (a
@@ -44,6 +46,10 @@ class WatchedSyncs(CoalescedRuns[Run]):
         do stays quiet); one that changed something is followed by its warnings, as `memsift index` prints them
         (a note written with invalid UTF-8, indexed with U+FFFD, was otherwise said nowhere)."""
         s = run.summary
+        if run.state == "FAILED" and (run.error or "").startswith(f"{LockTimeout.__name__}: "):
+            self._wait_for_lock(run)
+            return
+        self._waiting.discard(run.agent)
         if run.state != "COMPLETED" or s is None:
             self._say(f"sync of {run.agent} {run.state.lower()}: {run.error}")
         elif s["rebuildHeld"]:
@@ -59,6 +65,16 @@ class WatchedSyncs(CoalescedRuns[Run]):
             )
             for warning in s["warnings"]:
                 self._say(f"sync of {run.agent}: warning: {warning}")
+
+    def _wait_for_lock(self, run: Run) -> None:
+        """Another process syncs or rebuilds the agent (`memsift index --force`: minutes) and it may have scanned
+        before the change: sync again once it ends, rather than fail and leave the change unsynced until the
+        next one. Each try waits `sync.lockTimeoutSeconds` for the lock; it is said once."""
+        if run.agent not in self._waiting:
+            self._waiting.add(run.agent)
+            error = run.error.removeprefix(f"{LockTimeout.__name__}: ")
+            self._say(f"sync of {run.agent} waits: {error}; it runs again when that one ends")
+        self.again(run.agent)
 
     def _phase(self, run: Run) -> Phase:
         current = self._runs.get(run.id)

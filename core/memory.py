@@ -32,6 +32,7 @@ from .search_request import check_request
 from .search_response import SearchResponse
 from .status import status_document
 from .store import Store, StoreError
+from .store_recovery import unreadable_as_such
 
 _CONFIGURED: Any = object()
 
@@ -103,6 +104,7 @@ class MemoryIndex(SyncRuns):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @unreadable_as_such
     def search(self, query: str, **options: Any) -> SearchResponse:
         """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
         embedder works: a provider that cannot start gives a keyword index and a degraded answer."""
@@ -201,10 +203,12 @@ class MemoryIndex(SyncRuns):
             )
         return self._reranker
 
+    @unreadable_as_such
     def get(self, path: str, start: int = 1, count: int | None = None) -> dict[str, Any]:
         # Asked only for a file outside the workspace: a get of a workspace file never opens the index.
         return get_lines(self.config, path, start, count, indexed=lambda rel: self.store.has_file(rel))
 
+    @unreadable_as_such
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         # Everything that reads `self.store` first: a rebuild's swap makes the next `self.store` close the
         # connection held below, so once it is taken only `store` is read (one state of the index).

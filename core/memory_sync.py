@@ -22,7 +22,7 @@ from .rebuild import rebuild, remove_orphans
 from .shared_cache import SharedCache
 from .sources.memory import workspace_gone
 from .status import iso
-from .store_recovery import UnreadableIndex, set_aside
+from .store_recovery import UnreadableIndex, set_aside, unreadable_as_such
 from .sync_plan import SyncReport, plan_sync, vanished
 
 
@@ -40,6 +40,7 @@ class SyncRuns(EmbedderChoice):
             return False  # a first index is a sync into the live file (its batches answer searches at once)
         return self._rebuild_held(embedder) is None
 
+    @unreadable_as_such
     def sync(self, *, force: bool = False, progress: Progress | None = None, stage: Stage = plain_stage) -> SyncReport:
         """Incremental sync, or a rebuild with atomic swap when forced or when the identity changed.
 
@@ -52,6 +53,7 @@ class SyncRuns(EmbedderChoice):
             self._tend_cache(report)
             return report
 
+    @unreadable_as_such
     def catch_up(self) -> str | None:
         """The incremental sync a search (`memsift search`, `POST /v1/search`, an MCP call) runs first when memory
         files changed since the last sync, so no hit points at lines a note no longer holds (a note edited, emptied

@@ -60,10 +60,7 @@ class Store(StoreFiles, StoreCaches, StoreSearch):
                     self._check_version()
                 self._inode = os.stat(self.path).st_ino
         except (apsw.NotADBError, apsw.CorruptError) as exc:
-            raise UnreadableIndex(
-                f"cannot open the index {self.path}: {exc}; it holds nothing the memory files do not: "
-                "`memsift index --force` sets it aside and rebuilds it"
-            ) from exc
+            raise UnreadableIndex.of(self.path, exc) from exc
         except apsw.Error as exc:
             raise StoreError(f"cannot open the index {self.path}: {exc}") from exc
 

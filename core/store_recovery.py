@@ -4,8 +4,11 @@ the file on disk, under the swap lock, before or instead of any connection to it
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import apsw
 
@@ -16,6 +19,33 @@ from .locking import swap_lock
 class UnreadableIndex(StoreError):
     """The file at the index's path is no SQLite database, or a damaged one. An index is derived data (the
     memory files and the shared embedding cache rebuild it), so a forced run replaces it (`set_aside`)."""
+
+    @classmethod
+    def of(cls, path: Path, exc: apsw.Error) -> UnreadableIndex:
+        return cls(
+            f"cannot open the index {path}: {exc}; it holds nothing the memory files do not: "
+            "`memsift index --force` sets it aside and rebuilds it"
+        )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def unreadable_as_such(method: F) -> F:
+    """For a `MemoryIndex` method: the file damaged or overwritten under a connection opened before (a server's,
+    an MCP session's) fails as opening it would, saying what to do, not with SQLite's bare `CorruptError` (a
+    500 and a traceback per request). The connection is closed, so the next call opens the file as it is then
+    (rebuilt by `memsift index --force`, or a backup put back in place)."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (apsw.NotADBError, apsw.CorruptError) as exc:
+            self.close()
+            raise UnreadableIndex.of(self.config.db_path, exc) from exc
+
+    return run  # type: ignore[return-value]
 
 
 def set_aside(path: Path) -> Path:

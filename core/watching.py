@@ -234,7 +234,7 @@ class CoalescedRuns(Generic[R]):
     def __init__(self) -> None:
         self._last: dict[str, R] = {}
         self._dirty: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # `again` may be called from `_start`, when a run ends before it returns
 
     def _start(self, agent: str) -> R:
         raise NotImplementedError
@@ -259,6 +259,11 @@ class CoalescedRuns(Generic[R]):
                 elif phase == "running":
                     self._dirty.add(agent)  # it may have scanned before the change
         return started
+
+    def again(self, agent: str) -> None:
+        """Run this agent once more after its run ends (`poll` starts it): the run could not do its work yet."""
+        with self._lock:
+            self._dirty.add(agent)
 
     def poll(self) -> list[R]:
         """Start the follow-up run of every marked agent whose run has finished."""

@@ -167,21 +167,16 @@ def test_serve_syncs_memory_files_as_they_change(workspace, memsift_home: Path) 
 
 def test_a_server_error_leaves_its_traceback_in_the_server_log(workspace, memsift_home: Path) -> None:
     """A 500 tells the client "the server log has the details": they were never there, since the root logger
-    ends with Prefect's console handler quieted to CRITICAL. Here a damaged index page (a disk error) fails a
-    search inside the running server."""
+    ends with Prefect's console handler quieted to CRITICAL. Here the keyword index's table dropped by hand
+    fails a search inside the running server (a damaged page is a 503 saying what to do, not a 500)."""
     import apsw
 
     ws = workspace({"MEMORY.md": "# Memory\n- Dana Whitfield starts every morning with a flat white.\n"})
     assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 0
     (db,) = (memsift_home / "memory").glob("*.sqlite")
     conn = apsw.Connection(str(db))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'chunks_fts_data'").fetchone()
-    (size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.execute("DROP TABLE chunks_fts")
     conn.close()
-    with open(db, "r+b") as fh:  # the keyword index's first page, overwritten
-        fh.seek((root - 1) * size)
-        fh.write(b"\xff" * size)
     port = free_port()
     proc = subprocess.Popen(
         [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -193,7 +188,7 @@ def test_a_server_error_leaves_its_traceback_in_the_server_log(workspace, memsif
         proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=30)[1].decode()
     assert r.status_code == 500 and "the server log has the details" in r.json()["detail"], r.text
-    assert "memsift.api: POST /v1/search failed" in err and "apsw.CorruptError" in err, err[-3000:]
+    assert "memsift.api: POST /v1/search failed" in err and "apsw.SQLError" in err, err[-3000:]
 
 
 def test_serve_refuses_a_public_address_without_a_key(capsys, workspace) -> None:
@@ -396,3 +391,89 @@ def test_serve_json_prints_its_addresses_as_one_document_on_stdout(workspace, me
         assert b"memsift serve: REST API on" in proc.stderr.read()
     finally:
         stop_process(proc)
+
+
+def test_an_index_file_overwritten_while_serving_is_a_503_saying_what_to_do(workspace, memsift_home: Path) -> None:
+    """The index file overwritten in place (a disk fault, a bad copy) under the connections a running server
+    holds: every search and status answer says what is wrong and what to do, as the CLI does (it was a 500,
+    `internal error (CorruptError)`, and a traceback in the log per request); `memsift index --force` sets
+    the file aside and rebuilds, and the same server answers from the new one."""
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana Whitfield starts every morning with a flat white, no sugar.\n"})
+    env = dict(os.environ, MEMSIFT_HOME=str(memsift_home))
+    index = [MEMSIFT, "--workspace", ws, "index", "--no-prefect"]
+    subprocess.run(index, check=True, capture_output=True, env=env, timeout=120)  # all of it in the file: no WAL
+    (db,) = (memsift_home / "memory").glob("*.sqlite")
+    port = free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_for(proc, f"{base}/readyz").json()["agents"] == {"main": "ok"}  # its index is open
+        with db.open("r+b") as file:  # in place: the server's connection keeps the same inode
+            file.write(b"this is not a database" * (db.stat().st_size // 22 + 1))
+        with httpx.Client(base_url=base, timeout=30) as http:
+            for answer in (http.post("/v1/search", json={"query": "flat white"}), http.get("/v1/status")):
+                assert answer.status_code == 503, answer.text
+                assert f"cannot open the index {db}" in answer.json()["detail"]
+                assert "`memsift index --force` sets it aside and rebuilds it" in answer.json()["detail"]
+            forced = subprocess.run([*index, "--force"], capture_output=True, text=True, env=env, timeout=120)
+            assert forced.returncode == 0, forced.stderr
+            answer = http.post("/v1/search", json={"query": "flat white"})
+            assert answer.status_code == 200 and answer.json()["results"][0]["path"] == "MEMORY.md", answer.text
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        log = proc.communicate(timeout=30)[1].decode()
+    assert "Traceback" not in log, log
+
+
+def test_a_watched_change_waiting_on_another_processs_sync_is_synced_once_that_ends(
+    workspace, memsift_home: Path
+) -> None:
+    """A note edited while another process syncs or rebuilds the agent (`memsift index --force`, minutes): the
+    watcher's sync waited `sync.lockTimeoutSeconds`, said `sync of main failed: LockTimeout` and nothing synced
+    the note after (`status` dirty until the next edit or search). It says it waits, and syncs once the lock
+    is free. The other process here is this test, holding the agent's writer lock."""
+    import queue
+    import threading
+
+    from core import load_config
+    from core.locking import writer_lock
+
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana Whitfield starts every morning with a flat white.\n"})
+    (ws / "memsift.toml").write_text("[sync]\nlockTimeoutSeconds = 0.2\nwatchDebounceMs = 100\n")
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 0
+    port = free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, MEMSIFT_HOME=str(memsift_home)),
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line.decode()) for line in proc.stderr], daemon=True)
+    reader.start()
+    said: list[str] = []
+
+    def line_with(text: str) -> str:
+        while True:
+            said.append(lines.get(timeout=60))  # queue.Empty: the line never came
+            if text in said[-1]:
+                return said[-1]
+
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(proc, f"{base}/readyz")
+        line_with("watching main")
+        with writer_lock(load_config(workspace=ws).db_path, timeout=60):
+            (ws / "memory").mkdir()
+            (ws / "memory" / "2026-05-01.md").write_text("# 2026-05-01\n- The zebra count at the reserve was 41.\n")
+            waits = line_with(f"another sync or rebuild of this index is running (pid {os.getpid()})")
+            assert "failed" not in waits and "again" in waits, said
+        assert "1 added" in line_with("sync of main done"), said
+        assert httpx.get(f"{base}/v1/status", timeout=30).json()["dirty"] is False
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert sum("another sync or rebuild" in line for line in said) == 1, said  # said once, not every 0.2 s

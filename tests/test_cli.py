@@ -865,3 +865,50 @@ def test_ctrl_c_while_memsift_loads_is_one_line_and_130() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "memsift: error: interrupted\n")
+
+
+# A real SIGINT while the embedder's runtime loads, ending as a C extension's module init ends when a
+# KeyboardInterrupt cuts it: an ImportError ("initialization failed"), which the search takes for a failed
+# embedder and answers from keywords.
+_CTRL_C_IN_A_C_IMPORT = """
+import os, signal, sys
+class CutByCtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "onnxruntime":
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+            except KeyboardInterrupt:
+                raise ImportError("initialization failed") from None
+sys.meta_path.insert(0, CutByCtrlC())
+from api.entry import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize(
+    "command", [["search", "flat white"], ["search", "flat white", "--json"], ["status", "--deep"]]
+)
+def test_ctrl_c_that_an_import_swallows_still_stops_a_command_as_interrupted(
+    ws: Path, memsift_home: Path, command: list[str]
+) -> None:
+    """The search went on, printed its keyword answer with `note: embedding the query failed (ImportError:
+    initialization failed)` and exited 0: the user's Ctrl-C was lost, and the note blamed the embedder. Every
+    command stops as `memsift index` does: no answer, one line, 130."""
+    env = _env(memsift_home)
+    subprocess.run([MEMSIFT, "--workspace", ws, "index", "--no-prefect"], check=True, capture_output=True, env=env)
+    argv = [sys.executable, "-c", _CTRL_C_IN_A_C_IMPORT, "--workspace", str(ws), *command]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr
+    assert done.stderr == "memsift: error: interrupted by SIGINT\n"
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "8"], ["mcp"]])
+def test_ctrl_c_while_a_server_starts_is_one_line_and_130(ws: Path, memsift_home: Path, command: list[str]) -> None:
+    """Before a server has its own handlers (its modules loading, the watcher starting), a Ctrl-C exited 1, the
+    status of a failure; it is 130, as for every other command. A real SIGINT, sent as uvicorn is imported."""
+    code = _CTRL_C_IN_A_C_IMPORT.replace('"onnxruntime"', '"uvicorn"').replace(
+        'raise ImportError("initialization failed") from None', "raise"
+    )
+    argv = [sys.executable, "-c", code, "--workspace", str(ws), *command]
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(memsift_home), stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stderr) == (130, "memsift: error: interrupted\n")
