@@ -710,3 +710,30 @@ def test_a_base_url_that_is_no_http_url_is_refused_before_any_request(ws: Path, 
         assert "sk-pass" not in str(err.value)
     write(ws / "memsift.toml", '[embedding]\nbaseUrl = "HTTPS://user:pw@proxy:8443/v1"\n')
     assert load_config(workspace=ws, env={}).embedding.baseUrl == "HTTPS://user:pw@proxy:8443/v1"
+
+
+@pytest.mark.parametrize(
+    ("key", "variable", "largest"),
+    [
+        ("embedding.timeoutSeconds", "MEMSIFT_EMBEDDING_TIMEOUT_SECONDS", "86400"),
+        ("rerank.timeoutSeconds", "MEMSIFT_RERANK_TIMEOUT_SECONDS", "86400"),
+        ("sync.intervalMinutes", "MEMSIFT_SYNC_INTERVAL_MINUTES", "525600"),
+    ],
+)
+def test_a_duration_no_clock_can_wait_is_refused(ws: Path, key: str, variable: str, largest: str) -> None:
+    """`timeoutSeconds = 1e20` passed the check and the first request failed, "OverflowError: timestamp out of
+    range for platform time_t" (a socket's timeout), as `intervalMinutes = 1e20` failed `memsift up` after it
+    had started a Prefect server ("Python int too large to convert to C int", Prefect's schedule). A day's
+    timeout and a year's interval are taken."""
+    section, _, name = key.rpartition(".")
+    for where in ("toml", "env"):
+        (ws / "memsift.toml").unlink(missing_ok=True)
+        if where == "toml":
+            write(ws / "memsift.toml", f"[{section}]\n{name} = 1e20\n")
+        with pytest.raises(ConfigError) as err:
+            load_config(workspace=ws, env={variable: "1e20"} if where == "env" else {})
+        named = in_file(ws, key) if where == "toml" else f"{variable} ({key})"
+        assert str(err.value).startswith(f"{named}: 1e+20 is out of range"), err.value
+    (ws / "memsift.toml").unlink(missing_ok=True)
+    config = load_config(workspace=ws, env={variable: largest})
+    assert getattr(getattr(config, section), name) == float(largest)
