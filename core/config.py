@@ -133,6 +133,7 @@ def load_config(
     if values["rerank.rankerModel"]:  # a file, as `workspace` is: where the file that names it is, `~` the home
         model = _resolve(source if "rerank.rankerModel" in in_file else None, values["rerank.rankerModel"])
         values["rerank.rankerModel"] = str(model.absolute())  # read by servers' and flows' other processes too
+        _readable_ranker(named("rerank.rankerModel"), values["rerank.rankerModel"])
     top_source = None if "workspace" in labels else source  # MEMSIFT_WORKSPACE: relative to the current folder
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:
@@ -216,6 +217,17 @@ def _not_a_key(key: str) -> str:
     if not inner:
         return "no such configuration key"
     return f"expected a table of {', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''}"
+
+
+def _readable_ranker(name: str, path: str) -> None:
+    """A ranker model file that cannot be read is a bad value: found by the first search, it let `memsift serve`
+    start, say it was ready and answer every search 500. Loaded here, once per process (learned.model_for)."""
+    from .learned import RankerModelError, model_for  # numpy and the ranker's features: only when a file is named
+
+    try:
+        model_for(path)
+    except RankerModelError as exc:
+        raise ConfigError(f"{name}: {str(exc).removeprefix('rerank.rankerModel: ')}") from None
 
 
 def _sessions(values: dict[str, Any], ws: Path, agent: str, env: Mapping[str, str]) -> SessionsConfig:

@@ -544,6 +544,14 @@ def test_search_library_validates_its_options(ws: Path, option) -> None:
             index.search("deploy", **option)
 
 
+def test_an_unreadable_ranker_model_stops_a_command_before_any_work(capsys, ws: Path, memsift_home: Path) -> None:
+    """It was found by the first search only: `index` indexed, `serve` served and answered every search 500."""
+    (ws / "memsift.toml").write_text('[rerank]\nrankerModel = "ranker.json"\n')
+    code, out, err = run(capsys, "--workspace", ws, "index", "--no-prefect")
+    assert_one_line_error(code, out, err, "rerank.rankerModel: ranker model", "No such file or directory")
+    assert not (memsift_home / "memory").exists()  # no index was made
+
+
 # ---------------------------------------------------------------- a real process
 
 

@@ -677,10 +677,14 @@ def test_a_ranker_model_is_found_where_the_file_naming_it_is(
     directory" from anywhere else, `memsift up` started elsewhere included), and `~/ranker.json` was not the
     home's; `workspace` in the same file was relative to the file already."""
     cfg = write(tmp_path / "conf" / "memsift.toml", '[rerank]\nrankerModel = "ranker.json"\n')
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    shipped = (Path(__file__).parents[1] / "core" / "ranker.json").read_text()
+    for where in (cfg.parent / "ranker.json", tmp_path / "home" / "ranker.json", ws / "mine.json"):
+        write(where, shipped)  # a model that cannot be read is refused
     monkeypatch.chdir(ws)
     assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(cfg.parent / "ranker.json")
     write(cfg, '[rerank]\nrankerModel = "~/ranker.json"\n')
-    assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(Path.home() / "ranker.json")
+    assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(tmp_path / "home" / "ranker.json")
     env = {"MEMSIFT_RERANK_RANKERMODEL": "mine.json"}  # a variable, as a shell user means it: the current folder
     assert load_config(cfg, workspace=ws, env=env).rerank.rankerModel == str(ws / "mine.json")
 
@@ -737,3 +741,18 @@ def test_a_duration_no_clock_can_wait_is_refused(ws: Path, key: str, variable: s
     (ws / "memsift.toml").unlink(missing_ok=True)
     config = load_config(workspace=ws, env={variable: largest})
     assert getattr(getattr(config, section), name) == float(largest)
+
+
+def test_a_ranker_model_that_cannot_be_read_is_a_bad_value(ws: Path, tmp_path: Path) -> None:
+    """A missing or malformed `rerank.rankerModel` was found by the first search: `memsift serve` started,
+    /readyz said ready, and every search answered 500 "internal error (RankerModelError)"; `memsift index`
+    indexed. It is a bad value like any other, named with the file or the variable that set it."""
+    write(ws / "memsift.toml", '[rerank]\nrankerModel = "missing.json"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    missing = ws / "missing.json"
+    assert str(err.value) == in_file(ws, f"rerank.rankerModel: ranker model {missing}: No such file or directory")
+    bad = write(tmp_path / "bad.json", '{"kind": "logistic"}')
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={"MEMSIFT_RERANK_RANKER_MODEL": str(bad)})
+    assert str(err.value).startswith(f"MEMSIFT_RERANK_RANKER_MODEL (rerank.rankerModel): ranker model {bad}: ")
