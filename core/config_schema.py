@@ -13,6 +13,7 @@ from .config_values import (
     boolean,
     boolean_or_auto,
     choice,
+    host,
     http_url,
     number,
     on_off,
@@ -124,7 +125,7 @@ SCHEMA: dict[str, tuple[Any, Parser]] = {
     # embedder costs nothing (the local model, or none), "always", or "never" (SPEC section 1).
     "sync.autoRebuild": ("local", choice("local", "always", "never")),
     "cache.maxEntries": (None, optional(number(int, 1))),
-    "api.host": ("127.0.0.1", text),
+    "api.host": ("127.0.0.1", host),
     "api.port": (8000, number(int, 1, 65535)),
     "api.key": (None, optional(secret)),
     # Processes that run searches (api/search_pool.py); 0: in the server's threads, one core's worth of Python.

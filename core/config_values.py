@@ -21,6 +21,13 @@ def text(key: str, v: Any) -> str:
     return v
 
 
+def host(key: str, v: Any) -> str:
+    """An address to listen on: a blank one was Python's empty address, every interface, shown as "http://:8000"."""
+    if not text(key, v).strip():
+        raise ConfigError(f"{key}: must not be blank (0.0.0.0 for every IPv4 address)")
+    return v
+
+
 def http_url(key: str, v: Any) -> str:
     """An endpoint's address: `localhost:8080/v1` (no scheme) or `ftp://...` was taken, and every request then
     failed as a dropped connection, retried with backoff. The value is not shown: it may hold a password."""

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from sample import NOTES
 
+from api.arguments import parser
 from api.cli import main
 from core import MemoryIndex, SearchError, calibration, load_config
 from core.config_home import db_path
@@ -535,6 +536,18 @@ def test_usage_errors_exit_2(capsys, ws: Path, memsift_home: Path, argv) -> None
     assert "usage: memsift" in err and "memsift: error: " in err
     assert "Traceback" not in err
     assert not memsift_home.exists()
+
+
+@pytest.mark.parametrize("command", ["serve", "mcp"])
+@pytest.mark.parametrize("host", ["", " "])
+def test_a_blank_host_is_a_usage_error(capsys, command: str, host: str) -> None:
+    """`serve --host "$HOST"` with the variable unset served on api.host in silence, as a blank --workspace
+    indexed the current folder; `--host " "` was "refusing to serve beyond this machine". Parsed only: a
+    command that passed would serve until stopped."""
+    with pytest.raises(SystemExit) as exit_:
+        parser().parse_args([command, "--host", host])
+    assert exit_.value.code == 2
+    assert "memsift: error: argument --host: must not be blank" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option", [{"max_results": -1}, {"min_score": 2.0}])

@@ -756,3 +756,16 @@ def test_a_ranker_model_that_cannot_be_read_is_a_bad_value(ws: Path, tmp_path: P
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={"MEMSIFT_RERANK_RANKER_MODEL": str(bad)})
     assert str(err.value).startswith(f"MEMSIFT_RERANK_RANKER_MODEL (rerank.rankerModel): ranker model {bad}: ")
+
+
+@pytest.mark.parametrize("host", ['""', '" "'])
+def test_a_blank_api_host_is_a_bad_value(ws: Path, host: str) -> None:
+    """`host = ""` bound every interface behind the user's back (Python's empty address) and printed its
+    address as "http://:8000"; without a key it was refused as "api.host : refusing to serve beyond this machine"."""
+    write(ws / "memsift.toml", f"[api]\nhost = {host}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value) == in_file(ws, "api.host: must not be blank (0.0.0.0 for every IPv4 address)")
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_API_HOST \(api\.host\): must not be blank"):
+        load_config(workspace=ws, env={"MEMSIFT_API_HOST": " "})
+    assert load_config(workspace=ws, env={"MEMSIFT_API_HOST": "0.0.0.0"}).api.host == "0.0.0.0"
