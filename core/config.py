@@ -6,13 +6,14 @@ so an unknown key or a bad value is an error that names the key before any work 
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .config_env import env_overrides
+from .config_env import env_overrides, loose_key
 from .config_home import agent_id_problem, memsift_home
 from .config_schema import SCHEMA
 from .config_types import (
@@ -215,8 +216,27 @@ def _not_a_key(key: str) -> str:
     if key == "agents":  # its keys are the agents' ids: none is in SCHEMA
         return "expected a table of agents, [agents.<id>] with workspace = ..."
     if not inner:
-        return "no such configuration key"
+        meant = _meant(key)
+        return "no such configuration key" + (f"; did you mean {meant}?" if meant else "")
     return f"expected a table of {', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''}"
+
+
+def _meant(key: str) -> str | None:
+    """The key an unknown one likely means: spelled as the environment may (`max_results`), the only key of
+    that name in another table (`maxResults` at the top, `store.tokenizer`), or a near spelling in its table
+    (`lamda`) or of the whole key (`embeding.provider`). None when it could be several (`search.enabled`)."""
+    if meant := loose_key(key):
+        return meant
+    table, _, name = key.rpartition(".")
+    same_name = [k for k in SCHEMA if k.rpartition(".")[2].lower() == name.lower()]
+    if len(same_name) == 1:
+        return same_name[0]
+    names = {k.rpartition(".")[2]: k for k in SCHEMA if k.rpartition(".")[0] == table}
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    if close:
+        return names[close[0]]
+    close = difflib.get_close_matches(key, SCHEMA, n=1, cutoff=0.9)
+    return close[0] if close else None
 
 
 def _readable_ranker(name: str, path: str) -> None:

@@ -23,6 +23,12 @@ _SECTIONS = {k.split(".")[0].lower() for k in SCHEMA if "." in k}
 _NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_RERANK_API_KEY"}  # the last: a secret, not a key
 
 
+def loose_key(name: str) -> str | None:
+    """The key `name` spells as a variable may (any case, `_` or `.` anywhere): `search.max_results` is
+    search.maxResults; None when it spells none."""
+    return _ENV_KEYS.get(_env_key(name))
+
+
 def env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """`MEMSIFT_SEARCH_MAX_RESULTS` or `MEMSIFT_SEARCH_MAXRESULTS` -> `search.maxResults`: (value, variable),
     the variable kept so that a bad value's error names what the user actually set. A variable set to the empty

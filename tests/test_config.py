@@ -284,6 +284,30 @@ def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:
 @pytest.mark.parametrize(
     "toml, message",
     [
+        ("[search]\nmax_results = 3\n", "search.max_results: no such configuration key; did you mean "
+         "search.maxResults?"),
+        ("[search]\nmaxresults = 3\n", "search.maxresults: no such configuration key; did you mean search.maxResults?"),
+        ("[embedding]\nbatch_max_bytes = 9\n", "embedding.batch_max_bytes: no such configuration key; did you mean "
+         "embedding.batchMaxBytes?"),
+        ("maxResults = 3\n", "maxResults: no such configuration key; did you mean search.maxResults?"),
+        ('[store]\ntokenizer = "trigram"\n', "store.tokenizer: no such configuration key; did you mean "
+         "store.fts.tokenizer?"),
+        ("[search.mmr]\nlamda = 0.5\n", "search.mmr.lamda: no such configuration key; did you mean search.mmr.lambda?"),
+        ("[search]\nenabled = true\n", "search.enabled: no such configuration key"),  # which one: no guess
+    ],
+)  # fmt: skip
+def test_an_unknown_key_near_a_real_one_names_it(ws: Path, toml: str, message: str) -> None:
+    """The environment takes `MEMSIFT_SEARCH_MAX_RESULTS` in any case; the file's `max_results = 3` (TOML's
+    usual spelling), a key outside its table or a typo got "no such configuration key", and a look at the docs."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value) == in_file(ws, message)
+
+
+@pytest.mark.parametrize(
+    "toml, message",
+    [
         ("[search]\ntemporalDecay = 5\n", "search.temporalDecay: expected a table of enabled, halfLifeDays"),
         ("search = 5\n", "search: expected a table of maxResults, minScore, calibrate, mode, ..."),
         ('[store]\nfts = "trigram"\n', "store.fts: expected a table of tokenizer, stemmer"),
