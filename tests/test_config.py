@@ -330,6 +330,24 @@ def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("MEMSIFT_EXTRAPATH", "MEMSIFT_EXTRA_PATHS"),  # no section: it was ignored, and docs/ never indexed
+        ("MEMSIFT_EMBEDING_PROVIDER", "MEMSIFT_EMBEDDING_PROVIDER"),  # a section misspelt: ignored too
+        ("MEMSIFT_SOURCE", "MEMSIFT_SOURCES"),
+        ("MEMSIFT_SEARCH_MAXRESULT", "MEMSIFT_SEARCH_MAX_RESULTS"),
+        ("MEMSIFT_SEARCH_TEMPORAL_DECAY_ENABLE", "MEMSIFT_SEARCH_TEMPORAL_DECAY_ENABLED"),
+    ],
+)
+def test_a_variable_spelled_near_a_key_is_an_error_naming_it(ws: Path, name: str, meant: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={name: "docs"})
+    assert str(err.value) == f"{name}: no such configuration key; did you mean {meant}?"
+    others = ("MEMSIFT_MODEL_CACHE", "MEMSIFT_BLAS_THREADS", "MEMSIFT_ONNX_THREADS", "MEMSIFT_ONNX_QUERY_THREADS")
+    load_config(workspace=ws, env=dict.fromkeys(others, "1"))  # memsift's other variables are no typo
+
+
+@pytest.mark.parametrize(
     "toml, key",
     [
         ('[search]\nmaxResults = "x"\n', "search.maxResults"),
