@@ -811,3 +811,11 @@ def test_a_blank_api_host_is_a_bad_value(ws: Path, host: str) -> None:
     with pytest.raises(ConfigError, match=r"^MEMSIFT_API_HOST \(api\.host\): must not be blank"):
         load_config(workspace=ws, env={"MEMSIFT_API_HOST": " "})
     assert load_config(workspace=ws, env={"MEMSIFT_API_HOST": "0.0.0.0"}).api.host == "0.0.0.0"
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", False), ("1", True), ("No", False), ("ON", True)])
+def test_citations_from_the_environment_take_what_any_boolean_variable_takes(
+    ws: Path, value: str, expected: bool
+) -> None:
+    """MEMSIFT_SYNC_WATCH=0 is off, but MEMSIFT_SEARCH_CITATIONS=0 was "'0' is not one of on, off"."""
+    assert load_config(workspace=ws, env={"MEMSIFT_SEARCH_CITATIONS": value}).search.citations is expected
