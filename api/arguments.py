@@ -106,8 +106,8 @@ def _query(text: str) -> str:
 
 
 def _nonblank(text: str) -> str:
-    """An argparse type for get's PATH, --config and --workspace: a blank one is a usage error (exit 2), as a
-    blank query is. `--workspace "$AGENT_DIR"` with the variable unset indexed the current folder in silence."""
+    """An argparse type for get's PATH, --config, --workspace and --host: a blank one is a usage error (exit 2), as
+    a blank query is. `--workspace "$AGENT_DIR"` with the variable unset indexed the current folder in silence."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be blank")
     return text
@@ -278,7 +278,7 @@ def parser() -> _Parser:
         parents=[common],
         help="the REST API (all agents of the configuration; --agent: the one a request naming none gets)",
     )
-    serve.add_argument("--host", metavar="H", help="address to bind (default: api.host, 127.0.0.1)")
+    serve.add_argument("--host", type=_nonblank, metavar="H", help="address to bind (default: api.host, 127.0.0.1)")
     serve.add_argument("--port", type=_bounded(int, 1, 65535), metavar="P", help="port (default: api.port, 8000)")
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without an API key")
     serve.add_argument(
@@ -315,7 +315,13 @@ def parser() -> _Parser:
     mcp = sub.add_parser("mcp", parents=[common], help="MCP server with memory_search and memory_get")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: stdio")
     mcp.add_argument("--http", dest="transport", action="store_const", const="http", help="same as --transport http")
-    mcp.add_argument("--host", default="127.0.0.1", metavar="H", help="HTTP address (loopback only; default 127.0.0.1)")
+    mcp.add_argument(
+        "--host",
+        type=_nonblank,
+        default="127.0.0.1",
+        metavar="H",
+        help="HTTP address (loopback only; default 127.0.0.1)",
+    )
     mcp.add_argument("--port", type=_bounded(int, 1, 65535), default=8765, metavar="P", help="HTTP port (default 8765)")
 
     model = sub.add_parser("model", parents=[common], help="the local embedder's optimised graph")

@@ -386,8 +386,8 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _addresses_as_json(args: argparse.Namespace) -> Iterator[Callable[[dict[str, str]], None] | None]:
-    """`serve` and `up` with `--json`: their lines go to stderr and stdout holds one JSON document, the
-    addresses, once they answer (a supervisor reads it); it held their lines, none of them JSON."""
+    """`serve`, `up` and `mcp --http` with `--json`: their lines go to stderr and stdout holds one JSON document,
+    the addresses, once they answer (a supervisor reads it); it held their lines, none of them JSON."""
     if not args.json:
         yield None
         return
@@ -473,7 +473,10 @@ _COMMANDS["serve"] = cmd_serve
 def cmd_mcp(args: argparse.Namespace) -> int:
     from api.mcp import run_mcp
 
-    return run_mcp(_config(args), transport=args.transport, host=args.host, port=args.port)
+    if args.transport == "stdio":  # stdout carries the protocol
+        return run_mcp(_config(args), transport=args.transport, host=args.host, port=args.port)
+    with _addresses_as_json(args) as ready:
+        return run_mcp(_config(args), transport=args.transport, host=args.host, port=args.port, ready=ready)
 
 
 _COMMANDS["mcp"] = cmd_mcp

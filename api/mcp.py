@@ -230,9 +230,11 @@ def build_server(tools: MemoryTools) -> Server:
     )
 
 
-def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
+def run_mcp(
+    config: Config, *, transport: str, host: str, port: int, ready: Callable[[dict[str, str]], None] | None = None
+) -> int:
     """Serve until stdin closes (stdio) or the process is interrupted (HTTP), syncing the agent's memory files
-    as they change (api.watching)."""
+    as they change (api.watching). Over HTTP, `ready` gets the address once the socket listens (`--json`)."""
     from api.runs import IndexRuns
     from api.serve import is_loopback, listen_socket
     from api.watching import Watch
@@ -265,6 +267,10 @@ def run_mcp(config: Config, *, transport: str, host: str, port: int) -> int:
             import uvicorn
 
             app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+            address = f"http://{f'[{host}]' if ':' in host else host}:{port}{HTTP_PATH}"
+            _say(f"MCP (streamable HTTP) on {address}; Ctrl-C stops it")  # as `serve` says where it listens
+            if ready is not None:
+                ready({"mcp": address})
             uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning")).run(sockets=[sock])
     except KeyboardInterrupt:
         pass

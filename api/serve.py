@@ -50,12 +50,12 @@ def run_serve(
     addresses once the socket listens."""
     if workers is not None:
         config = replace(config, api=replace(config.api, workers=workers))
-    named = "--host" if host else "api.host"  # where the address came from, for the refusal below
+    named = ("--host" if host else "api.host", "--port" if port else "api.port")  # where each came from, for errors
     host = host or config.api.host
     port = port or config.api.port
     if not config.api.key and not insecure and not is_loopback(host):
         raise ConfigError(
-            f"{named} {host}: refusing to serve beyond this machine without an API key; set api.key or "
+            f"{named[0]} {host}: refusing to serve beyond this machine without an API key; set api.key or "
             "MEMSIFT_API_KEY, or pass --insecure"
         )
     # before announcing anything: every agent's configuration is read here
@@ -63,7 +63,7 @@ def run_serve(
     # uvicorn shuts down gracefully on SIGINT or SIGTERM, then raises the signal again with the handler it found
     # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
     # Prefect server an in-process index run may have started) rather than in death by signal.
-    sock = listen_socket(host, port)
+    sock = listen_socket(host, port, named=named)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
@@ -133,10 +133,12 @@ def _exit_mid_step(flow_runs: list[UUID]) -> None:
     os._exit(0)
 
 
-def listen_socket(host: str, port: int, choose: str = "--port or api.port") -> socket.socket:
+def listen_socket(
+    host: str, port: int, choose: str = "--port or api.port", named: tuple[str, str] = ("--host", "--port")
+) -> socket.socket:
     """The server's socket, bound before anything is announced or loaded: a port in use is then a one-line
     error naming it (uvicorn would log it after startup and exit with status 3); `choose` says where to set
-    another."""
+    another, `named` where the host and the port came from (`api.host` when no --host was given)."""
     bare = host.strip("[]")
     # The family as uvicorn picks it: "localhost" is 127.0.0.1, whatever getaddrinfo would list first.
     sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
@@ -147,9 +149,10 @@ def listen_socket(host: str, port: int, choose: str = "--port or api.port") -> s
         sock.close()
         if exc.errno == errno.EADDRINUSE:
             raise ConfigError(
-                f"--port {port}: {host}:{port} is in use by another process (choose another with {choose})"
+                f"{named[1]} {port}: {host}:{port} is in use by another process (choose another with {choose})"
             ) from None
-        raise ConfigError(f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}") from None
+        where = f"{named[0]} {host} {named[1]} {port}"
+        raise ConfigError(f"{where}: cannot listen there: {exc.strerror or exc}") from None
     return sock
 
 

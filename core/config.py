@@ -6,13 +6,14 @@ so an unknown key or a bad value is an error that names the key before any work 
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .config_env import env_overrides
+from .config_env import env_overrides, loose_key
 from .config_home import agent_id_problem, memsift_home
 from .config_schema import SCHEMA
 from .config_types import (
@@ -133,6 +134,7 @@ def load_config(
     if values["rerank.rankerModel"]:  # a file, as `workspace` is: where the file that names it is, `~` the home
         model = _resolve(source if "rerank.rankerModel" in in_file else None, values["rerank.rankerModel"])
         values["rerank.rankerModel"] = str(model.absolute())  # read by servers' and flows' other processes too
+        _readable_ranker(named("rerank.rankerModel"), values["rerank.rankerModel"])
     top_source = None if "workspace" in labels else source  # MEMSIFT_WORKSPACE: relative to the current folder
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:
@@ -214,8 +216,38 @@ def _not_a_key(key: str) -> str:
     if key == "agents":  # its keys are the agents' ids: none is in SCHEMA
         return "expected a table of agents, [agents.<id>] with workspace = ..."
     if not inner:
-        return "no such configuration key"
+        meant = _meant(key)
+        return "no such configuration key" + (f"; did you mean {meant}?" if meant else "")
     return f"expected a table of {', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''}"
+
+
+def _meant(key: str) -> str | None:
+    """The key an unknown one likely means: spelled as the environment may (`max_results`), the only key of
+    that name in another table (`maxResults` at the top, `store.tokenizer`), or a near spelling in its table
+    (`lamda`) or of the whole key (`embeding.provider`). None when it could be several (`search.enabled`)."""
+    if meant := loose_key(key):
+        return meant
+    table, _, name = key.rpartition(".")
+    same_name = [k for k in SCHEMA if k.rpartition(".")[2].lower() == name.lower()]
+    if len(same_name) == 1:
+        return same_name[0]
+    names = {k.rpartition(".")[2]: k for k in SCHEMA if k.rpartition(".")[0] == table}
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    if close:
+        return names[close[0]]
+    close = difflib.get_close_matches(key, SCHEMA, n=1, cutoff=0.9)
+    return close[0] if close else None
+
+
+def _readable_ranker(name: str, path: str) -> None:
+    """A ranker model file that cannot be read is a bad value: found by the first search, it let `memsift serve`
+    start, say it was ready and answer every search 500. Loaded here, once per process (learned.model_for)."""
+    from .learned import RankerModelError, model_for  # numpy and the ranker's features: only when a file is named
+
+    try:
+        model_for(path)
+    except RankerModelError as exc:
+        raise ConfigError(f"{name}: {str(exc).removeprefix('rerank.rankerModel: ')}") from None
 
 
 def _sessions(values: dict[str, Any], ws: Path, agent: str, env: Mapping[str, str]) -> SessionsConfig:

@@ -6,6 +6,7 @@ Apart from the loader (core/config.py): the spellings a key accepts are their ow
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 
@@ -21,6 +22,12 @@ def _env_key(name: str) -> str:
 _ENV_KEYS = {_env_key(k): k for k in SCHEMA}
 _SECTIONS = {k.split(".")[0].lower() for k in SCHEMA if "." in k}
 _NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_RERANK_API_KEY"}  # the last: a secret, not a key
+
+
+def loose_key(name: str) -> str | None:
+    """The key `name` spells as a variable may (any case, `_` or `.` anywhere): `search.max_results` is
+    search.maxResults; None when it spells none."""
+    return _ENV_KEYS.get(_env_key(name))
 
 
 def env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
@@ -42,8 +49,20 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
                 raise ConfigError(f"{name}: no such configuration key (MEMSIFT_AGENTS_<ID>_WORKSPACE)")
             _found(found, f"agents.{agent[1].lower()}.workspace", value, name)
         elif rest.split("_")[0].lower() in _SECTIONS:
-            raise ConfigError(f"{name}: no such configuration key")
+            raise ConfigError(f"{name}: no such configuration key{_did_you_mean(rest)}")
+        elif meant := _did_you_mean(rest):  # MEMSIFT_EXTRAPATH=docs was ignored: the docs were never indexed
+            raise ConfigError(f"{name}: no such configuration key{meant}")
     return found
+
+
+def _did_you_mean(rest: str) -> str:
+    """`; did you mean MEMSIFT_EXTRA_PATHS?` for a variable spelled near a key's, else "". Other MEMSIFT_
+    variables (MEMSIFT_HOME, MEMSIFT_MODEL_CACHE, MEMSIFT_ONNX_THREADS...) are near none."""
+    close = difflib.get_close_matches(_env_key(rest), _ENV_KEYS, n=1, cutoff=0.85)
+    if not close:
+        return ""
+    snake = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", _ENV_KEYS[close[0]]).replace(".", "_").upper()
+    return f"; did you mean MEMSIFT_{snake}?"
 
 
 def _found(found: dict[str, tuple[str, str]], key: str, value: str, name: str) -> None:

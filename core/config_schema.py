@@ -13,6 +13,7 @@ from .config_values import (
     boolean,
     boolean_or_auto,
     choice,
+    host,
     http_url,
     number,
     on_off,
@@ -32,6 +33,10 @@ DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox
 MODES = ("hybrid", "keyword", "vector")
 LOCAL_GRAPHS = ("optimized", "shipped")
 DIALECTS = ("cohere", "jina", "voyage", "tei")  # the hosted reranker's request shapes (core/rerankers/cohere.py)
+# The longest waits: 1e20 passed as a timeout and failed the first request ("timestamp out of range for platform
+# time_t", a socket's), and as an interval failed `memsift up` once its Prefect server ran (the schedule's).
+DAY_SECONDS = 86_400
+YEAR_MINUTES = 525_600
 
 
 def _sources(key: str, v: Any) -> tuple[str, ...]:
@@ -80,7 +85,7 @@ SCHEMA: dict[str, tuple[Any, Parser]] = {
     "embedding.concurrency": (None, optional(number(int, 1, 64))),
     "embedding.requestsPerMinute": (None, optional(number(float, 0.001))),
     "embedding.tokensPerMinute": (None, optional(number(float, 1))),
-    "embedding.timeoutSeconds": (None, optional(number(float, 0.001))),
+    "embedding.timeoutSeconds": (None, optional(number(float, 0.001, DAY_SECONDS))),
     "embedding.retries": (3, number(int, 0, 20)),
     "embedding.localGraph": ("optimized", choice(*LOCAL_GRAPHS)),
     # What the hosted provider charges, for the cost `memsift index --dry-run` and every run's plan show.
@@ -124,11 +129,11 @@ SCHEMA: dict[str, tuple[Any, Parser]] = {
     # The hosted reranker (docs/search-and-ranking.md): a search waits for it, so a shorter timeout than embeddings'.
     "rerank.dialect": ("cohere", choice(*DIALECTS)),
     "rerank.headers": ({}, text_map),
-    "rerank.timeoutSeconds": (3.0, number(float, 0.001)),
+    "rerank.timeoutSeconds": (3.0, number(float, 0.001, DAY_SECONDS)),
     "rerank.retries": (1, number(int, 0, 20)),
     "sync.watch": (True, boolean),
     "sync.watchDebounceMs": (1500, number(int, 0, 3_600_000)),
-    "sync.intervalMinutes": (0, number(float, 0)),
+    "sync.intervalMinutes": (0, number(float, 0, YEAR_MINUTES)),
     "sync.lockTimeoutSeconds": (10.0, number(float, 0)),
     "sync.taskRunner": ("inline", choice("inline", "thread", "dask")),
     "sync.daskAddress": (None, optional(text)),
@@ -136,7 +141,7 @@ SCHEMA: dict[str, tuple[Any, Parser]] = {
     # embedder costs nothing (the local model, or none), "always", or "never" (SPEC section 1).
     "sync.autoRebuild": ("local", choice("local", "always", "never")),
     "cache.maxEntries": (None, optional(number(int, 1))),
-    "api.host": ("127.0.0.1", text),
+    "api.host": ("127.0.0.1", host),
     "api.port": (8000, number(int, 1, 65535)),
     "api.key": (None, optional(secret)),
     # Processes that run searches (api/search_pool.py); 0: in the server's threads, one core's worth of Python.

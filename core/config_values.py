@@ -21,6 +21,13 @@ def text(key: str, v: Any) -> str:
     return v
 
 
+def host(key: str, v: Any) -> str:
+    """An address to listen on: a blank one was Python's empty address, every interface, shown as "http://:8000"."""
+    if not text(key, v).strip():
+        raise ConfigError(f"{key}: must not be blank (0.0.0.0 for every IPv4 address)")
+    return v
+
+
 def http_url(key: str, v: Any) -> str:
     """An endpoint's address: `localhost:8080/v1` (no scheme) or `ftp://...` was taken, and every request then
     failed as a dropped connection, retried with backoff. The value is not shown: it may hold a password."""
@@ -54,12 +61,16 @@ def _typed(key: str, v: Any, expected: str) -> None:
         raise ConfigError(f"{key}: expected {expected}, got the string {v!r}")
 
 
+#: The words a boolean variable takes, the true ones first; `on` and `off` (search.citations) among them.
+_WORDS = ("1", "true", "yes", "on", "0", "false", "no", "off")
+
+
 def boolean(key: str, v: Any) -> bool:
     if isinstance(v, bool):
         return v
     _typed(key, v, "true or false")
-    if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        return v.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(v, str) and v.strip().lower() in _WORDS:
+        return v.strip().lower() in _WORDS[:4]
     raise ConfigError(f"{key}: expected true or false, got {v!r}")
 
 
@@ -111,8 +122,8 @@ def choice(*options: str) -> Parser:
 
 def on_off(key: str, v: Any) -> str:
     """`on` or `off` (SPEC section 2), or a TOML boolean: `citations = false` is the file's natural spelling."""
-    if isinstance(v, bool) or (isinstance(v, Text) and v.strip().lower() in ("true", "false", "yes", "no")):
-        return "on" if boolean(key, v) else "off"  # MEMSIFT_SEARCH_CITATIONS=false as the file's `false`
+    if isinstance(v, bool) or (isinstance(v, Text) and v.strip().lower() in _WORDS):
+        return "on" if boolean(key, v) else "off"  # MEMSIFT_SEARCH_CITATIONS=0 as MEMSIFT_SYNC_WATCH=0
     return choice("on", "off")(key, v)
 
 

@@ -241,6 +241,19 @@ def test_serve_on_an_address_it_cannot_bind_names_the_host(capsys, workspace) ->
     assert err.startswith("memsift: error: --host 192.0.2.1 --port 8000: cannot listen there") and err.count("\n") == 1
 
 
+def test_serve_names_the_setting_of_an_address_it_cannot_bind(capsys, workspace, monkeypatch) -> None:
+    """An address from the configuration was named as flags never given: "--host 192.0.2.1 --port 8000"."""
+    ws = workspace({"MEMORY.md": "# Memory\n"})
+    monkeypatch.setenv("MEMSIFT_API_HOST", "192.0.2.1")  # TEST-NET-1: no interface of this machine
+    monkeypatch.setenv("MEMSIFT_API_PORT", "8000")
+    assert main(["--workspace", str(ws), "serve", "--insecure"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("memsift: error: api.host 192.0.2.1 api.port 8000: cannot listen there"), err
+    assert main(["--workspace", str(ws), "serve", "--insecure", "--port", "8001"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("memsift: error: api.host 192.0.2.1 --port 8001: cannot listen there"), err
+
+
 @pytest.mark.parametrize(
     ("host", "loopback"),
     [("127.0.0.1", True), ("127.3.4.5", True), ("::1", True), ("[::1]", True), ("localhost", True)]

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from sample import NOTES
 
+from api.arguments import parser
 from api.cli import main
 from core import MemoryIndex, SearchError, calibration, load_config
 from core.config_home import db_path
@@ -558,11 +559,31 @@ def test_a_query_that_starts_with_a_dash_is_told_to_come_after_double_dash(capsy
     assert code == 0, err
 
 
+@pytest.mark.parametrize("command", ["serve", "mcp"])
+@pytest.mark.parametrize("host", ["", " "])
+def test_a_blank_host_is_a_usage_error(capsys, command: str, host: str) -> None:
+    """`serve --host "$HOST"` with the variable unset served on api.host in silence, as a blank --workspace
+    indexed the current folder; `--host " "` was "refusing to serve beyond this machine". Parsed only: a
+    command that passed would serve until stopped."""
+    with pytest.raises(SystemExit) as exit_:
+        parser().parse_args([command, "--host", host])
+    assert exit_.value.code == 2
+    assert "memsift: error: argument --host: must not be blank" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option", [{"max_results": -1}, {"min_score": 2.0}])
 def test_search_library_validates_its_options(ws: Path, option) -> None:
     with MemoryIndex(load_config(workspace=ws)) as index:
         with pytest.raises(SearchError):
             index.search("deploy", **option)
+
+
+def test_an_unreadable_ranker_model_stops_a_command_before_any_work(capsys, ws: Path, memsift_home: Path) -> None:
+    """It was found by the first search only: `index` indexed, `serve` served and answered every search 500."""
+    (ws / "memsift.toml").write_text('[rerank]\nrankerModel = "ranker.json"\n')
+    code, out, err = run(capsys, "--workspace", ws, "index", "--no-prefect")
+    assert_one_line_error(code, out, err, "rerank.rankerModel: ranker model", "No such file or directory")
+    assert not (memsift_home / "memory").exists()  # no index was made
 
 
 # ---------------------------------------------------------------- a real process

@@ -284,6 +284,30 @@ def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:
 @pytest.mark.parametrize(
     "toml, message",
     [
+        ("[search]\nmax_results = 3\n", "search.max_results: no such configuration key; did you mean "
+         "search.maxResults?"),
+        ("[search]\nmaxresults = 3\n", "search.maxresults: no such configuration key; did you mean search.maxResults?"),
+        ("[embedding]\nbatch_max_bytes = 9\n", "embedding.batch_max_bytes: no such configuration key; did you mean "
+         "embedding.batchMaxBytes?"),
+        ("maxResults = 3\n", "maxResults: no such configuration key; did you mean search.maxResults?"),
+        ('[store]\ntokenizer = "trigram"\n', "store.tokenizer: no such configuration key; did you mean "
+         "store.fts.tokenizer?"),
+        ("[search.mmr]\nlamda = 0.5\n", "search.mmr.lamda: no such configuration key; did you mean search.mmr.lambda?"),
+        ("[search]\nenabled = true\n", "search.enabled: no such configuration key"),  # which one: no guess
+    ],
+)  # fmt: skip
+def test_an_unknown_key_near_a_real_one_names_it(ws: Path, toml: str, message: str) -> None:
+    """The environment takes `MEMSIFT_SEARCH_MAX_RESULTS` in any case; the file's `max_results = 3` (TOML's
+    usual spelling), a key outside its table or a typo got "no such configuration key", and a look at the docs."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value) == in_file(ws, message)
+
+
+@pytest.mark.parametrize(
+    "toml, message",
+    [
         ("[search]\ntemporalDecay = 5\n", "search.temporalDecay: expected a table of enabled, halfLifeDays"),
         ("search = 5\n", "search: expected a table of maxResults, minScore, calibrate, mode, ..."),
         ('[store]\nfts = "trigram"\n', "store.fts: expected a table of tokenizer, stemmer"),
@@ -303,6 +327,24 @@ def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(workspace=ws, env={name: "1"})
     assert name in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("MEMSIFT_EXTRAPATH", "MEMSIFT_EXTRA_PATHS"),  # no section: it was ignored, and docs/ never indexed
+        ("MEMSIFT_EMBEDING_PROVIDER", "MEMSIFT_EMBEDDING_PROVIDER"),  # a section misspelt: ignored too
+        ("MEMSIFT_SOURCE", "MEMSIFT_SOURCES"),
+        ("MEMSIFT_SEARCH_MAXRESULT", "MEMSIFT_SEARCH_MAX_RESULTS"),
+        ("MEMSIFT_SEARCH_TEMPORAL_DECAY_ENABLE", "MEMSIFT_SEARCH_TEMPORAL_DECAY_ENABLED"),
+    ],
+)
+def test_a_variable_spelled_near_a_key_is_an_error_naming_it(ws: Path, name: str, meant: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={name: "docs"})
+    assert str(err.value) == f"{name}: no such configuration key; did you mean {meant}?"
+    others = ("MEMSIFT_MODEL_CACHE", "MEMSIFT_BLAS_THREADS", "MEMSIFT_ONNX_THREADS", "MEMSIFT_ONNX_QUERY_THREADS")
+    load_config(workspace=ws, env=dict.fromkeys(others, "1"))  # memsift's other variables are no typo
 
 
 @pytest.mark.parametrize(
@@ -677,10 +719,14 @@ def test_a_ranker_model_is_found_where_the_file_naming_it_is(
     directory" from anywhere else, `memsift up` started elsewhere included), and `~/ranker.json` was not the
     home's; `workspace` in the same file was relative to the file already."""
     cfg = write(tmp_path / "conf" / "memsift.toml", '[rerank]\nrankerModel = "ranker.json"\n')
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    shipped = (Path(__file__).parents[1] / "core" / "ranker.json").read_text()
+    for where in (cfg.parent / "ranker.json", tmp_path / "home" / "ranker.json", ws / "mine.json"):
+        write(where, shipped)  # a model that cannot be read is refused
     monkeypatch.chdir(ws)
     assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(cfg.parent / "ranker.json")
     write(cfg, '[rerank]\nrankerModel = "~/ranker.json"\n')
-    assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(Path.home() / "ranker.json")
+    assert load_config(cfg, workspace=ws, env={}).rerank.rankerModel == str(tmp_path / "home" / "ranker.json")
     env = {"MEMSIFT_RERANK_RANKERMODEL": "mine.json"}  # a variable, as a shell user means it: the current folder
     assert load_config(cfg, workspace=ws, env=env).rerank.rankerModel == str(ws / "mine.json")
 
@@ -730,3 +776,66 @@ def test_every_section_default_is_the_schema_default() -> None:
             else:
                 continue
             assert SCHEMA[f"{name}.{f.name}"][0] == default, f"{name}.{f.name}"
+
+
+@pytest.mark.parametrize(
+    ("key", "variable", "largest"),
+    [
+        ("embedding.timeoutSeconds", "MEMSIFT_EMBEDDING_TIMEOUT_SECONDS", "86400"),
+        ("rerank.timeoutSeconds", "MEMSIFT_RERANK_TIMEOUT_SECONDS", "86400"),
+        ("sync.intervalMinutes", "MEMSIFT_SYNC_INTERVAL_MINUTES", "525600"),
+    ],
+)
+def test_a_duration_no_clock_can_wait_is_refused(ws: Path, key: str, variable: str, largest: str) -> None:
+    """`timeoutSeconds = 1e20` passed the check and the first request failed, "OverflowError: timestamp out of
+    range for platform time_t" (a socket's timeout), as `intervalMinutes = 1e20` failed `memsift up` after it
+    had started a Prefect server ("Python int too large to convert to C int", Prefect's schedule). A day's
+    timeout and a year's interval are taken."""
+    section, _, name = key.rpartition(".")
+    for where in ("toml", "env"):
+        (ws / "memsift.toml").unlink(missing_ok=True)
+        if where == "toml":
+            write(ws / "memsift.toml", f"[{section}]\n{name} = 1e20\n")
+        with pytest.raises(ConfigError) as err:
+            load_config(workspace=ws, env={variable: "1e20"} if where == "env" else {})
+        named = in_file(ws, key) if where == "toml" else f"{variable} ({key})"
+        assert str(err.value).startswith(f"{named}: 1e+20 is out of range"), err.value
+    (ws / "memsift.toml").unlink(missing_ok=True)
+    config = load_config(workspace=ws, env={variable: largest})
+    assert getattr(getattr(config, section), name) == float(largest)
+
+
+def test_a_ranker_model_that_cannot_be_read_is_a_bad_value(ws: Path, tmp_path: Path) -> None:
+    """A missing or malformed `rerank.rankerModel` was found by the first search: `memsift serve` started,
+    /readyz said ready, and every search answered 500 "internal error (RankerModelError)"; `memsift index`
+    indexed. It is a bad value like any other, named with the file or the variable that set it."""
+    write(ws / "memsift.toml", '[rerank]\nrankerModel = "missing.json"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    missing = ws / "missing.json"
+    assert str(err.value) == in_file(ws, f"rerank.rankerModel: ranker model {missing}: No such file or directory")
+    bad = write(tmp_path / "bad.json", '{"kind": "logistic"}')
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={"MEMSIFT_RERANK_RANKER_MODEL": str(bad)})
+    assert str(err.value).startswith(f"MEMSIFT_RERANK_RANKER_MODEL (rerank.rankerModel): ranker model {bad}: ")
+
+
+@pytest.mark.parametrize("host", ['""', '" "'])
+def test_a_blank_api_host_is_a_bad_value(ws: Path, host: str) -> None:
+    """`host = ""` bound every interface behind the user's back (Python's empty address) and printed its
+    address as "http://:8000"; without a key it was refused as "api.host : refusing to serve beyond this machine"."""
+    write(ws / "memsift.toml", f"[api]\nhost = {host}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value) == in_file(ws, "api.host: must not be blank (0.0.0.0 for every IPv4 address)")
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_API_HOST \(api\.host\): must not be blank"):
+        load_config(workspace=ws, env={"MEMSIFT_API_HOST": " "})
+    assert load_config(workspace=ws, env={"MEMSIFT_API_HOST": "0.0.0.0"}).api.host == "0.0.0.0"
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", False), ("1", True), ("No", False), ("ON", True)])
+def test_citations_from_the_environment_take_what_any_boolean_variable_takes(
+    ws: Path, value: str, expected: bool
+) -> None:
+    """MEMSIFT_SYNC_WATCH=0 is off, but MEMSIFT_SEARCH_CITATIONS=0 was "'0' is not one of on, off"."""
+    assert load_config(workspace=ws, env={"MEMSIFT_SEARCH_CITATIONS": value}).search.citations is expected

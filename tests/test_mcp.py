@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from conftest import wait_for
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -219,6 +220,33 @@ def test_streamable_http_server_with_the_mcp_client(ws: Path, memsift_home: Path
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_http_says_where_it_listens_and_json_prints_the_address(ws: Path, memsift_home: Path) -> None:
+    """`mcp --http` said only "watching main": not where, nor when it answers, as `serve` does; with `--json`
+    stdout held nothing, where `serve --json` holds one document of its addresses."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "mcp", "--http", "--port", str(port), "--json"],
+        env=_env(memsift_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_for(lambda: _answers(url) or proc.poll() is not None, 60, "the MCP HTTP server to answer")
+        assert proc.poll() is None, proc.stderr.read()
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    assert json.loads(out) == {"mcp": url} and out.count("\n") == 1, out
+    assert f"memsift mcp: MCP (streamable HTTP) on {url}; Ctrl-C stops it\n" in err, err
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+    except httpx.TransportError:
+        return False
+    return True
 
 
 def test_http_refuses_an_address_beyond_this_machine(ws: Path, memsift_home: Path) -> None:
