@@ -109,13 +109,15 @@ def index_batch(
         if files or touched:  # which of the files now hold no text, for the next syncs to say (core.sync_plan)
             store.set_meta(SKIPPED, json.dumps(plan.skipped))
         for entry in touched:
-            store.touch_file(entry.path, entry.size, entry.mtime_ns)
+            store.touch_file(entry.path, entry.size, entry.mtime_ns, plan.scanned_at)
         for entry, digest, chunks in files:
             rows = [(c.start_line, c.end_line, c.text, c.hash) for c in chunks]
             vecs = None
             if embedder is not None and chunks and all(c.hash in vectors or c.hash in rejected for c in chunks):
                 vecs = [vectors.get(c.hash) for c in chunks]  # None: refused by the provider, keyword-only
-            store.replace_file(entry.path, entry.source, entry.size, entry.mtime_ns, digest, rows, vecs)
+            store.replace_file(
+                entry.path, entry.source, entry.size, entry.mtime_ns, digest, rows, vecs, plan.scanned_at
+            )
             report.chunksWritten += len(chunks)
     if progress is not None:
         progress.written(len(batch))
@@ -160,7 +162,7 @@ def sync(
     started = time.perf_counter()
     check_workspace(store, config)  # never delete the rows of another workspace's files
     report = SyncReport()
-    plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force)
+    plan = stage("scan-and-diff", plan_sync)(store, config, embedder, report, force, True)  # True: recheck
     report.rebuilt = plan.rebuild
     pending_before = embedder is not None and bool(store.get_meta(VECTORS_PENDING))
     if plan.rebuild:  # a first index, or a fresh file from core.rebuild: start from empty tables

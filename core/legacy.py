@@ -44,7 +44,7 @@ def adopt_legacy(config: Config) -> bool:
 def _same_files(store: Store, config: Config) -> bool:
     rows = store.file_rows()
     same = 0
-    for rel, (size, mtime_ns, _) in rows.items():
+    for rel, (size, mtime_ns, *_) in rows.items():
         try:
             stat = (config.workspace / rel).stat()
         except (OSError, ValueError):

@@ -194,7 +194,7 @@ class SyncRuns(EmbedderChoice):
         return report
 
     def _estimate(self, embedder: Embedder | None, *, force: bool, calibrate: bool = False) -> Estimate:
-        plan = plan_sync(self.store, self.config, embedder, SyncReport(), force)
+        plan = plan_sync(self.store, self.config, embedder, SyncReport(), force, recheck=True)
         with SharedCache.open(self.config.home) as cache:
             return estimate(self.store, self.config, embedder, plan, cache, calibrate=calibrate)
 

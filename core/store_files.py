@@ -14,14 +14,19 @@ from .store_schema import StoreSchema
 
 
 class StoreFiles(StoreSchema):
-    def file_rows(self) -> dict[str, tuple[int, int, str]]:
-        return {p: (s, m, h) for p, s, m, h in self.conn.execute("SELECT path, size, mtime_ns, hash FROM files")}
+    def file_rows(self) -> dict[str, tuple[int, int, str, float]]:
+        """path -> (size, mtime_ns, hash, indexed_at: when the sync that read it scanned, core.sync_plan)."""
+        rows = self.conn.execute("SELECT path, size, mtime_ns, hash, indexed_at FROM files")
+        return {p: (s, m, h, at) for p, s, m, h, at in rows}
 
     def file_count(self) -> int:
         return self.conn.execute("SELECT count(*) FROM files").fetchone()[0]
 
-    def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
-        self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?", (size, mtime_ns, path))
+    def touch_file(self, path: str, size: int, mtime_ns: int, indexed_at: float | None = None) -> None:
+        self.conn.execute(
+            "UPDATE files SET size = ?, mtime_ns = ?, indexed_at = ? WHERE path = ?",
+            (size, mtime_ns, time.time() if indexed_at is None else indexed_at, path),
+        )
 
     def remove_file(self, path: str) -> int:
         ids = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
@@ -51,9 +56,10 @@ class StoreFiles(StoreSchema):
         file_hash: str,
         chunks: list[tuple[int, int, str, str]],
         vectors: np.ndarray | list[np.ndarray | None] | None,
+        indexed_at: float | None = None,
     ) -> None:
         """Swap a file's chunks for new ones: `chunks` are (start, end, text, hash), `vectors` aligned (a None
-        row: a chunk the provider refused, which gets no vector row)."""
+        row: a chunk the provider refused, which gets no vector row); `indexed_at`: when the sync scanned."""
         old = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
         self._delete_chunks(old)
         write_vec = (
@@ -78,7 +84,7 @@ class StoreFiles(StoreSchema):
         self._vectors_changed()
         self.conn.execute(
             "INSERT OR REPLACE INTO files(path, source, size, mtime_ns, hash, indexed_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (path, source, size, mtime_ns, file_hash, time.time()),
+            (path, source, size, mtime_ns, file_hash, time.time() if indexed_at is None else indexed_at),
         )
 
     def file_mtimes(self, paths: Iterable[str] | None = None) -> dict[str, int]:

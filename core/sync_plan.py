@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,6 +24,12 @@ BATCH_FILES = 64
 BATCH_BYTES = 512 * 1024
 #: meta key: JSON {path: why} of the files recorded without chunks because they cannot be read as text
 SKIPPED = "skipped_files"
+#: A file whose recorded mtime is this close to (or past) the scan that read it is "racily clean", as git says:
+#: a second write of the same size within the file system's timestamp tick (ext4's few milliseconds, FAT's
+#: 2 s) leaves size and mtime as recorded, so the stat alone would keep the first version's chunks until the
+#: next edit. Such a file is read again (hashed; embedded only if it changed) by the next sync: a watcher's,
+#: which the second write's event starts, or the next `memsift index`.
+RACY_SECONDS = 2.0
 
 
 @dataclass
@@ -60,17 +67,27 @@ class SyncPlan:
     rebuild: bool
     to_check: list[FileEntry]  # stat changed or new: read, hash, and index if the content changed
     removed: list[str]
-    known: dict[str, tuple[int, int, str]]
+    known: dict[str, tuple[int, int, str, float]]
     forced: bool = False  # a forced run (core.rebuild's are): it needs every vector, the embedder failing stops it
     #: the scanned files the index holds without text, and why; read_batch keeps it current, the sync stores it
     skipped: dict[str, str] = field(default_factory=dict)
+    #: when the scan began: each file read is recorded with it (`indexed_at`), for `RACY_SECONDS`
+    scanned_at: float = 0.0
 
 
 def plan_sync(
-    store: Store, config: Config, embedder: Embedder | None, report: SyncReport, force: bool = False
+    store: Store,
+    config: Config,
+    embedder: Embedder | None,
+    report: SyncReport,
+    force: bool = False,
+    recheck: bool = False,
 ) -> SyncPlan:
+    """The sync's plan. With `recheck` (a sync, and the dry run that predicts it) racily clean files are read
+    again; `status` and a search's catch-up, which would run a whole sync for them, judge by stat alone."""
     identity = index_identity(config, embedder)
     rebuild = force or not identity_matches(store.identity(), identity)
+    scanned_at = time.time()
     known = {} if rebuild else store.file_rows()
     sources = active(config)
     files, unlisted = _discover(config, report)
@@ -87,13 +104,16 @@ def plan_sync(
         if old is not None and old[0] == entry.size and old[1] == entry.mtime_ns and entry.path not in unknown:
             if entry.path in skipped:  # not read again, but still in no search: said by every sync
                 _skip(report, entry.path, skipped[entry.path])
+            elif recheck and entry.mtime_ns / 1e9 >= old[3] - RACY_SECONDS:
+                to_check.append(entry)
             else:
                 report.unchanged += 1
         elif old is not None and not sources[entry.source].due(entry, old[0]):
             report.unchanged += 1  # e.g. a transcript that grew by less than a delta: read it later
         else:
             to_check.append(entry)
-    return SyncPlan(identity, rebuild, to_check, _gone(known, files, unlisted), known, force, skipped)
+    removed = _gone(known, files, unlisted)
+    return SyncPlan(identity, rebuild, to_check, removed, known, force, skipped, scanned_at)
 
 
 def _skip(report: SyncReport, path: str, why: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from core.store import Store
@@ -26,3 +28,12 @@ def chunks_without_vectors(db: Path) -> int:
     with Store(db, readonly=True) as store:
         missing = "SELECT count(*) FROM chunks WHERE id NOT IN (SELECT rowid FROM chunks_vec)"
         return store.conn.execute(missing).fetchone()[0]
+
+
+def written_earlier(root: Path, seconds: float = 60.0) -> None:
+    """Every file under `root` as if written `seconds` ago: a note written during a sync's scan is read again by
+    the next sync (core.sync_plan.RACY_SECONDS), which a test that counts a no-op sync's reads must avoid."""
+    when = time.time() - seconds
+    for path in root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (when, when))

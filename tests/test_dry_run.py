@@ -17,6 +17,7 @@ import pytest
 from api.cli import main
 from core.limiter import request_tokens
 from tests.fake_provider import FakeProvider
+from tests.index_checks import written_earlier
 
 PROBE = "memsift probe"
 
@@ -63,6 +64,7 @@ def sent(provider: FakeProvider) -> list[list[str]]:
 
 def test_a_dry_run_embeds_nothing_and_predicts_the_run_exactly(capsys, workspace, provider: FakeProvider) -> None:
     ws = hosted(workspace, provider, "pricePerMillionTokens = 0.02\nrequestsPerMinute = 6000\n")
+    written_earlier(ws)  # a note written during the scan is read again by the next run (core.sync_plan)
     plan = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")
     assert sent(provider) == []  # nothing but the probe went out
     assert plan["rebuild"] is True and plan["filesToRead"] == 30 and plan["cacheHits"] == 0

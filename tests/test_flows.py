@@ -36,6 +36,7 @@ from core.progress import ProgressEvent
 from flows.orphans import crash_orphans
 from flows.sync import run_sync
 from tests.fake_provider import FakeProvider
+from tests.index_checks import written_earlier
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -108,6 +109,7 @@ def notes(n: int) -> dict[str, str]:
 
 def test_run_sync_counts_second_run_embeds_nothing_force_rebuilds(workspace) -> None:
     ws = workspace(notes(5) | {"MEMORY.md": "# Memory\n- evergreen fact\n"})
+    written_earlier(ws)  # not during the first run's scan, which the second would read again (core.sync_plan)
     first = run_sync("main", workspace=str(ws))
     assert isinstance(first, SyncReport)
     assert (first.filesScanned, first.added, first.changed, first.removed) == (6, 6, 0, 0)

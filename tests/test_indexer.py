@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import time
 
 from core.chunking import chunk_text
 from core.sources.base import MAX_FILE_BYTES
@@ -258,3 +259,28 @@ def test_a_stray_nul_in_a_text_note_loses_only_itself(workspace, make_config, op
     ]
     assert [h.path for h in index.search("axolotl", min_score=0).results] == ["memory/stray.md"]
     assert index.get("memory/stray.md", 5, 1)["text"] == "A\ufffdstray byte here."
+
+
+def test_a_same_size_rewrite_within_the_timestamp_tick_is_not_missed(workspace, make_config, open_index):
+    """Size and mtime decide what a sync reads. A note rewritten with the same size within the file system's
+    timestamp tick of the sync that read it (ext4: milliseconds; FAT: 2 s) kept its recorded stat, and the old
+    text was served until the next edit. Such a racily clean file is read again by the next sync; once its
+    mtime is older than the scan, size and mtime are trusted again."""
+    ws = workspace({"MEMORY.md": "The heron fishes at dawn.\n"})
+    note = ws / "MEMORY.md"
+    stamp = note.stat().st_mtime_ns
+    index = open_index(make_config(ws), embedder=None)
+    assert index.sync().added == 1
+    note.write_text("The otter fishes at dawn.\n")  # the same size
+    os.utime(note, ns=(stamp, stamp))  # within the same tick: the stat is as recorded
+    second = index.sync()
+    assert (second.changed, second.unchanged) == (1, 0)
+    assert [h.path for h in index.search("otter", min_score=0).results] == ["MEMORY.md"]
+    assert index.status()["dirty"] is False  # racily clean is not dirty: status and search judge by stat
+    old = time.time() - 60
+    os.utime(note, (old, old))  # an mtime well before the scan that read it
+    index.sync()
+    assert (index.sync().unchanged, index.sync().changed) == (1, 0)
+    with index.store.transaction():
+        index.store.conn.execute("UPDATE files SET hash = 'stale'")  # a read would see the hash differ
+    assert index.sync().changed == 0  # trusted by stat: not read
