@@ -78,7 +78,8 @@ def run_up(
     agent: str = "main",
     ready: Callable[[dict[str, str]], None] | None = None,
 ) -> int:
-    """Run until Ctrl-C or SIGTERM; 0 when stopped that way. Errors (ConfigError, ServerError) propagate
+    """Run until Ctrl-C (then 130, as a shell expects of an interrupted command) or SIGTERM (0: a service
+    manager's stop is a clean one), ending with one line that says so. Errors (ConfigError, ServerError) propagate
     after everything started so far has been stopped. With `load` (`configs` read again), `up` follows its
     configuration file and SIGHUP (api.config_reload, api.up_reload). `agent` (`memsift --agent ID up`)
     answers the REST requests that name no agent. `ready` (`--json`) is given the addresses once all runs."""
@@ -95,20 +96,24 @@ def run_up(
         signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
         signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupt),  # until `serve` takes SIGTERM over
     }
+    servers: list[int] = []  # the pid of the Prefect server this `up` started and stopped, for the last line
+    stopped_by = signal.SIGTERM  # the Runner returns from its loop on SIGTERM only
     try:
         with _only_up(main.home), ExitStack() as stack:
             sock = _rest_socket(main)  # bound now: a port in use is one line before a Prefect server starts
             if sock is not None:
                 stack.callback(sock.close)
-            ui = _prefect_server(stack, prefect_port, main.home)
+            ui = _prefect_server(stack, prefect_port, main.home, servers)
             _serve(configs, stack, ui, load, sock, agent, ready)
-    except KeyboardInterrupt:
+    except Terminated:
         pass
+    except KeyboardInterrupt:
+        stopped_by = signal.SIGINT
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    _say("stopped")
-    return 0
+    _say(f"stopped by {stopped_by.name}" + "".join(f", with its Prefect server (pid {pid})" for pid in servers))
+    return 128 + signal.SIGINT if stopped_by == signal.SIGINT else 0
 
 
 class AlreadyRunning(MemsiftError, RuntimeError):
@@ -148,8 +153,12 @@ def _holding(path: Path, refusal: Callable[[str], str]) -> Iterator[None]:
         os.close(fd)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM before the Runner takes it over: unwinds as Ctrl-C does, but ends as a clean stop."""
+
+
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 def _say(line: str) -> None:
@@ -158,8 +167,9 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
-    """Start (or check) the Prefect server; its UI address. PREFECT_API_URL is set when this returns."""
+def _prefect_server(stack: ExitStack, port: int | None, home: Path, servers: list[int]) -> str:
+    """Start (or check) the Prefect server; its UI address. PREFECT_API_URL is set when this returns. The pid
+    of a server started here goes to `servers` once it is stopped."""
     external = os.environ.get("PREFECT_API_URL")
     if external:
         wait_healthy(external, EXTERNAL_SERVER_TIMEOUT)
@@ -188,7 +198,12 @@ def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
     elif not port_is_free(port):
         raise ConfigError(f"--prefect-port: port {port} on 127.0.0.1 is in use")
     server = PrefectServer(prefect_home, port, recorded=owner)
-    stack.callback(_stop_server, server)
+
+    def stop() -> None:
+        server.stop()
+        servers.append(server.pid)
+
+    stack.callback(stop)
     _say(f"starting a Prefect server on {server.url} (pid {server.pid}, log {server.log})")
     seconds = server.wait_healthy(SERVER_START_TIMEOUT)
     _say(f"Prefect server ready in {seconds:.1f} s")
@@ -198,11 +213,6 @@ def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
     note.write_text(server.api_url)
     stack.callback(note.unlink, missing_ok=True)
     return server.url
-
-
-def _stop_server(server: PrefectServer) -> None:
-    server.stop()
-    _say(f"Prefect server (pid {server.pid}) stopped")
 
 
 def _serve(
@@ -231,6 +241,7 @@ def _serve(
         _say(f"embedding rate limit: limit {limit['limit']}, {limit['slotDecayPerSecond']:g} slots freed per second")
 
     # Prefect's `serve`, with the Runner kept: a configuration change adds or removes deployments while it runs.
+    _isolate_flow_runs(stack)
     kwargs = {} if os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY") else {"query_seconds": RUNNER_POLL_SECONDS}
     runner = Runner(**kwargs)
     deployments = ServedDeployments(runner)
@@ -284,6 +295,24 @@ def _serve(
         asyncio.run(runner.start())
     except TerminationSignal:
         pass
+
+
+def _isolate_flow_runs(stack: ExitStack) -> None:
+    """Each flow run's process in a session of its own, as Prefect's workspace starter starts its runs. Ctrl-C
+    signals the terminal's whole foreground process group: a run's process in it took that SIGINT itself and
+    printed a KeyboardInterrupt traceback under `up`'s last line (one that was still importing, every time).
+    Prefect 3.9.1's Runner builds its `EngineCommandStarter` without `isolate_process_group` and has no setting
+    for it (runner.py, `_resolve_starter`), so `up` gives it one that sets it; the Runner, stopping, then ends
+    the run's whole process group (SIGTERM, SIGKILL after its grace) rather than its first process."""
+    from prefect.runner import runner as module
+    from prefect.runner._starter_engine import EngineCommandStarter
+
+    class Isolated(EngineCommandStarter):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**{**kwargs, "isolate_process_group": True})
+
+    stack.callback(setattr, module, "EngineCommandStarter", module.EngineCommandStarter)
+    module.EngineCommandStarter = Isolated
 
 
 def _report_runs(why: str, start: Callable[..., list[Any]], ui: str, kind: str = "sync") -> Callable[..., None]:
