@@ -25,9 +25,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from api.prefect_server import (
     DEFAULT_PORT,
@@ -96,15 +97,15 @@ def run_up(
         signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
         signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupt),  # until `serve` takes SIGTERM over
     }
-    servers: list[int] = []  # the pid of the Prefect server this `up` started and stopped, for the last line
+    stopped = Stopped()
     stopped_by = signal.SIGTERM  # the Runner returns from its loop on SIGTERM only
     try:
         with _only_up(main.home), ExitStack() as stack:
             sock = _rest_socket(main)  # bound now: a port in use is one line before a Prefect server starts
             if sock is not None:
                 stack.callback(sock.close)
-            ui = _prefect_server(stack, prefect_port, main.home, servers)
-            _serve(configs, stack, ui, load, sock, agent, ready)
+            ui = _prefect_server(stack, prefect_port, main.home, stopped.servers)
+            _serve(configs, stack, ui, load, sock, agent, ready, stopped.runs)
     except Terminated:
         pass
     except KeyboardInterrupt:
@@ -112,8 +113,22 @@ def run_up(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    _say(f"stopped by {stopped_by.name}" + "".join(f", with its Prefect server (pid {pid})" for pid in servers))
+    _say(stopped.line(stopped_by))
     return 128 + signal.SIGINT if stopped_by == signal.SIGINT else 0
+
+
+@dataclass
+class Stopped:
+    """What `up` stopped on its way out, for its last line: the Prefect server it started (its pid), the runs in
+    progress it cancelled (their names)."""
+
+    servers: list[int] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+
+    def line(self, signum: signal.Signals) -> str:
+        server = "".join(f", with its Prefect server (pid {pid})" for pid in self.servers)
+        runs = f"; cancelled the run{'s' * (len(self.runs) > 1)} {', '.join(self.runs)}" if self.runs else ""
+        return f"stopped by {signum.name}{server}{runs}"
 
 
 class AlreadyRunning(MemsiftError, RuntimeError):
@@ -223,6 +238,7 @@ def _serve(
     sock: socket.socket | None,
     agent: str,
     ready: Callable[[dict[str, str]], None] | None,
+    cancelled: list[str],
 ) -> None:
     from prefect.exceptions import TerminationSignal
     from prefect.runner import Runner
@@ -241,7 +257,7 @@ def _serve(
         _say(f"embedding rate limit: limit {limit['limit']}, {limit['slotDecayPerSecond']:g} slots freed per second")
 
     # Prefect's `serve`, with the Runner kept: a configuration change adds or removes deployments while it runs.
-    _isolate_flow_runs(stack)
+    unfinished = _isolate_flow_runs(stack)
     kwargs = {} if os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY") else {"query_seconds": RUNNER_POLL_SECONDS}
     runner = Runner(**kwargs)
     deployments = ServedDeployments(runner)
@@ -295,24 +311,52 @@ def _serve(
         asyncio.run(runner.start())
     except TerminationSignal:
         pass
+    finally:  # the Runner has killed the processes of the runs in progress, and reported on none of them
+        cancelled.extend(_cancel(unfinished))
 
 
-def _isolate_flow_runs(stack: ExitStack) -> None:
+def _cancel(runs: set[UUID]) -> list[str]:
+    """Mark Cancelled the runs whose process the stopping Runner killed (they stayed Running in the UI until
+    the next `up` marked them Crashed); their names. A server that does not answer leaves that to the next `up`."""
+    from prefect.states import Cancelled
+
+    from flows.orphans import end_interrupted
+
+    why = f"memsift up (pid {os.getpid()}) stopped while it ran; the index is as its last completed step left it"
+    try:
+        return end_interrupted(runs, Cancelled, why)
+    except Exception:  # the server stopped or unreachable: its runs are marked Crashed at the next up's start
+        return []
+
+
+def _isolate_flow_runs(stack: ExitStack) -> set[UUID]:
     """Each flow run's process in a session of its own, as Prefect's workspace starter starts its runs. Ctrl-C
     signals the terminal's whole foreground process group: a run's process in it took that SIGINT itself and
     printed a KeyboardInterrupt traceback under `up`'s last line (one that was still importing, every time).
     Prefect 3.9.1's Runner builds its `EngineCommandStarter` without `isolate_process_group` and has no setting
     for it (runner.py, `_resolve_starter`), so `up` gives it one that sets it; the Runner, stopping, then ends
-    the run's whole process group (SIGTERM, SIGKILL after its grace) rather than its first process."""
+    the run's whole process group (SIGTERM, SIGKILL after its grace) rather than its first process.
+
+    The ids it returns are of the runs whose process has not ended on its own: read once the Runner has stopped,
+    the runs it killed on the way out."""
+    import anyio
     from prefect.runner import runner as module
     from prefect.runner._starter_engine import EngineCommandStarter
+
+    unfinished: set[UUID] = set()
 
     class Isolated(EngineCommandStarter):
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**{**kwargs, "isolate_process_group": True})
 
+        async def start(self, flow_run: Any, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+            unfinished.add(flow_run.id)
+            await super().start(flow_run, task_status=task_status)
+            unfinished.discard(flow_run.id)  # its process ended on its own, its state reported
+
     stack.callback(setattr, module, "EngineCommandStarter", module.EngineCommandStarter)
     module.EngineCommandStarter = Isolated
+    return unfinished
 
 
 def _report_runs(why: str, start: Callable[..., list[Any]], ui: str, kind: str = "sync") -> Callable[..., None]:

@@ -623,21 +623,30 @@ def test_a_restarted_up_marks_the_runs_of_a_killed_up_crashed(tmp_path: Path, wo
 
 def test_ctrl_c_during_a_run_ends_up_with_one_line_and_130(tmp_path: Path, workspace, memsift_home: Path) -> None:
     """Ctrl-C in `up`'s terminal (SIGINT to its whole process group) while a flow run's process waits on the
-    provider: `up` stops it all and ends with one line, exit 130. The run's process used to be in that group:
-    it took the SIGINT itself and printed a KeyboardInterrupt traceback under `up`'s last line."""
+    provider: `up` stops it all, marks the run Cancelled, and ends with one line, exit 130. The run's process
+    used to be in that group: it took the SIGINT itself and printed a KeyboardInterrupt traceback under `up`'s
+    last line."""
     with _two_ups_on_one_server(tmp_path, workspace, memsift_home) as (args, env, api, provider, _):
         with Up(args, env, tmp_path / "up.log", session=True) as up:
             wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start")
             with prefect_client(api) as c:
-                _hold_a_forced_sync(c, up, provider)
+                run = _hold_a_forced_sync(c, up, provider)
                 tree = {up.process.pid, *descendants(up.process.pid)}
                 (pid,) = flow_run_processes(up.process.pid)
                 assert os.getpgid(pid) != up.process.pid  # out of the terminal's reach: only up takes the SIGINT
                 os.killpg(up.process.pid, signal.SIGINT)
                 assert wait_or_dump(up.process, 120, up.log) == 130, up.output
+                # the run and its rebuild subflow, Running for good before (until the next up marked them)
+                subflows = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]))
+                ended = [c.read_flow_run(run.id), *c.read_flow_runs(flow_run_filter=subflows)]
         assert alive(tree) == set(), up.output
+    assert len(ended) == 2 and all(r.state.is_cancelled() for r in ended), ended
+    assert "memsift up (pid" in ended[0].state.message and "stopped while it ran" in ended[0].state.message
     assert "Traceback" not in up.output and "KeyboardInterrupt" not in up.output, up.output
-    assert up.output.splitlines()[-2:] == ["memsift up: Ctrl-C stops everything", "memsift up: stopped by SIGINT"]
+    assert up.output.splitlines()[-2:] == [
+        "memsift up: Ctrl-C stops everything",
+        f"memsift up: stopped by SIGINT; cancelled the run {ended[0].name}",
+    ]
 
 
 def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
