@@ -75,6 +75,17 @@ def test_deployments_pin_the_agent_and_schedule_sync_only(workspace, make_config
     assert agent_deployments(make_config(config.workspace))[0].schedules == []  # intervalMinutes 0: on demand only
 
 
+def test_deployments_pin_the_config_file_by_its_absolute_path(workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`memsift --workspace ws up`: the runs' `config_path` names the file whatever the folder of the process
+    that reads it (a `memsift serve` elsewhere starting a run of up's deployment, the UI showing it); it was
+    `ws/memsift.toml`. Absolute, not resolved: a ConfigMap's `..data` symlink is swapped on each update."""
+    ws = workspace(NOTES | {"memsift.toml": "[sync]\nintervalMinutes = 5\n"})
+    monkeypatch.chdir(ws.parent)
+    parameters = flow_parameters(load_config(workspace=ws.name))
+    assert parameters["config_path"] == str(ws / "memsift.toml")
+    assert load_config(parameters["config_path"], workspace=parameters["workspace"]).sync.intervalMinutes == 5
+
+
 # ---------------------------------------------------------------- helpers for the process tests
 
 
