@@ -12,8 +12,9 @@ state is kept here. One worker thread: a sync is the index's one writer
 (the agent's writer lock would serialise two anyway), and runs queue behind it as PENDING.
 
 Runs are kept in memory, the newest `MAX_KEPT`: after a restart their ids are unknown (404), unless the Prefect
-server has them. A `memsift-sync` flow run this process did not start (`memsift index` prints its id, and so do
-`up`'s watcher and schedules) is read from that server, so its id answers here too.
+server has them. A `memsift-sync` or `memsift-rebuild` flow run this process did not start (`memsift index`
+prints its id, and so do `up`'s watcher, schedules and configuration changes) is read from that server, so its
+id answers here too.
 """
 
 from __future__ import annotations
@@ -202,12 +203,13 @@ def _answering_prefect() -> str | None:
 
 
 def _started_elsewhere(run_id: str) -> Run | None:
-    """The `memsift-sync` flow run of this id on the Prefect server, started by another process (`memsift
-    index`, `up`'s watcher or schedules); None when no server answers or it has no such run."""
+    """The `memsift-sync` (or `memsift-rebuild`) flow run of this id on the Prefect server, started by another
+    process (`memsift index`, `up`'s watcher, schedules or configuration changes); None when no server answers
+    or it has no such run."""
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
-    from flows.sync import sync_flow
+    from flows.sync import rebuild_flow, sync_flow
 
     try:
         flow_run_id = UUID(run_id)
@@ -224,7 +226,7 @@ def _started_elsewhere(run_id: str) -> Run | None:
     except httpx.HTTPError as exc:
         raise PrefectUnavailable(f"run {run_id}: the Prefect server does not answer ({exc})") from exc
     agent = flow_run.parameters.get("agent")
-    if flow.name != sync_flow.name or not isinstance(agent, str):
+    if flow.name not in (sync_flow.name, rebuild_flow.name) or not isinstance(agent, str):
         return None
     return Run(id=str(flow_run.id), agent=agent, state="SCHEDULED", deployment="")
 

@@ -25,9 +25,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from api.prefect_server import (
     DEFAULT_PORT,
@@ -78,7 +79,8 @@ def run_up(
     agent: str = "main",
     ready: Callable[[dict[str, str]], None] | None = None,
 ) -> int:
-    """Run until Ctrl-C or SIGTERM; 0 when stopped that way. Errors (ConfigError, ServerError) propagate
+    """Run until Ctrl-C (then 130, as a shell expects of an interrupted command) or SIGTERM (0: a service
+    manager's stop is a clean one), ending with one line that says so. Errors (ConfigError, ServerError) propagate
     after everything started so far has been stopped. With `load` (`configs` read again), `up` follows its
     configuration file and SIGHUP (api.config_reload, api.up_reload). `agent` (`memsift --agent ID up`)
     answers the REST requests that name no agent. `ready` (`--json`) is given the addresses once all runs."""
@@ -95,20 +97,38 @@ def run_up(
         signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
         signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupt),  # until `serve` takes SIGTERM over
     }
+    stopped = Stopped()
+    stopped_by = signal.SIGTERM  # the Runner returns from its loop on SIGTERM only
     try:
         with _only_up(main.home), ExitStack() as stack:
             sock = _rest_socket(main)  # bound now: a port in use is one line before a Prefect server starts
             if sock is not None:
                 stack.callback(sock.close)
-            ui = _prefect_server(stack, prefect_port, main.home)
-            _serve(configs, stack, ui, load, sock, agent, ready)
-    except KeyboardInterrupt:
+            ui = _prefect_server(stack, prefect_port, main.home, stopped.servers)
+            _serve(configs, stack, ui, load, sock, agent, ready, stopped.runs)
+    except Terminated:
         pass
+    except KeyboardInterrupt:
+        stopped_by = signal.SIGINT
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    _say("stopped")
-    return 0
+    _say(stopped.line(stopped_by))
+    return 128 + signal.SIGINT if stopped_by == signal.SIGINT else 0
+
+
+@dataclass
+class Stopped:
+    """What `up` stopped on its way out, for its last line: the Prefect server it started (its pid), the runs in
+    progress it cancelled (their names)."""
+
+    servers: list[int] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+
+    def line(self, signum: signal.Signals) -> str:
+        server = "".join(f", with its Prefect server (pid {pid})" for pid in self.servers)
+        runs = f"; cancelled the run{'s' * (len(self.runs) > 1)} {', '.join(self.runs)}" if self.runs else ""
+        return f"stopped by {signum.name}{server}{runs}"
 
 
 class AlreadyRunning(MemsiftError, RuntimeError):
@@ -148,8 +168,12 @@ def _holding(path: Path, refusal: Callable[[str], str]) -> Iterator[None]:
         os.close(fd)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM before the Runner takes it over: unwinds as Ctrl-C does, but ends as a clean stop."""
+
+
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 def _say(line: str) -> None:
@@ -158,8 +182,9 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
-    """Start (or check) the Prefect server; its UI address. PREFECT_API_URL is set when this returns."""
+def _prefect_server(stack: ExitStack, port: int | None, home: Path, servers: list[int]) -> str:
+    """Start (or check) the Prefect server; its UI address. PREFECT_API_URL is set when this returns. The pid
+    of a server started here goes to `servers` once it is stopped."""
     external = os.environ.get("PREFECT_API_URL")
     if external:
         wait_healthy(external, EXTERNAL_SERVER_TIMEOUT)
@@ -188,7 +213,12 @@ def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
     elif not port_is_free(port):
         raise ConfigError(f"--prefect-port: port {port} on 127.0.0.1 is in use")
     server = PrefectServer(prefect_home, port, recorded=owner)
-    stack.callback(_stop_server, server)
+
+    def stop() -> None:
+        server.stop()
+        servers.append(server.pid)
+
+    stack.callback(stop)
     _say(f"starting a Prefect server on {server.url} (pid {server.pid}, log {server.log})")
     seconds = server.wait_healthy(SERVER_START_TIMEOUT)
     _say(f"Prefect server ready in {seconds:.1f} s")
@@ -200,11 +230,6 @@ def _prefect_server(stack: ExitStack, port: int | None, home: Path) -> str:
     return server.url
 
 
-def _stop_server(server: PrefectServer) -> None:
-    server.stop()
-    _say(f"Prefect server (pid {server.pid}) stopped")
-
-
 def _serve(
     configs: Mapping[str, Config],
     stack: ExitStack,
@@ -213,6 +238,7 @@ def _serve(
     sock: socket.socket | None,
     agent: str,
     ready: Callable[[dict[str, str]], None] | None,
+    cancelled: list[str],
 ) -> None:
     from prefect.exceptions import TerminationSignal
     from prefect.runner import Runner
@@ -231,6 +257,7 @@ def _serve(
         _say(f"embedding rate limit: limit {limit['limit']}, {limit['slotDecayPerSecond']:g} slots freed per second")
 
     # Prefect's `serve`, with the Runner kept: a configuration change adds or removes deployments while it runs.
+    unfinished = _isolate_flow_runs(stack)
     kwargs = {} if os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY") else {"query_seconds": RUNNER_POLL_SECONDS}
     runner = Runner(**kwargs)
     deployments = ServedDeployments(runner)
@@ -284,6 +311,52 @@ def _serve(
         asyncio.run(runner.start())
     except TerminationSignal:
         pass
+    finally:  # the Runner has killed the processes of the runs in progress, and reported on none of them
+        cancelled.extend(_cancel(unfinished))
+
+
+def _cancel(runs: set[UUID]) -> list[str]:
+    """Mark Cancelled the runs whose process the stopping Runner killed (they stayed Running in the UI until
+    the next `up` marked them Crashed); their names. A server that does not answer leaves that to the next `up`."""
+    from prefect.states import Cancelled
+
+    from flows.orphans import end_interrupted
+
+    why = f"memsift up (pid {os.getpid()}) stopped while it ran; the index is as its last completed step left it"
+    try:
+        return end_interrupted(runs, Cancelled, why)
+    except Exception:  # the server stopped or unreachable: its runs are marked Crashed at the next up's start
+        return []
+
+
+def _isolate_flow_runs(stack: ExitStack) -> set[UUID]:
+    """Each flow run's process in a session of its own, as Prefect's workspace starter starts its runs. Ctrl-C
+    signals the terminal's whole foreground process group: a run's process in it took that SIGINT itself and
+    printed a KeyboardInterrupt traceback under `up`'s last line (one that was still importing, every time).
+    Prefect 3.9.1's Runner builds its `EngineCommandStarter` without `isolate_process_group` and has no setting
+    for it (runner.py, `_resolve_starter`), so `up` gives it one that sets it; the Runner, stopping, then ends
+    the run's whole process group (SIGTERM, SIGKILL after its grace) rather than its first process.
+
+    The ids it returns are of the runs whose process has not ended on its own: read once the Runner has stopped,
+    the runs it killed on the way out."""
+    import anyio
+    from prefect.runner import runner as module
+    from prefect.runner._starter_engine import EngineCommandStarter
+
+    unfinished: set[UUID] = set()
+
+    class Isolated(EngineCommandStarter):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**{**kwargs, "isolate_process_group": True})
+
+        async def start(self, flow_run: Any, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+            unfinished.add(flow_run.id)
+            await super().start(flow_run, task_status=task_status)
+            unfinished.discard(flow_run.id)  # its process ended on its own, its state reported
+
+    stack.callback(setattr, module, "EngineCommandStarter", module.EngineCommandStarter)
+    module.EngineCommandStarter = Isolated
+    return unfinished
 
 
 def _report_runs(why: str, start: Callable[..., list[Any]], ui: str, kind: str = "sync") -> Callable[..., None]:

@@ -75,6 +75,8 @@ def embed_missing(
         bits: dict[str, bytes] = {}
         failure: BaseException | None = None
         if capture is not None and tokens is not None:
+            if (before := getattr(embedder, "before_request", None)) is not None:  # the request embed_documents
+                before()  # would make, paced alike: a shared rate limit counted none of the local model's
             embedded, blobs = capture.document_tokens(inputs)
             bits = dict(zip(part, blobs))
             tokens.update(bits)

@@ -19,11 +19,14 @@ from flows.sync import rebuild_flow, sync_flow
 
 
 def flow_parameters(config: Config) -> dict[str, Any]:
-    """The parameters every run of this agent gets (the flows load the configuration from them)."""
+    """The parameters every run of this agent gets (the flows load the configuration from them). The file by
+    its absolute path, as the workspace: a run may start in a process of another folder (a `memsift serve`
+    starting a run of `up`'s deployment). Not resolved: a Kubernetes ConfigMap's `..data` symlink is swapped
+    on every update, and the path it pointed to goes."""
     return {
         "agent": config.agent,
         "workspace": str(config.workspace),
-        "config_path": str(config.source) if config.source else None,
+        "config_path": str(config.source.absolute()) if config.source else None,
     }
 
 

@@ -14,13 +14,14 @@ server and whatever else runs on it (a run recorded before runs recorded their p
 
 `up` marks both kinds Crashed at start, before its Runner starts a run (one query of the server, no result on a
 clean start). A process that exits on purpose mid-run without unwinding the flow (`memsift serve` stopped during
-an index run: it does not wait for an embedding request in flight) marks its own runs Crashed on the way out.
+an index run: it does not wait for an embedding request in flight) marks its own runs Crashed on the way out;
+`up` stopped with runs in progress marks them Cancelled (`end_interrupted`).
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from uuid import UUID
 
 from prefect.client.orchestration import SyncPrefectClient, get_client
@@ -28,11 +29,12 @@ from prefect.client.schemas.filters import (
     FlowFilter,
     FlowFilterName,
     FlowRunFilter,
+    FlowRunFilterId,
     FlowRunFilterParentFlowRunId,
     FlowRunFilterState,
     FlowRunFilterStateType,
 )
-from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.objects import FlowRun, State, StateType
 from prefect.states import Crashed
 
 from core import processes
@@ -82,14 +84,25 @@ def _process_gone(run: FlowRun) -> str | None:
 
 
 def crash_interrupted(run_ids: list[UUID], why: str) -> None:
-    """Mark Crashed the runs of this process that it leaves mid-way, and their live subflows: a process that
-    exits without unwinding them (`memsift serve` stopping during an index run) would leave them Running."""
+    """Mark Crashed the runs of this process that it leaves mid-way (`memsift serve` stopping during an index
+    run), and their live subflows."""
+    end_interrupted(run_ids, Crashed, why)
+
+
+def end_interrupted(run_ids: Iterable[UUID], state: Callable[..., State], why: str) -> list[str]:
+    """Put `state(message=why)` on the runs among `run_ids` that have not ended, and on their live subflows; the
+    names of those runs. A process that stops runs without their unwinding (`memsift serve` during an index
+    run; `up`, whose Prefect Runner kills the processes of its runs in progress on the way out and reports on
+    none of them) would leave them Running in the UI. A run that ended meanwhile keeps its state."""
+    ids = list(run_ids)
+    if not ids:
+        return []
+    live = FlowRunFilterState(type=FlowRunFilterStateType(any_=LIVE))
     with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids), state=live))
         children = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(
-                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=run_ids),
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=LIVE)),
-            )
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=ids), state=live)
         )
-        for run_id in [*(c.id for c in children), *run_ids]:
-            client.set_flow_run_state(run_id, Crashed(message=why), force=True)
+        for run in [*children, *runs]:
+            client.set_flow_run_state(run.id, state(message=why), force=True)
+    return [run.name for run in runs]

@@ -28,10 +28,13 @@ class RateLimitedEmbedder(EmbedderWrapper):
         super().__init__(inner)
         self.limit = limit
 
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
+    def before_request(self) -> None:
         from prefect.concurrency.sync import rate_limit
 
         rate_limit(self.limit, occupy=1, strict=False)
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        self.before_request()
         return self.inner.embed_documents(texts)
 
 

@@ -231,11 +231,15 @@ IGNORING_SIGINT = [
 class Up:
     """A `memsift ... up` subprocess; its output goes to a file (a pipe nobody reads could block it)."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, *, sigint_ignored: bool = False) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], log: Path, *, sigint_ignored: bool = False, session: bool = False
+    ) -> None:
         self.env, self.log = env, log
         self.home = Path(env["MEMSIFT_HOME"])
         # `sigint_ignored`: started as a script's `memsift up &` starts it (a shell without job control ignores
         # SIGINT in background commands, and exec keeps it ignored); Ctrl-C's signal must stop it all the same.
+        # `session`: the leader of a process group of its own, as a terminal's foreground job is, so that
+        # `os.killpg(up.process.pid, SIGINT)` is what Ctrl-C in its terminal sends.
         command = [*IGNORING_SIGINT, MEMSIFT, *args] if sigint_ignored else [MEMSIFT, *args]
         with open(log, "wb") as out:
             self.process = subprocess.Popen(
@@ -244,6 +248,7 @@ class Up:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**env, "PYTHONFAULTHANDLER": "1"},  # a hang at stop dumps its threads (wait_or_dump)
+                start_new_session=session,
             )
 
     @property

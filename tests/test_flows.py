@@ -261,6 +261,25 @@ def test_rest_answers_for_a_sync_run_another_process_started(workspace, capsys, 
         rest.close()
 
 
+def test_rest_answers_for_a_rebuild_run(workspace, monkeypatch) -> None:
+    """`up` prints a link to each rebuild it starts (a configuration change), and the UI lists them with the
+    syncs, but `GET /v1/index/{runId}` of one was a 404 saying runs are kept in memory: only `memsift-sync`
+    runs were read from the server. A rebuild run answers as a sync run does, its report as summary."""
+    from api.runs import IndexRuns
+    from flows.sync import rebuild_flow
+
+    monkeypatch.setenv("PREFECT_API_URL", _api_url())
+    ws = workspace(notes(2))
+    state = rebuild_flow(agent="main", workspace=str(ws), return_state=True)
+    rest = IndexRuns()
+    try:
+        run = rest.get(str(state.state_details.flow_run_id))
+        assert run is not None and (run.agent, run.state) == ("main", "COMPLETED"), run
+        assert run.summary is not None and run.summary["added"] == 2 and run.summary["rebuilt"], run.summary
+    finally:
+        rest.close()
+
+
 def test_cli_index_runs_the_flow(workspace, capsys, monkeypatch) -> None:
     monkeypatch.setenv("PREFECT_API_URL", _api_url())
     ws = workspace(notes(3))

@@ -45,6 +45,36 @@ def test_a_flow_with_a_quota_embeds_through_the_limit(api_url, workspace, counti
     assert report.chunksEmbedded == 2 and report.embeddingCalls >= 2
 
 
+def test_every_request_of_the_local_model_in_a_flow_takes_a_slot(api_url, workspace):
+    """The local model's pass that also yields MaxSim tokens (the default ranker's) embeds without
+    `embed_documents`: its requests took no slot, so `requestsPerMinute` throttled nothing while `status` said
+    the shared limit was active and the plan counted on it. A slot decays here in ~17 min: each one shows."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+    with get_client(sync_client=True) as client:
+        ensure_limit(600)
+        client.delete_global_concurrency_limit_by_name(LIMIT_NAME)  # with no slot an earlier test took
+        ensure_limit(600)
+        client.update_global_concurrency_limit(
+            LIMIT_NAME, GlobalConcurrencyLimitUpdate(limit=10, slot_decay_per_second=0.001)
+        )
+        try:
+            ws = workspace(
+                {
+                    "MEMORY.md": "# Memory\n- a fact\n",
+                    "memory/a.md": "- another fact\n",
+                    "memory/b.md": "- a third fact\n",
+                    "memsift.toml": "[embedding]\nrequestsPerMinute = 600\nbatchMaxInputs = 1\n",
+                }
+            )
+            report = run_sync("main", workspace=str(ws))
+            assert report.chunksEmbedded == 3
+            assert client.read_global_concurrency_limit_by_name(LIMIT_NAME).active_slots == 3  # one a chunk
+        finally:  # slots that slow would hold up the next test's requests
+            client.delete_global_concurrency_limit_by_name(LIMIT_NAME)
+
+
 def test_the_wrapper_keeps_the_embedders_identity(counting_embedder):
     limited = RateLimitedEmbedder(counting_embedder)
     assert (limited.provider, limited.model, limited.dims, limited.fingerprint) == (

@@ -26,7 +26,7 @@ from uuid import UUID
 
 import httpx
 import pytest
-from conftest import MEMSIFT, Up, alive, descendants, kill_all, wait_for
+from conftest import MEMSIFT, Up, alive, descendants, kill_all, wait_for, wait_or_dump
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -73,6 +73,17 @@ def test_deployments_pin_the_agent_and_schedule_sync_only(workspace, make_config
     assert [s.schedule.interval for s in sync.schedules] == [timedelta(minutes=30)]
     assert rebuild.schedules == []
     assert agent_deployments(make_config(config.workspace))[0].schedules == []  # intervalMinutes 0: on demand only
+
+
+def test_deployments_pin_the_config_file_by_its_absolute_path(workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`memsift --workspace ws up`: the runs' `config_path` names the file whatever the folder of the process
+    that reads it (a `memsift serve` elsewhere starting a run of up's deployment, the UI showing it); it was
+    `ws/memsift.toml`. Absolute, not resolved: a ConfigMap's `..data` symlink is swapped on each update."""
+    ws = workspace(NOTES | {"memsift.toml": "[sync]\nintervalMinutes = 5\n"})
+    monkeypatch.chdir(ws.parent)
+    parameters = flow_parameters(load_config(workspace=ws.name))
+    assert parameters["config_path"] == str(ws / "memsift.toml")
+    assert load_config(parameters["config_path"], workspace=parameters["workspace"]).sync.intervalMinutes == 5
 
 
 # ---------------------------------------------------------------- helpers for the process tests
@@ -203,6 +214,7 @@ def test_served_deployments_run_from_the_prefect_cli(tmp_path: Path, workspace, 
             wait_for(lambda: not flow_run_processes(up.process.pid), 30, "the flow run's process to exit")
             tree = descendants(up.process.pid)
             assert up.stop(signal.SIGTERM) == 0, up.output
+            assert up.output.endswith("memsift up: stopped by SIGTERM\n"), up.output  # a clean stop: one line
             assert c.read_flow_run(run_id).state.is_completed()
         assert "using the Prefect server at" in up.output and "starting a Prefect server" not in up.output
         assert f"Prefect UI: {server.url}\n" in up.output
@@ -277,8 +289,8 @@ def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, works
         assert manual and manual[0].state.is_completed()
         tree = descendants(up.process.pid)
         assert server_pid in tree
-        assert up.stop(signal.SIGINT) == 0, up.output
-    assert f"Prefect server (pid {server_pid}) stopped" in up.output
+        assert up.stop(signal.SIGINT) == 130, up.output
+    assert up.output.endswith(f"memsift up: stopped by SIGINT, with its Prefect server (pid {server_pid})\n")
     assert alive(tree) == set(), up.output
     assert not (memsift_home / "prefect-api-url").exists()  # the advertisement goes with the server
 
@@ -338,7 +350,7 @@ def test_a_second_up_on_a_prefect_home_in_use_leaves_the_first_ones_server_alone
         os.write(fd, b"4242")
         with Up(["--workspace", str(workspace(NOTES)), "up"], env, tmp_path / "up.log") as up:
             wait_for(lambda: "REST API: " in up.output, 120, "the second up to serve")
-            assert up.stop(signal.SIGINT) == 0, up.output
+            assert up.stop(signal.SIGINT) == 130, up.output
     finally:
         os.close(fd)
         first.kill()
@@ -445,8 +457,8 @@ def test_up_after_a_killed_up_stops_the_server_it_left(tmp_path: Path, workspace
             left.add(new)
             assert _servers_on(port) == {new}
             assert up.api_url == f"http://127.0.0.1:{port}/api"
-            assert up.stop(signal.SIGINT) == 0, up.output
-        assert f"Prefect server (pid {new}) stopped" in up.output
+            assert up.stop(signal.SIGINT) == 130, up.output
+        assert up.output.endswith(f"memsift up: stopped by SIGINT, with its Prefect server (pid {new})\n")
         assert not _running(new) and not record(memsift_home / "prefect").exists()
     finally:
         kill_all(left)  # a failed test leaves no server behind
@@ -550,7 +562,7 @@ def test_up_follows_its_configuration(tmp_path: Path, workspace, memsift_home: P
 
         wait_for(lambda: not flow_run_processes(up.process.pid), 30, "the flow runs' processes to exit")
         tree = descendants(up.process.pid)
-        assert up.stop(signal.SIGINT) == 0, up.output
+        assert up.stop(signal.SIGINT) == 130, up.output
     assert alive(tree) == set(), up.output
     assert up.output.count("not valid TOML") == 1
     assert "agent main: the index identity changed (chunking); rebuild started" in up.output
@@ -617,7 +629,35 @@ def test_a_restarted_up_marks_the_runs_of_a_killed_up_crashed(tmp_path: Path, wo
             for r in marked:
                 assert r.state.is_crashed() and f"its process (pid {pid}) ended while it ran" in r.state.message, r
                 assert f"marked the orphaned run {r.name} Crashed: its process (pid {pid})" in up.output
-            assert up.stop() == 0, up.output
+            assert up.stop() == 130, up.output
+
+
+def test_ctrl_c_during_a_run_ends_up_with_one_line_and_130(tmp_path: Path, workspace, memsift_home: Path) -> None:
+    """Ctrl-C in `up`'s terminal (SIGINT to its whole process group) while a flow run's process waits on the
+    provider: `up` stops it all, marks the run Cancelled, and ends with one line, exit 130. The run's process
+    used to be in that group: it took the SIGINT itself and printed a KeyboardInterrupt traceback under `up`'s
+    last line."""
+    with _two_ups_on_one_server(tmp_path, workspace, memsift_home) as (args, env, api, provider, _):
+        with Up(args, env, tmp_path / "up.log", session=True) as up:
+            wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start")
+            with prefect_client(api) as c:
+                run = _hold_a_forced_sync(c, up, provider)
+                tree = {up.process.pid, *descendants(up.process.pid)}
+                (pid,) = flow_run_processes(up.process.pid)
+                assert os.getpgid(pid) != up.process.pid  # out of the terminal's reach: only up takes the SIGINT
+                os.killpg(up.process.pid, signal.SIGINT)
+                assert wait_or_dump(up.process, 120, up.log) == 130, up.output
+                # the run and its rebuild subflow, Running for good before (until the next up marked them)
+                subflows = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]))
+                ended = [c.read_flow_run(run.id), *c.read_flow_runs(flow_run_filter=subflows)]
+        assert alive(tree) == set(), up.output
+    assert len(ended) == 2 and all(r.state.is_cancelled() for r in ended), ended
+    assert "memsift up (pid" in ended[0].state.message and "stopped while it ran" in ended[0].state.message
+    assert "Traceback" not in up.output and "KeyboardInterrupt" not in up.output, up.output
+    assert up.output.splitlines()[-2:] == [
+        "memsift up: Ctrl-C stops everything",
+        f"memsift up: stopped by SIGINT; cancelled the run {ended[0].name}",
+    ]
 
 
 def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
@@ -640,7 +680,7 @@ def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
                 subflows = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]))
                 (orphan,) = c.read_flow_runs(flow_run_filter=subflows)
                 assert orphan.name.startswith("rebuild-main-") and orphan.state.is_running()
-            assert up.stop() == 0, up.output
+            assert up.stop() == 130, up.output
         with Up(args, env, tmp_path / "up2.log") as up:
             wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start again")
             assert up.process.poll() is None, up.output
@@ -648,4 +688,4 @@ def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
                 marked = c.read_flow_run(orphan.id)
             assert marked.state.is_crashed() and f"its parent run {crashed.name} ended Crashed" in marked.state.message
             assert f"marked the orphaned run {orphan.name} Crashed" in up.output
-            assert up.stop() == 0, up.output
+            assert up.stop() == 130, up.output

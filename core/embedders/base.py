@@ -86,3 +86,10 @@ class EmbedderWrapper:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.inner.embed_query(text)
+
+    def before_request(self) -> None:
+        """Wait for what a request must wait for (a rate-limit slot: flows.ratelimit). `embed_documents` does;
+        a sync whose local-model pass also yields MaxSim tokens makes its request without it, and calls this."""
+        before = getattr(self.inner, "before_request", None)
+        if before is not None:
+            before()
