@@ -47,7 +47,7 @@ def run_serve(
     `sync.watch` on an agent whose settings changed is synced at once (a new chunking or model rebuilds, as
     under `memsift up`; on a hosted provider the rebuild waits for a forced run and says so). `agent`
     (`memsift --agent ID serve`) answers the requests that name no agent. `ready` (`--json`) is given the
-    addresses once the socket listens."""
+    addresses once the server answers."""
     if workers is not None:
         config = replace(config, api=replace(config.api, workers=workers))
     named = "--host" if host else "api.host"  # where the address came from, for the refusal below
@@ -67,8 +67,6 @@ def run_serve(
     previous = signal.signal(signal.SIGTERM, _interrupt)
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
-    if ready is not None:
-        ready({"restApi": address, "docs": f"{address}{DOCS_PATH}"})
     if agent != DEFAULT_AGENT:
         _say(f"a request that names no agent is answered for agent {agent} (--agent)")
     if config.api.workers:
@@ -85,8 +83,9 @@ def run_serve(
             follower.start(stop)
             _say(f"following {follower.file} (and SIGHUP)")
         # Access lines would cost more than a search under load; the request metrics count every request.
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False, log_level="info"))
-        server.run(sockets=[sock])
+        settings = uvicorn.Config(app, host=host, port=port, access_log=False, log_level="info")
+        announce = None if ready is None else lambda: ready({"restApi": address, "docs": f"{address}{DOCS_PATH}"})
+        _Server(settings, announce).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
@@ -97,6 +96,20 @@ def run_serve(
     if not app.state.runs.stopped(STOP_SECONDS):
         _exit_mid_step(app.state.runs.recorded_in_progress())
     return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which says when it answers: the socket is only bound until its startup listens on it,
+    so `--json`'s addresses printed before then sent a supervisor's first request to a refused connection."""
+
+    def __init__(self, config: uvicorn.Config, started: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._started = started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and self._started is not None:
+            self._started()
 
 
 #: How long a stopping server waits for its index run to reach its next step (an embedding request, a batch)

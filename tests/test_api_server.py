@@ -377,7 +377,9 @@ def test_a_host_with_a_port_that_is_no_number_is_a_400(server) -> None:
 
 def test_serve_json_prints_its_addresses_as_one_document_on_stdout(workspace, memsift_home: Path) -> None:
     """`memsift --json serve` printed "memsift serve: REST API on ..." on stdout, which SPEC's `--json` keeps
-    for one JSON document: a supervisor reading it got text. Its lines go to stderr now."""
+    for one JSON document: a supervisor reading it got text. Its lines go to stderr now. The document comes once
+    the server answers (README), so a supervisor may call it at once: it came before uvicorn listened, and such
+    a request was refused (connection refused)."""
     ws = workspace({"MEMORY.md": "# Memory\n"})
     port = free_port()
     proc = subprocess.Popen(
@@ -389,7 +391,7 @@ def test_serve_json_prints_its_addresses_as_one_document_on_stdout(workspace, me
     try:
         doc = json.loads(proc.stdout.readline())  # EOF ("") if it died: a JSONDecodeError, not a hang
         assert doc == {"restApi": f"http://127.0.0.1:{port}", "docs": f"http://127.0.0.1:{port}/docs"}
-        assert wait_for(proc, f"{doc['restApi']}/healthz").status_code == 200
+        assert httpx.get(f"{doc['restApi']}/healthz", timeout=30).status_code == 200
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         assert proc.stdout.read() == b""  # nothing after the document
