@@ -95,6 +95,9 @@ def run_serve(
         signal.signal(signal.SIGTERM, previous)
     if not app.state.runs.stopped(STOP_SECONDS):
         _exit_mid_step(app.state.runs.recorded_in_progress())
+    # The warm-up thread loading the model (api.agents): the interpreter's exit while it is inside onnxruntime
+    # aborts the process ("terminate called without an active exception", status 134): let it end first.
+    agents.ready.wait(STOP_SECONDS)
     return 0
 
 

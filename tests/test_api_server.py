@@ -398,3 +398,26 @@ def test_serve_json_prints_its_addresses_as_one_document_on_stdout(workspace, me
         assert b"memsift serve: REST API on" in proc.stderr.read()
     finally:
         stop_process(proc)
+
+
+def test_sigterm_while_the_model_loads_is_a_clean_exit(workspace, memsift_home: Path) -> None:
+    """SIGTERM as soon as the server answers (a supervisor's restart) came while its warm-up thread was inside
+    onnxruntime: the interpreter's exit under it aborted the process ("terminate called without an active
+    exception", status 134) where a stop is status 0. Three starts, as the window is short."""
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana drinks a flat white.\n"})
+    env = dict(os.environ, MEMSIFT_HOME=str(memsift_home))
+    subprocess.run([MEMSIFT, "--workspace", ws, "index", "--no-prefect"], env=env, check=True, capture_output=True)
+    for _ in range(3):
+        port = free_port()
+        proc = subprocess.Popen(
+            [MEMSIFT, "--workspace", ws, "--json", "serve", "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        try:
+            assert json.loads(proc.stdout.readline())["restApi"]  # the server answers from here on
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0, proc.stderr.read().decode(errors="replace")[-2000:]
+        finally:
+            stop_process(proc)
