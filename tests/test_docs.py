@@ -82,3 +82,12 @@ def test_the_module_layout_names_every_module(module: str) -> None:
     """architecture.md calls its layout complete (README links it as such): it left out 12 modules."""
     folder, name = module.rsplit("/", 1)
     assert f"`{name}`" in _layout_sections().get(folder, ""), f"{module} is not in {folder}'s part of the layout"
+
+
+def test_the_layout_counts_the_errors() -> None:
+    """`errors.py`: "MemsiftError and the N errors under it", as core/errors.py has them (it said ten of 11)."""
+    import core.errors
+
+    under = [c for c in vars(core.errors).values() if isinstance(c, type) and issubclass(c, core.errors.MemsiftError)]
+    words = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen".split()
+    assert f"`MemsiftError` and the {words[len(under) - 2]} errors under it" in _layout_sections()["core"]
