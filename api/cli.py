@@ -92,8 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:
         _fail(args, f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}")
         _exit_now(128 + exc.signum)
-    except KeyboardInterrupt:
-        return _fail(args, "interrupted")
+    except KeyboardInterrupt:  # Ctrl-C outside `index`'s handler: the shell's status for it, as api.entry gives
+        _fail(args, "interrupted")
+        return 128 + signal.SIGINT
     except BrokenPipeError:  # the reader went away (`memsift get ... | head`): stop quietly, as `cat` would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 128 + signal.SIGPIPE
