@@ -64,18 +64,19 @@ def run_serve(
     # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
     # Prefect server an in-process index run may have started) rather than in death by signal.
     sock = listen_socket(host, port)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
-    if agent != DEFAULT_AGENT:
-        _say(f"a request that names no agent is answered for agent {agent} (--agent)")
-    if config.api.workers:
-        _say(f"searches run in {config.api.workers} worker processes (api.workers)")
     agents = app.state.agents
     stop = threading.Event()
-    watch = Watch(agents.configs, app.state.runs, agents.config, _say)
-    agents.catch_ups.watching = watch.watching  # a search syncs first only after a change it saw
-    try:
+    watch: Watch | None = None
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:  # from here a stop is a clean one (status 0), also before uvicorn runs: it was "error: interrupted"
+        address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
+        if agent != DEFAULT_AGENT:
+            _say(f"a request that names no agent is answered for agent {agent} (--agent)")
+        if config.api.workers:
+            _say(f"searches run in {config.api.workers} worker processes (api.workers)")
+        watch = Watch(agents.configs, app.state.runs, agents.config, _say)
+        agents.catch_ups.watching = watch.watching  # a search syncs first only after a change it saw
         if load is not None:
             from api.config_reload import follow_api
 
@@ -89,7 +90,8 @@ def run_serve(
     except KeyboardInterrupt:
         pass
     finally:
-        watch.stop()
+        if watch is not None:
+            watch.stop()
         sock.close()
         stop.set()
         signal.signal(signal.SIGTERM, previous)

@@ -421,3 +421,22 @@ def test_sigterm_while_the_model_loads_is_a_clean_exit(workspace, memsift_home: 
             assert proc.wait(timeout=30) == 0, proc.stderr.read().decode(errors="replace")[-2000:]
         finally:
             stop_process(proc)
+
+
+def test_sigterm_as_serve_starts_is_a_clean_exit(workspace, memsift_home: Path) -> None:
+    """A SIGTERM right after the server's first line (it came before the watcher started) ended in "memsift:
+    error: interrupted" and a failure's status; a stop at any point of the start is status 0."""
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana drinks a flat white.\n"})
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "serve", "--port", str(free_port())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, MEMSIFT_HOME=str(memsift_home)),
+    )
+    try:
+        assert proc.stdout.readline().startswith(b"memsift serve: REST API on")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert b"error" not in proc.stderr.read()
+    finally:
+        stop_process(proc)
