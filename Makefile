@@ -1,5 +1,5 @@
 # Two commands do all the setup on a fresh machine:
-#   make run   creates .venv, installs memsift, indexes the bundled example workspace, runs a search
+#   make run   creates .venv, installs memsift, indexes the bundled example workspace, runs two searches
 #   make test  the same install, then the test suite
 #   make clean removes what they made: .venv and ./.memsift-home (index, model cache, Prefect's files)
 PYTHON ?= python3

@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:
         _fail(args, f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}")
         _exit_now(128 + exc.signum)
-    except KeyboardInterrupt:  # a server's start-up, before its own handlers: as the console script's guard
+    except KeyboardInterrupt:  # Ctrl-C outside the guard (a server's start-up, before its own handlers): 130
         _fail(args, "interrupted")
         return 128 + signal.SIGINT
     except BrokenPipeError:  # the reader went away (`memsift get ... | head`): stop quietly, as `cat` would

@@ -47,7 +47,7 @@ def run_serve(
     `sync.watch` on an agent whose settings changed is synced at once (a new chunking or model rebuilds, as
     under `memsift up`; on a hosted provider the rebuild waits for a forced run and says so). `agent`
     (`memsift --agent ID serve`) answers the requests that name no agent. `ready` (`--json`) is given the
-    addresses once the socket listens."""
+    addresses once the server answers."""
     if workers is not None:
         config = replace(config, api=replace(config.api, workers=workers))
     named = ("--host" if host else "api.host", "--port" if port else "api.port")  # where each came from, for errors
@@ -64,20 +64,19 @@ def run_serve(
     # installed. With this one, that ends in a normal exit (status 0, atexit handlers run: they stop the temporary
     # Prefect server an in-process index run may have started) rather than in death by signal.
     sock = listen_socket(host, port, named=named)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
-    if ready is not None:
-        ready({"restApi": address, "docs": f"{address}{DOCS_PATH}"})
-    if agent != DEFAULT_AGENT:
-        _say(f"a request that names no agent is answered for agent {agent} (--agent)")
-    if config.api.workers:
-        _say(f"searches run in {config.api.workers} worker processes (api.workers)")
     agents = app.state.agents
     stop = threading.Event()
-    watch = Watch(agents.configs, app.state.runs, agents.config, _say)
-    agents.catch_ups.watching = watch.watching  # a search syncs first only after a change it saw
-    try:
+    watch: Watch | None = None
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:  # from here a stop is a clean one (status 0), also before uvicorn runs: it was "error: interrupted"
+        address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
+        if agent != DEFAULT_AGENT:
+            _say(f"a request that names no agent is answered for agent {agent} (--agent)")
+        if config.api.workers:
+            _say(f"searches run in {config.api.workers} worker processes (api.workers)")
+        watch = Watch(agents.configs, app.state.runs, agents.config, _say)
+        agents.catch_ups.watching = watch.watching  # a search syncs first only after a change it saw
         if load is not None:
             from api.config_reload import follow_api
 
@@ -85,18 +84,37 @@ def run_serve(
             follower.start(stop)
             _say(f"following {follower.file} (and SIGHUP)")
         # Access lines would cost more than a search under load; the request metrics count every request.
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False, log_level="info"))
-        server.run(sockets=[sock])
+        settings = uvicorn.Config(app, host=host, port=port, access_log=False, log_level="info")
+        announce = None if ready is None else lambda: ready({"restApi": address, "docs": f"{address}{DOCS_PATH}"})
+        _Server(settings, announce).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
-        watch.stop()
+        if watch is not None:
+            watch.stop()
         sock.close()
         stop.set()
         signal.signal(signal.SIGTERM, previous)
     if not app.state.runs.stopped(STOP_SECONDS):
         _exit_mid_step(app.state.runs.recorded_in_progress())
+    # The warm-up thread loading the model (api.agents): the interpreter's exit while it is inside onnxruntime
+    # aborts the process ("terminate called without an active exception", status 134): let it end first.
+    agents.ready.wait(STOP_SECONDS)
     return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which says when it answers: the socket is only bound until its startup listens on it,
+    so `--json`'s addresses printed before then sent a supervisor's first request to a refused connection."""
+
+    def __init__(self, config: uvicorn.Config, started: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._started = started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and self._started is not None:
+            self._started()
 
 
 #: How long a stopping server waits for its index run to reach its next step (an embedding request, a batch)

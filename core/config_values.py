@@ -65,17 +65,18 @@ def _typed(key: str, v: Any, expected: str) -> None:
 _WORDS = ("1", "true", "yes", "on", "0", "false", "no", "off")
 
 
-def boolean(key: str, v: Any) -> bool:
+def boolean(key: str, v: Any, expected: str = "true or false") -> bool:
     if isinstance(v, bool):
         return v
-    _typed(key, v, "true or false")
+    _typed(key, v, expected)
     if isinstance(v, str) and v.strip().lower() in _WORDS:
         return v.strip().lower() in _WORDS[:4]
-    raise ConfigError(f"{key}: expected true or false, got {v!r}")
+    raise ConfigError(f"{key}: expected {expected}, got {v!r}")
 
 
 def boolean_or_auto(key: str, v: Any) -> bool | str:
-    return "auto" if isinstance(v, str) and v.strip().lower() == "auto" else boolean(key, v)
+    """A boolean or "auto", whose error names all three (it said "true or false" of `rerank.enabled`)."""
+    return "auto" if isinstance(v, str) and v.strip().lower() == "auto" else boolean(key, v, 'true, false or "auto"')
 
 
 def read_number(kind: type, text: str) -> Any:

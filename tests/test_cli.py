@@ -933,3 +933,26 @@ def test_ctrl_c_while_a_server_starts_is_one_line_and_130(ws: Path, memsift_home
     argv = [sys.executable, "-c", code, "--workspace", str(ws), *command]
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(memsift_home), stdin=subprocess.DEVNULL)
     assert (done.returncode, done.stderr) == (130, "memsift: error: interrupted\n")
+
+
+def test_ctrl_c_during_a_search_is_one_line_and_130(ws: Path, memsift_home: Path) -> None:
+    """A Ctrl-C during `memsift search` ended with status 1, a failure's, where one while memsift loads (above)
+    or during `memsift index` is 130. It is raised where a real one lands, while the model loads (onnxruntime
+    is imported on the model's first use), by an import hook: a signal timed against the search is a race."""
+    indexed = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "index", "--no-prefect"], env=_env(memsift_home), capture_output=True
+    )
+    assert indexed.returncode == 0
+    code = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'onnxruntime':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from api.entry import main\n"
+        "sys.exit(main())\n"
+    )
+    argv = [sys.executable, "-c", code, "--workspace", str(ws), "search", "deploy"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env(memsift_home))
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "memsift: error: interrupted\n")

@@ -640,6 +640,8 @@ def test_a_number_that_is_not_finite_is_refused(ws: Path, where: str, value: str
         ('[api]\nport = "8080"\n', "api.port", "expected an integer, got the string '8080'"),
         ('[search.mmr]\nenabled = "true"\n', "search.mmr.enabled", "expected true or false, got the string"),
         ('[sync]\nwatch = "no"\n', "sync.watch", "expected true or false"),
+        ('[rerank]\nenabled = "true"\n', "rerank.enabled", 'expected true, false or "auto", got the string'),
+        ("[rerank]\nenabled = 1\n", "rerank.enabled", 'expected true, false or "auto", got 1'),
     ],
 )
 def test_a_string_in_the_file_where_a_number_or_boolean_is_due_is_refused(

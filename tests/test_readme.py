@@ -74,3 +74,15 @@ def test_make_run_prints_the_readme_line(tmp_path: Path) -> None:
     assert shown.split() == [f"{ROOT}/.memsift-home", f"{ROOT}/.memsift-home/prefect"]
     clean = subprocess.run(["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True).stdout
     assert ".memsift-home" in clean and ".venv" in clean
+
+
+def test_the_human_output_example_is_a_hit_of_the_example_workspace() -> None:
+    """The README's sample hit names a note of examples/workspace with the range a search gives it: each note
+    there is one chunk, its lines 1 to the last (it showed 1-14 of an 11-line note)."""
+    block = re.search(r"^```\n(\d\.\d{3} (\S+):(\d+)-(\d+)\n(.*?)\n)```", README.read_text(), re.M | re.S)
+    assert block, "the README shows no human search output"
+    path, start, end = block[2], int(block[3]), int(block[4])
+    lines = (ROOT / "examples" / "workspace" / path).read_text(encoding="utf-8").splitlines()
+    assert (start, end) == (1, len(lines))
+    assert block[5].splitlines()[0] == lines[0]
+    assert block[5].splitlines()[-1] == f"Source: {path}#L{start}-L{end}"
