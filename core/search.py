@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import calibration, ranking, rerankers, threads, timefilter
+from . import calibration, dates, ranking, rerankers, threads, timefilter
 from .config_schema import MODES
 from .config_types import Config
 from .embedders import Embedder
@@ -36,6 +36,7 @@ from .search_order import (
     fuse,
     learned_wanted,
     order_by_learned,
+    period_first,
     under,
 )
 from .search_request import check_request
@@ -223,6 +224,8 @@ def search(
                 f"the best hit's cosine was {under(best_cosine, floor)}, under the floor minScore {floor:g} "
                 "(a hit found by meaning alone needs cosine >= minScore)"
             )
+        if cands and (period := dates.only_period(query, date.fromtimestamp(now))):
+            cands = period_first(cands, rows, period)
         kept = cands[:limit]
         hits = [_hit(rows[c.id], c, query, s.snippetChars, s.citations, explain) for c in kept]
     return SearchResponse(

@@ -12,7 +12,7 @@ from datetime import date
 
 import numpy as np
 
-from . import calibration, learned, ranker_features, ranking, rerankers
+from . import calibration, dates, learned, ranker_features, ranking, rerankers
 from .config_types import Config
 from .embedders import Embedder
 from .rerankers import shortlist
@@ -50,6 +50,23 @@ def calibrate(
     if kept:
         return kept, None
     return kept, f"the best hit scored {under(ordered[0].score, floor)}, under the floor minScore {floor:g}"
+
+
+def period_first(
+    cands: list[ranking.Candidate], rows: dict[int, ChunkRow], period: dates.Interval
+) -> list[ranking.Candidate]:
+    """For a question that only names a period (`dates.only_period`): the daily notes of that period first, in
+    the order they had, each place keeping its score, so scores still never increase down the hits. Before,
+    "2026-11-20" put the note of 21 November ("Follow-up from 2026-11-20") above that day's own note."""
+
+    def outside(c: ranking.Candidate) -> bool:
+        day = ranking.note_date(rows[c.id].path)
+        return day is None or not period.start <= day <= period.end
+
+    ordered = sorted(cands, key=outside)
+    for c, score in zip(ordered, [c.score for c in cands], strict=True):
+        c.score = score
+    return ordered
 
 
 def under(value: float, floor: float) -> str:
