@@ -75,6 +75,9 @@ class Interval:
     start: date
     end: date
 
+    def holds(self, day: date | None) -> bool:
+        return day is not None and self.start <= day <= self.end
+
 
 def parse(question: str, today: date) -> Interval | None:
     """The period the question is about, or None when it names none (or only a year)."""

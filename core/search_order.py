@@ -56,14 +56,11 @@ def period_first(
     cands: list[ranking.Candidate], rows: dict[int, ChunkRow], period: dates.Interval
 ) -> list[ranking.Candidate]:
     """For a question that only names a period (`dates.only_period`): the daily notes of that period first, in
-    the order they had, each place keeping its score, so scores still never increase down the hits. Before,
-    "2026-11-20" put the note of 21 November ("Follow-up from 2026-11-20") above that day's own note."""
+    the order they had, each place keeping its score, so scores still never increase down the hits (calibration,
+    when on, then estimates relevance along this order). Before, "2026-11-20" put the note of 21 November
+    ("Follow-up from 2026-11-20") above that day's own note."""
 
-    def outside(c: ranking.Candidate) -> bool:
-        day = ranking.note_date(rows[c.id].path)
-        return day is None or not period.start <= day <= period.end
-
-    ordered = sorted(cands, key=outside)
+    ordered = sorted(cands, key=lambda c: not period.holds(ranking.note_date(rows[c.id].path)))
     for c, score in zip(ordered, [c.score for c in cands], strict=True):
         c.score = score
     return ordered
