@@ -1,10 +1,11 @@
 """Dates and periods named in a question, as one interval of days, and how close a dated note is to it.
 
 Agent memory is written day by day (`memory/YYYY-MM-DD.md`), and questions often say when: "on 4 August,
-2023", "in June", "the week before 23 January, 2023", "last week". The learned ranker (core/ranker_features.py) uses
-the interval as a signal, date affinity: measured over memsift's own candidates on locomo-dev it was worth
-+1.6 points of nDCG@10 on its own (issue 18). A year alone ("in 2022") is too coarse to help and yields no
-interval. Relative phrases are anchored on a date the question names, else on today.
+2023", "in June", "the week before 23 January, 2023", "last week", "last Tuesday", "this morning". The learned
+ranker (core/ranker_features.py) uses the interval as a signal, date affinity: measured over memsift's own
+candidates on locomo-dev it was worth +1.6 points of nDCG@10 on its own (issue 18). A year alone ("in 2022") is
+too coarse to help and yields no interval. Relative phrases are anchored on a date the question names, else on
+today.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import date, timedelta
+
+from .query import STOP_WORDS
 
 #: A note dated this many days after the interval still counts as inside it: people write about a day later.
 GRACE_DAYS = 7
@@ -51,8 +54,18 @@ _SHIFT = re.compile(rf"\b(?:the\s+|last\s+|a\s+)?{_COUNT}?\s*{_UNIT}s?\s+(?P<dir
 _AGO = re.compile(rf"\b{_COUNT}\s+{_UNIT}s?\s+ago\b", re.I)
 _LAST = re.compile(rf"\b(?:last|past|previous)\s+{_UNIT}\b", re.I)
 _THIS = re.compile(rf"\bthis\s+{_UNIT}\b", re.I)
-_YESTERDAY = re.compile(r"\byesterday\b", re.I)
-_TODAY = re.compile(r"\btoday\b", re.I)
+_YESTERDAY = re.compile(r"\b(?:yesterday|last\s+night)\b", re.I)
+_TODAY = re.compile(r"\b(?:today|tonight|this\s+(?:morning|afternoon|evening))\b", re.I)
+_WEEKDAYS = {name.lower(): i for i, name in enumerate(calendar.day_name)}
+# "last Tuesday", "on Friday": the latest such day before the anchor. A bare weekday ("the Tuesday standup")
+# names no date.
+_WEEKDAY = re.compile(rf"\b(?:(?:this\s+)?past|last|previous|on)\s+(?P<weekday>{'|'.join(_WEEKDAYS)})\b", re.I)
+_PHRASES = [pattern for pattern, _ in _ABSOLUTE] + [_AGO, _LAST, _WEEKDAY, _THIS, _YESTERDAY, _TODAY]
+#: Words that ask for a period's notes without naming a topic: "notes from 2026-11-20", "what happened last week".
+_NO_TOPIC = frozenset(
+    "notes note daily day days week weeks weekend month months ago last past previous happened wrote written log "
+    "entries entry journal".split()
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,9 @@ class Interval:
 
     start: date
     end: date
+
+    def holds(self, day: date | None) -> bool:
+        return day is not None and self.start <= day <= self.end
 
 
 def parse(question: str, today: date) -> Interval | None:
@@ -71,6 +87,21 @@ def parse(question: str, today: date) -> Interval | None:
         shifted = _shift(prefix, interval)
         return shifted or interval
     return _relative(question, today)
+
+
+def only_period(question: str, today: date) -> Interval | None:
+    """The period of a question that names nothing else ("2026-11-20", "what did I do yesterday", "notes from
+    last week"), else None. Such a question asks for the notes of that period, whatever words they hold: ranked
+    on their words, the note of the next day that mentions the date came first (search puts the period's own
+    notes first). No question of locomo-dev or cosqa-dev is one, so the learned ranker never sees the rule."""
+    period = parse(question, today)
+    if period is None:
+        return None
+    rest = question
+    for pattern in _PHRASES:
+        rest = pattern.sub(" ", rest)
+    words = {w.lower() for w in re.findall(r"\w+", rest)}
+    return None if words - STOP_WORDS - _NO_TOPIC else period
 
 
 def affinity(note: date | None, interval: Interval | None) -> float:
@@ -145,6 +176,9 @@ def _relative(question: str, today: date) -> Interval | None:
             if unit == "weekend"
             else Interval(monday, monday + timedelta(days=6))
         )
+    if m := _WEEKDAY.search(question):
+        back = (today.weekday() - _WEEKDAYS[m["weekday"].lower()] - 1) % 7 + 1
+        return Interval(today - timedelta(days=back), today - timedelta(days=back))
     if m := _THIS.search(question):
         unit = m["unit"].lower()
         if unit == "month":

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import calibration, ranking, rerankers, threads, timefilter
+from . import calibration, dates, ranking, rerankers, threads, timefilter
 from .config_schema import MODES
 from .config_types import Config
 from .embedders import Embedder
@@ -36,6 +36,7 @@ from .search_order import (
     fuse,
     learned_wanted,
     order_by_learned,
+    period_first,
     under,
 )
 from .search_request import check_request
@@ -115,6 +116,7 @@ def search(
             degraded_by.append("vectors_pending")
 
     phrases = fts_phrases(query)
+    period = dates.only_period(query, date.fromtimestamp(now))
     scope = _scope(store, path_prefix, timefilter.window(after, before, evergreen=evergreen, now=now))
 
     def keyword_leg() -> list[tuple[int, float]]:
@@ -144,6 +146,8 @@ def search(
         if mode != "keyword":
             with clock.stage("vector"):
                 vector_hits = store.vec_search(qvec, fetch, cache_key(embedder), scope)
+                if period:
+                    vector_hits = _with_period(store, vector_hits, qvec, fetch, cache_key(embedder), scope, period)
 
     with clock.stage("fusion"):
         cands = ranking.merge_legs(text_hits, vector_hits)
@@ -195,6 +199,8 @@ def search(
         reach = max(limit, calibration.HEAD)  # what calibration reads does not depend on maxResults
         if s.mmrEnabled:
             cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, reach)
+        if period:  # before calibration, which then estimates relevance along this order
+            cands = period_first(cands, rows, period)
         abstained = None
         if calibrated and cands and not phrases and floor > 0:
             # Punctuation or symbols alone ("—", "##", an emoji): nothing in the question to match, and
@@ -243,6 +249,25 @@ def search(
 def _usable(vector: np.ndarray) -> bool:
     """A query vector the vector leg can rank by: finite and not all zeros."""
     return bool(np.isfinite(vector).all() and np.any(vector))
+
+
+def _with_period(
+    store: Store,
+    hits: list[tuple[int, float]],
+    qvec: np.ndarray,
+    fetch: int,
+    key: tuple[str, str, str],
+    scope: list[str] | None,
+    period: dates.Interval,
+) -> list[tuple[int, float]]:
+    """The vector leg's hits and those of the period's daily notes, for a question that only names a period
+    ("what did I do two days ago"): its words say nothing of what the notes hold, so the day's note was left out
+    of the nearest `fetch` chunks as often as not, and `period_first` had nothing to put first."""
+    paths = [p for p in (store.file_mtimes() if scope is None else scope) if period.holds(ranking.note_date(p))]
+    if not paths:
+        return hits
+    found = dict(hits) | dict(store.vec_search(qvec, fetch, key, paths))  # a chunk's cosine is the same in both
+    return sorted(found.items(), key=lambda hit: (-hit[1], hit[0]))
 
 
 def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:

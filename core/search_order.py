@@ -12,7 +12,7 @@ from datetime import date
 
 import numpy as np
 
-from . import calibration, learned, ranker_features, ranking, rerankers
+from . import calibration, dates, learned, ranker_features, ranking, rerankers
 from .config_types import Config
 from .embedders import Embedder
 from .rerankers import shortlist
@@ -50,6 +50,20 @@ def calibrate(
     if kept:
         return kept, None
     return kept, f"the best hit scored {under(ordered[0].score, floor)}, under the floor minScore {floor:g}"
+
+
+def period_first(
+    cands: list[ranking.Candidate], rows: dict[int, ChunkRow], period: dates.Interval
+) -> list[ranking.Candidate]:
+    """For a question that only names a period (`dates.only_period`): the daily notes of that period first, in
+    the order they had, each place keeping its score, so scores still never increase down the hits (calibration,
+    when on, then estimates relevance along this order). Before, "2026-11-20" put the note of 21 November
+    ("Follow-up from 2026-11-20") above that day's own note."""
+
+    ordered = sorted(cands, key=lambda c: not period.holds(ranking.note_date(rows[c.id].path)))
+    for c, score in zip(ordered, [c.score for c in cands], strict=True):
+        c.score = score
+    return ordered
 
 
 def under(value: float, floor: float) -> str:

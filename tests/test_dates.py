@@ -4,7 +4,7 @@ from datetime import date
 
 import pytest
 
-from core.dates import Interval, affinity, parse
+from core.dates import Interval, affinity, only_period, parse
 
 TODAY = date(2026, 12, 1)  # a Tuesday
 D = date
@@ -32,6 +32,13 @@ D = date
         ("What broke last month?", D(2026, 11, 1), D(2026, 11, 30)),
         ("What did Joanna write yesterday?", D(2026, 11, 30), D(2026, 11, 30)),
         ("What did we deploy 3 days ago?", D(2026, 11, 27), D(2026, 11, 29)),
+        # A weekday is the latest one before today (a Tuesday): "last Tuesday" on a Tuesday is a week ago.
+        ("What did I do last Tuesday?", D(2026, 11, 24), D(2026, 11, 24)),
+        ("What did Dana say on Friday?", D(2026, 11, 27), D(2026, 11, 27)),
+        ("What did we fix this past Monday?", D(2026, 11, 30), D(2026, 11, 30)),
+        ("What did I do this morning?", D(2026, 12, 1), D(2026, 12, 1)),
+        ("Who called tonight?", D(2026, 12, 1), D(2026, 12, 1)),
+        ("What did we watch last night?", D(2026, 11, 30), D(2026, 11, 30)),
     ],
 )
 def test_phrases_give_their_interval(question: str, start: date, end: date) -> None:
@@ -46,6 +53,7 @@ def test_phrases_give_their_interval(question: str, start: date, end: date) -> N
         "What does Dana drink in the morning?",
         "Why did PR #17 fail with ERR_SSL_PROTOCOL?",
         "What may I bring to the party?",
+        "What did the Tuesday standup decide?",  # a bare weekday names no date
     ],
 )
 def test_no_period_gives_none(question: str) -> None:
@@ -60,3 +68,34 @@ def test_affinity_is_one_inside_and_in_the_grace_week_then_decays() -> None:
     assert affinity(D(2023, 1, 2), week) == pytest.approx(0.3679, abs=1e-4)  # 14 days before: e^-1
     assert affinity(None, week) == 0.0
     assert affinity(D(2023, 1, 16), None) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("question", "start", "end"),
+    [
+        ("2026-11-20", D(2026, 11, 20), D(2026, 11, 20)),
+        ("notes from 2026-11-20", D(2026, 11, 20), D(2026, 11, 20)),
+        ("November 20", D(2026, 11, 20), D(2026, 11, 20)),
+        ("What did I do yesterday?", D(2026, 11, 30), D(2026, 11, 30)),
+        ("what happened last week", D(2026, 11, 23), D(2026, 11, 29)),
+        ("What did I do in October?", D(2026, 10, 1), D(2026, 10, 31)),
+        ("two days ago", D(2026, 11, 28), D(2026, 11, 30)),
+        ("what did I do last Tuesday", D(2026, 11, 24), D(2026, 11, 24)),
+        ("this morning", D(2026, 12, 1), D(2026, 12, 1)),
+    ],
+)
+def test_a_question_that_only_names_a_period_is_told_apart(question, start, end):
+    assert only_period(question, TODAY) == Interval(start, end)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "lunch on 2026-11-20",  # a topic as well: the ranker weighs the date against it
+        "What did Nate do on 4 August, 2023?",
+        "what did I do",
+        "in 2022",  # a year alone is no period
+    ],
+)
+def test_a_question_with_a_topic_or_no_period_is_not(question):
+    assert only_period(question, TODAY) is None

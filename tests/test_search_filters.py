@@ -176,3 +176,41 @@ def test_a_daily_note_whose_name_is_no_calendar_date_is_said_to_be_undated(works
     assert "memory/2026-02-30.md" in kept  # as the warning says: undated, kept as evergreen
     dated = paths(index.search("ibex", before="2026-03-31", evergreen=False, min_score=0))
     assert "memory/2026-02-30.md" not in dated
+
+
+def test_a_question_that_only_names_a_day_answers_with_that_days_note_first(workspace, make_config, open_index):
+    """The learned hybrid search put the next day's note, which names the date in its text, above the day's own."""
+    day = "# {}\n\n- Morning: {}.\n- Lunch with the team at {}.\n"
+    ws = workspace(
+        {
+            "memory/2026-11-19.md": day.format("2026-11-19", "rotated the API keys", "Sakura"),
+            "memory/2026-11-20.md": day.format("2026-11-20", "shipped the search ranking fix", "Luigi"),
+            "memory/2026-11-21.md": day.format("2026-11-21", "paired with Ben on the index", "Luigi")
+            + "- Follow-up from 2026-11-20: still waiting on review.\n",
+            "memory/2026-11-23.md": day.format("2026-11-23", "planned the roadmap", "the canteen"),
+        }
+    )
+    index = open_index(make_config(ws))
+    index.sync()
+    now = datetime(2026, 12, 3, 12).timestamp()
+    for query in ("2026-11-20", "notes from 2026-11-20"):
+        response = index.search(query, now=now, min_score=0)
+        assert paths(response)[0] == "memory/2026-11-20.md", (query, paths(response))
+        scores = [h.score for h in response.results]
+        assert scores == sorted(scores, reverse=True)
+    # With a topic the ranker's order stands: the rule is for questions that name nothing but the day.
+    assert paths(index.search("Follow-up review 2026-11-20", now=now, min_score=0))[0] == "memory/2026-11-21.md"
+
+
+def test_a_question_that_only_names_a_day_finds_that_days_note_among_many(workspace, make_config, open_index):
+    """Its words match nothing: the day's note, unlike the others, was not among the vector leg's nearest chunks."""
+    chores = ["answered mail", "had lunch with the team", "wrote some code", "went for a walk", "read a book"]
+    notes = {
+        f"memory/2026-{10 + i // 30:02d}-{1 + i % 30:02d}.md": f"I did: {chores[i % 5]}, then {chores[i % 3]}.\n"
+        for i in range(45)
+    }
+    notes["memory/2026-12-01.md"] = "Kubernetes cluster upgraded to 1.31; etcd snapshot restored on the spare node.\n"
+    index = open_index(make_config(workspace(notes)))
+    index.sync()
+    response = index.search("what did I do two days ago", now=datetime(2026, 12, 3, 12).timestamp(), min_score=0)
+    assert paths(response)[0] == "memory/2026-12-01.md", paths(response)
