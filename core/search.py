@@ -222,7 +222,8 @@ def search(
                     store, config, embedder, query, head, rows, make_reranker=make_reranker
                 )
                 maxsim = scores or maxsim
-            cands, abstained = calibrate(store, query, head, rows, floor, collect_calibration, maxsim)
+            asked = frozenset(c.id for c in head if period and period.holds(ranking.note_date(rows[c.id].path)))
+            cands, abstained = calibrate(store, query, head, rows, floor, collect_calibration, maxsim, asked)
         if pool and not cands and not calibrated:  # the retrieval floor dropped them all: say so, as hybrid does
             best_cosine = max((c.vector for c in pool if c.vector is not None), default=0.0)
             abstained = (

@@ -34,10 +34,12 @@ def calibrate(
     floor: float,
     collect: CalibrationCollector | None,
     maxsim: list[float | None],
+    asked: frozenset[int] = frozenset(),
 ) -> tuple[list[ranking.Candidate], str | None]:
     """Each hit's score made the calibrated estimate that it is relevant (the order stays), then the floor:
     the scores never increase down the order, so the floor keeps a prefix of it. Returns the hits kept and,
-    when the floor kept none, why the search abstains."""
+    when the floor kept none, why the search abstains. `asked`: the hits a question that only names a period
+    asks for by their date (`period_first` put them first), scored at least `ASKED_SCORE`."""
     inputs = calibration.inputs(store, query, ordered, rows, maxsim)
     if collect is not None:
         collect(inputs, ordered, rows)
@@ -45,11 +47,17 @@ def calibrate(
     # or the blend stood.
     ranker = [c.probability for c in ordered] if ordered[0].probability is not None else None
     for c, p in zip(ordered, calibration.scores(calibration.default_model(), inputs, ranker)):
-        c.ranker, c.score = c.score, p
+        c.ranker, c.score = c.score, max(p, ASKED_SCORE) if c.id in asked else p
     kept = [c for c in ordered if c.score >= floor]
     if kept:
         return kept, None
     return kept, f"the best hit scored {under(ordered[0].score, floor)}, under the floor minScore {floor:g}"
+
+
+#: The least score of a daily note that a question naming only its period asks for ("what did I do last week"):
+#: relevant by its date, which calibration cannot see (it reads how much of the question the notes hold as
+#: text, and the date is in the file's name), so the search abstained (0.082) over the notes of that week.
+ASKED_SCORE = 0.9
 
 
 def period_first(

@@ -214,3 +214,20 @@ def test_a_question_that_only_names_a_day_finds_that_days_note_among_many(worksp
     index.sync()
     response = index.search("what did I do two days ago", now=datetime(2026, 12, 3, 12).timestamp(), min_score=0)
     assert paths(response)[0] == "memory/2026-12-01.md", paths(response)
+
+
+def test_a_question_that_only_names_a_period_answers_at_the_default_floor(workspace, make_config, open_index):
+    """ "What did I do last week" abstained at the default floor (0.082): calibration reads how much of the
+    question the notes hold as text, and a daily note's date is in its name. The notes of the period are what
+    it asks for: they answer, first and above the floor; a period without notes still abstains."""
+    chores = ["answered mail", "had lunch with the team", "wrote some code", "went for a walk", "read a book"]
+    notes = {f"memory/2026-11-{d:02d}.md": f"I did: {chores[d % 5]}, then {chores[d % 3]}.\n" for d in range(2, 30)}
+    notes["MEMORY.md"] = "# Memory\n- The team lunch is on Thursdays.\n"
+    index = open_index(make_config(workspace(notes)))
+    index.sync()
+    now = datetime(2026, 12, 3, 12).timestamp()  # a Thursday: last week is 23-29 November
+    response = index.search("what did I do last week", now=now)
+    days = paths(response)
+    assert len(days) == 6 and all("2026-11-23" <= p[7:17] <= "2026-11-29" for p in days), days
+    assert all(h.score >= 0.9 for h in response.results)
+    assert index.search("what did I do on 1 March 2026", now=now).results == []
