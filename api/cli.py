@@ -357,7 +357,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_train_ranker(args: argparse.Namespace) -> int:
-    from core.ranker_training import collect, train
+    from core.ranker_training import collect, require_lightgbm, train
 
     for path in args.queries:
         if not Path(path).is_file():
@@ -366,6 +366,11 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
         return _fail(args, f"--out: {args.out.parent} is not a folder")
     if args.out.is_dir():  # it was "IsADirectoryError: [Errno 21] Is a directory", after all the work
         return _fail(args, f"--out: {args.out} is a folder; give the model file's name ({args.out / 'ranker.json'})")
+    if args.trees:  # it said so after indexing and searching every question
+        try:
+            require_lightgbm()
+        except ValueError as exc:
+            return _fail(args, str(exc))
     data = collect(_config(args), args.queries)
     try:
         trained_on = [Path(p).name for p in args.queries]

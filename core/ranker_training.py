@@ -104,6 +104,15 @@ TREE_PARAMS: dict[str, Any] = {
 }
 
 
+def require_lightgbm() -> Any:
+    """LightGBM, or a ValueError saying how to get it: `train-ranker --trees` asks before its searches."""
+    try:
+        import lightgbm
+    except ImportError:
+        raise ValueError("fitting trees needs LightGBM, a training-only extra: pip install 'memsift[train]'") from None
+    return lightgbm
+
+
 def fit_trees(
     x: np.ndarray,
     y: np.ndarray,
@@ -116,10 +125,7 @@ def fit_trees(
 ) -> learned.Trees:
     """Boosted trees that correct `base` (the logistic regression's logit), fitted by LightGBM and returned
     as arrays for numpy. `groups` (candidates per question, in order) is for a ranking objective."""
-    try:
-        import lightgbm
-    except ImportError:
-        raise ValueError("fitting trees needs LightGBM, a training-only extra: pip install 'memsift[train]'") from None
+    lightgbm = require_lightgbm()
     settings = TREE_PARAMS | (params or {})
     dataset = lightgbm.Dataset(x, y, weight=weight, init_score=base, group=groups, params={"verbose": -1})
     booster = lightgbm.train(settings, dataset, num_boost_round=rounds)

@@ -151,3 +151,20 @@ def test_train_ranker_refuses_an_out_that_is_a_folder_before_any_work(
     err = capsys.readouterr().err
     assert err == f"memsift: error: --out: {out} is a folder; give the model file's name ({out / 'ranker.json'})\n"
     assert not memsift_home.exists()
+
+
+def test_train_ranker_without_lightgbm_says_so_before_any_work(
+    capsys, monkeypatch, ws: Path, memsift_home: Path, tmp_path: Path
+) -> None:
+    """`--trees` without the `train` extra indexed the workspace and searched every question before saying that
+    fitting trees needs LightGBM: minutes on a real query file, lost."""
+    from api.cli import main
+
+    monkeypatch.setitem(sys.modules, "lightgbm", None)  # as where `memsift[train]` is not installed
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query": "flat white", "relevant": [{"path": "MEMORY.md", "line": 2}]}) + "\n")
+    argv = ["--workspace", str(ws), "train-ranker", str(queries), "--out", str(tmp_path / "m.json"), "--trees", "3"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == "memsift: error: fitting trees needs LightGBM, a training-only extra: pip install 'memsift[train]'\n"
+    assert not memsift_home.exists() and not (tmp_path / "m.json").exists()
