@@ -371,19 +371,20 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
             require_lightgbm()
         except ValueError as exc:
             return _fail(args, str(exc))
-    data = collect(_config(args), args.queries)
+    data = collect(_config(args), args.queries, warn=lambda message: print(f"warning: {message}", file=sys.stderr))
     try:
         trained_on = [Path(p).name for p in args.queries]
         model = train(data, l2=args.l2, trees=args.trees, meta={"trainedOn": trained_on, "l2": args.l2})
     except ValueError as exc:
         return _fail(args, str(exc))
     args.out.write_text(model.to_json() + "\n", encoding="utf-8")
-    doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta}
+    doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta, "leftOut": data.left_out}
     if args.json:
         _print_json(doc)
     else:
+        left_out = f" ({data.left_out} left out: no relevant path the index holds)" if data.left_out else ""
         print(
-            f"wrote {args.out}: {doc['questions']} questions, {doc['candidates']} candidates; "
+            f"wrote {args.out}: {doc['questions']} questions{left_out}, {doc['candidates']} candidates; "
             f'use it with rerank.rankerModel = "{args.out.absolute()}"'  # the config file's folder is not the cwd
         )
     return 0

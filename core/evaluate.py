@@ -159,11 +159,21 @@ def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict
     return {name: value(name.split("@")[0], int(name.split("@")[1])) for name in metric_names(k)}
 
 
-def _unheld(index: MemoryIndex, query: dict[str, Any], held: dict[Path, set[str]]) -> list[str]:
-    """The relevant paths of `query` no file of `index` answers to (a typo, a note renamed since): each scores
-    0 on every metric, read as a search that missed. `held` keeps each workspace's names, in NFC."""
+def warn_unheld(
+    warn: Callable[[str], None], queries_path: str | Path, index: MemoryIndex, query: dict[str, Any], held: dict
+) -> list[str]:
+    """Tell `warn` of each relevant path of `query` no file of `index` answers to (a typo, a note renamed since,
+    the wrong workspace), and return them: each scores 0 on every metric, read as a search that missed, in
+    silence otherwise. `held` keeps each workspace's names, in NFC."""
     names = held.setdefault(index.config.workspace, {_same_name(p) for p in index.store.file_rows()})
-    return list(dict.fromkeys(r["path"] for r in query["relevant"] if _same_name(r["path"]) not in names))
+    paths = list(dict.fromkeys(r["path"] for r in query["relevant"] if _same_name(r["path"]) not in names))
+    who = f" (query {query['qid']})" if query.get("qid") is not None else ""
+    for path in paths:
+        warn(
+            f"{queries_path}: relevant path {path!r}{who} is no file the index of {index.config.workspace} holds: "
+            "no hit can cover it"
+        )
+    return paths
 
 
 def _category(query: dict[str, Any]) -> str:
@@ -203,13 +213,8 @@ def evaluate(
     try:
         for q in queries:
             index = query_index(indexes, config, base, q)
-            for path in _unheld(index, q, held) if warn is not None else ():
-                who = f" (query {q['qid']})" if q.get("qid") is not None else ""
-                where = index.config.workspace
-                warn(
-                    f"{queries_path}: relevant path {path!r}{who} is no file the index of {where} holds: no hit can "
-                    "cover it"
-                )
+            if warn is not None:
+                warn_unheld(warn, queries_path, index, q, held)
             response = index.search(q["query"], max_results=k, min_score=min_score, mode=mode, rerank=rerank)
             took.append(response.tookMs)
             spans.extend(h.endLine - h.startLine + 1 for h in response.results)
