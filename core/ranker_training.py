@@ -20,7 +20,7 @@ import numpy as np
 
 from . import learned, ranker_features
 from .config_types import Config
-from .evaluate import load_queries, query_index, warn_unheld
+from .evaluate import load_queries, query_index, same_name, warn_unheld
 from .memory import MemoryIndex
 
 #: Candidates per leg asked of each search; the ranker's pool has the same size whatever maxResults.
@@ -85,8 +85,10 @@ def collect(config: Config, paths: list[str | Path], warn: Callable[[str], None]
                 if not found:
                     continue
                 spans, x = found[0]
-                wanted = {(r["path"], int(r["line"])) for r in q["relevant"]}
-                y = np.array([any(p == s.path and s.startLine <= ln <= s.endLine for p, ln in wanted) for s in spans])
+                wanted = {(same_name(r["path"]), int(r["line"])) for r in q["relevant"]}
+                y = np.array(
+                    [any(p == same_name(s.path) and s.startLine <= ln <= s.endLine for p, ln in wanted) for s in spans]
+                )
                 data.x.append(x)
                 data.y.append(y.astype(np.float64))
                 data.spans.append(spans)

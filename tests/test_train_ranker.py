@@ -205,3 +205,24 @@ def test_train_ranker_names_a_relevant_path_the_index_does_not_hold_and_leaves_i
     queries.write_text(_lines([(q, "", 0) for q, _, _ in QUESTIONS]))
     assert main(["--workspace", str(ws), "train-ranker", str(queries), "--out", str(out)]) == 1
     assert capsys.readouterr().err == "memsift: error: no question has a relevant line to learn from\n"
+
+
+def test_train_ranker_labels_a_relevant_path_as_eval_reads_it(ws: Path, tmp_path: Path) -> None:
+    """`./MEMORY.md` (as a shell completes it) and a name in the other Unicode normal form are the note for
+    `memsift eval`; training compared them as written, so their answer was learnt as a wrong one."""
+    from core.ranker_training import collect
+
+    (ws / "memory" / "café.md").write_text("# Café\n- The espresso machine descales on Fridays.\n")
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        _lines([("what does Dana drink in the morning", "./MEMORY.md", 2)])
+        + json.dumps(
+            {
+                "query": "when does the espresso machine descale",
+                "relevant": [{"path": "memory/cafe\u0301.md", "line": 2}],
+            }
+        )
+        + "\n"
+    )
+    data = collect(load_config(workspace=ws), [queries])
+    assert [y.max() for y in data.y] == [1.0, 1.0]
