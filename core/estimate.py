@@ -89,7 +89,7 @@ def estimate(
         if embedder is None:
             continue
         key = cache_key(embedder)
-        known = set(store.cache_get(key, texts)) if not plan.rebuild else set()
+        known = set(store.cache_get(key, texts))  # a rebuild hands them to the shared cache first
         if cache is not None:
             known |= cache.known(key, [h for h in texts if h not in known])
         hits += len(known)

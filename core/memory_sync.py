@@ -252,6 +252,10 @@ class SyncRuns(EmbedderChoice):
                 report.cachePruned = cache.prune(self.config.cache.maxEntries)
 
     def _rebuild(self, embedder: Embedder | None, progress: Progress | None, stage: Stage) -> SyncReport:
+        # The vectors of the index it replaces serve the rebuild as the cache's do (estimate counts them), so a
+        # cache folder deleted since, or entries pruned, is no cost: a hosted provider's rebuild was held for it.
+        with SharedCache.open(self.config.home) as cache:
+            cache.adopt(self.store)
         self.close()  # our connection would hold the old file; the next access opens the new one
         return rebuild(self.config, embedder, progress=progress, stage=stage, use_vec=self._use_vec, estimator=estimate)
 
