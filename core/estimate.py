@@ -179,6 +179,8 @@ def summary(plan: dict[str, Any]) -> str:
             if cost is not None
             else "no cost (local)"
             if plan["provider"] in ("local", "none")
+            else "no cost (nothing to embed)"
+            if not plan["chunksToEmbed"]  # a run the caches serve whole costs nothing, whatever the price
             else "cost unknown (set embedding.pricePerMillionTokens)",
         ]
     )
