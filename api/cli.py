@@ -357,7 +357,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_train_ranker(args: argparse.Namespace) -> int:
-    from core.ranker_training import collect, train
+    from core.ranker_training import collect, require_lightgbm, train
 
     for path in args.queries:
         if not Path(path).is_file():
@@ -366,19 +366,25 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
         return _fail(args, f"--out: {args.out.parent} is not a folder")
     if args.out.is_dir():  # it was "IsADirectoryError: [Errno 21] Is a directory", after all the work
         return _fail(args, f"--out: {args.out} is a folder; give the model file's name ({args.out / 'ranker.json'})")
-    data = collect(_config(args), args.queries)
+    if args.trees:  # it said so after indexing and searching every question
+        try:
+            require_lightgbm()
+        except ValueError as exc:
+            return _fail(args, str(exc))
+    data = collect(_config(args), args.queries, warn=lambda message: print(f"warning: {message}", file=sys.stderr))
     try:
         trained_on = [Path(p).name for p in args.queries]
         model = train(data, l2=args.l2, trees=args.trees, meta={"trainedOn": trained_on, "l2": args.l2})
     except ValueError as exc:
         return _fail(args, str(exc))
     args.out.write_text(model.to_json() + "\n", encoding="utf-8")
-    doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta}
+    doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta, "leftOut": data.left_out}
     if args.json:
         _print_json(doc)
     else:
+        left_out = f" ({data.left_out} left out: no relevant path the index holds)" if data.left_out else ""
         print(
-            f"wrote {args.out}: {doc['questions']} questions, {doc['candidates']} candidates; "
+            f"wrote {args.out}: {doc['questions']} questions{left_out}, {doc['candidates']} candidates; "
             f'use it with rerank.rankerModel = "{args.out.absolute()}"'  # the config file's folder is not the cwd
         )
     return 0

@@ -89,7 +89,7 @@ def estimate(
         if embedder is None:
             continue
         key = cache_key(embedder)
-        known = set(store.cache_get(key, texts)) if not plan.rebuild else set()
+        known = set(store.cache_get(key, texts))  # a rebuild hands them to the shared cache first
         if cache is not None:
             known |= cache.known(key, [h for h in texts if h not in known])
         hits += len(known)
@@ -179,6 +179,8 @@ def summary(plan: dict[str, Any]) -> str:
             if cost is not None
             else "no cost (local)"
             if plan["provider"] in ("local", "none")
+            else "no cost (nothing to embed)"
+            if not plan["chunksToEmbed"]  # a run the caches serve whole costs nothing, whatever the price
             else "cost unknown (set embedding.pricePerMillionTokens)",
         ]
     )

@@ -122,7 +122,7 @@ def _own_extra_paths(ws: Path) -> tuple[str, ...]:
     return load_config(own, workspace=ws).extra_paths  # an error names `own`, as every file's does
 
 
-def _same_name(path: str) -> str:
+def same_name(path: str) -> str:
     """A path as evaluation compares it: `./memory/x.md` names memory/x.md, and `memory/café.md` is one file in
     either Unicode normal form. Hits name a file as the disk spells it (Linux keeps names byte for byte), a query
     file as its editor wrote it (macOS: NFD): compared as written, every metric was 0, in silence."""
@@ -130,7 +130,7 @@ def _same_name(path: str) -> str:
 
 
 def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict[str, float]:
-    wanted = {(_same_name(r["path"]), int(r["line"])) for r in relevant}
+    wanted = {(same_name(r["path"]), int(r["line"])) for r in relevant}
     covered: set[tuple[str, int]] = set()
     first = 0
     gains = [0.0] * (k + 1)  # gains[r]: the DCG of the first r hits
@@ -139,7 +139,7 @@ def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict
         hit = hits[rank - 1] if rank <= len(hits) else None
         new = set()
         if hit is not None:
-            path = _same_name(hit.path)
+            path = same_name(hit.path)
             new = {(p, line) for p, line in wanted - covered if p == path and hit.startLine <= line <= hit.endLine}
         if new:
             first = first or rank
@@ -159,11 +159,21 @@ def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict
     return {name: value(name.split("@")[0], int(name.split("@")[1])) for name in metric_names(k)}
 
 
-def _unheld(index: MemoryIndex, query: dict[str, Any], held: dict[Path, set[str]]) -> list[str]:
-    """The relevant paths of `query` no file of `index` answers to (a typo, a note renamed since): each scores
-    0 on every metric, read as a search that missed. `held` keeps each workspace's names, in NFC."""
-    names = held.setdefault(index.config.workspace, {_same_name(p) for p in index.store.file_rows()})
-    return list(dict.fromkeys(r["path"] for r in query["relevant"] if _same_name(r["path"]) not in names))
+def warn_unheld(
+    warn: Callable[[str], None], queries_path: str | Path, index: MemoryIndex, query: dict[str, Any], held: dict
+) -> list[str]:
+    """Tell `warn` of each relevant path of `query` no file of `index` answers to (a typo, a note renamed since,
+    the wrong workspace), and return them: each scores 0 on every metric, read as a search that missed, in
+    silence otherwise. `held` keeps each workspace's names, in NFC."""
+    names = held.setdefault(index.config.workspace, {same_name(p) for p in index.store.file_rows()})
+    paths = list(dict.fromkeys(r["path"] for r in query["relevant"] if same_name(r["path"]) not in names))
+    who = f" (query {query['qid']})" if query.get("qid") is not None else ""
+    for path in paths:
+        warn(
+            f"{queries_path}: relevant path {path!r}{who} is no file the index of {index.config.workspace} holds: "
+            "no hit can cover it"
+        )
+    return paths
 
 
 def _category(query: dict[str, Any]) -> str:
@@ -203,13 +213,8 @@ def evaluate(
     try:
         for q in queries:
             index = query_index(indexes, config, base, q)
-            for path in _unheld(index, q, held) if warn is not None else ():
-                who = f" (query {q['qid']})" if q.get("qid") is not None else ""
-                where = index.config.workspace
-                warn(
-                    f"{queries_path}: relevant path {path!r}{who} is no file the index of {where} holds: no hit can "
-                    "cover it"
-                )
+            if warn is not None:
+                warn_unheld(warn, queries_path, index, q, held)
             response = index.search(q["query"], max_results=k, min_score=min_score, mode=mode, rerank=rerank)
             took.append(response.tookMs)
             spans.extend(h.endLine - h.startLine + 1 for h in response.results)

@@ -59,8 +59,25 @@ def identity_matches(stored: dict[str, Any] | None, new: dict[str, Any]) -> bool
     return stored == new
 
 
+#: The keys only a new memsift release changes (the table layout, the text the keyword index holds).
+RELEASE_KEYS = frozenset({"schema", "ftsText"})
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    unknown = {"dims", "fingerprint"} if provisional(new) else set()
+    return [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k not in unknown]
+
+
 def identity_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
     """The index identity's keys that differ, for a message: `chunking, extraPaths`. A provisional `new` (its
     provider down) does not know its dims and fingerprint yet: they are not named as changed."""
-    unknown = {"dims", "fingerprint"} if provisional(new) else set()
-    return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k not in unknown)
+    return ", ".join(_changed(old, new))
+
+
+def change_cause(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Who changed the identity, for a message: a user who only upgraded memsift was told "the configuration or
+    model changed", which they had not touched."""
+    changed = _changed(old, new)
+    if changed and set(changed) <= RELEASE_KEYS:
+        return "memsift was upgraded and its index format changed"
+    return "the configuration or model changed"

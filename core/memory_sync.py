@@ -14,7 +14,7 @@ from typing import Any
 from .embedders import Embedder, EmbedderUnavailable, EmbeddingError
 from .errors import LockTimeout
 from .estimate import Estimate, estimate, summary
-from .identity import identity_changes, identity_matches, index_identity, provisional
+from .identity import change_cause, identity_changes, identity_matches, index_identity, provisional
 from .indexer import REBUILD_HELD, SHARED_CACHE, UNFINISHED, Progress, Stage, plain_stage, sync
 from .locking import writer_lock
 from .memory_embedder import EmbedderChoice
@@ -79,7 +79,7 @@ class SyncRuns(EmbedderChoice):
                 return None  # the search's `degraded` says why, and what the rebuild would cost
             changed = identity_changes(identity, new)
             return (
-                f"the configuration or model changed since the last sync ({changed}): the answers come from the "
+                f"{change_cause(identity, new)} since the last sync ({changed}): the answers come from the "
                 "index as it was; `memsift index` rebuilds it"
             )
         if not self.config.workspace.is_dir():  # the scan keeps its files; the answer says why it may be stale
@@ -252,6 +252,10 @@ class SyncRuns(EmbedderChoice):
                 report.cachePruned = cache.prune(self.config.cache.maxEntries)
 
     def _rebuild(self, embedder: Embedder | None, progress: Progress | None, stage: Stage) -> SyncReport:
+        # The vectors of the index it replaces serve the rebuild as the cache's do (estimate counts them), so a
+        # cache folder deleted since, or entries pruned, is no cost: a hosted provider's rebuild was held for it.
+        with SharedCache.open(self.config.home) as cache:
+            cache.adopt(self.store)
         self.close()  # our connection would hold the old file; the next access opens the new one
         return rebuild(self.config, embedder, progress=progress, stage=stage, use_vec=self._use_vec, estimator=estimate)
 

@@ -11,6 +11,7 @@ that `learned.Trees` evaluates in numpy, so searching never needs LightGBM.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,7 +20,7 @@ import numpy as np
 
 from . import learned, ranker_features
 from .config_types import Config
-from .evaluate import load_queries, query_index
+from .evaluate import load_queries, query_index, same_name, warn_unheld
 from .memory import MemoryIndex
 
 #: Candidates per leg asked of each search; the ranker's pool has the same size whatever maxResults.
@@ -42,6 +43,8 @@ class Dataset:
     y: list[np.ndarray] = field(default_factory=list)
     spans: list[list[Span]] = field(default_factory=list)
     queries: list[dict[str, Any]] = field(default_factory=list)
+    #: questions none of whose relevant paths the index holds, left out (`collect` with `warn`)
+    left_out: int = 0
 
     def stacked(self, keep: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         keep = list(range(len(self.x))) if keep is None else keep
@@ -51,18 +54,26 @@ class Dataset:
         return x, y
 
 
-def collect(config: Config, paths: list[str | Path]) -> Dataset:
+def collect(config: Config, paths: list[str | Path], warn: Callable[[str], None] | None = None) -> Dataset:
     """Search every question of every file (workspaces synced first, as `memsift eval` does) and keep the
-    learned ranker's candidates, features and labels."""
+    learned ranker's candidates, features and labels. `warn` is told of each relevant path no indexed file
+    answers to (a typo, a renamed note), as `memsift eval` tells it; a question none of whose paths is held is
+    then left out: its answer, wherever it is, would be learnt as a wrong one."""
     config = replace(config, rerank=replace(config.rerank, method="learned", enabled=True))
     data = Dataset()
     for path in paths:
         queries = load_queries(path)
         base = Path(path).resolve().parent
         indexes: dict[Path, MemoryIndex] = {}
+        held: dict[Path, set[str]] = {}
         try:
             for q in queries:
                 index = query_index(indexes, config, base, q)
+                if warn is not None and q["relevant"]:
+                    unheld = warn_unheld(warn, path, index, q, held)
+                    if len(unheld) == len({r["path"] for r in q["relevant"]}):
+                        data.left_out += 1
+                        continue
                 found: list[tuple[list[Span], np.ndarray]] = []
 
                 def keep(cands, rows, x, found=found) -> None:
@@ -74,8 +85,10 @@ def collect(config: Config, paths: list[str | Path]) -> Dataset:
                 if not found:
                     continue
                 spans, x = found[0]
-                wanted = {(r["path"], int(r["line"])) for r in q["relevant"]}
-                y = np.array([any(p == s.path and s.startLine <= ln <= s.endLine for p, ln in wanted) for s in spans])
+                wanted = {(same_name(r["path"]), int(r["line"])) for r in q["relevant"]}
+                y = np.array(
+                    [any(p == same_name(s.path) and s.startLine <= ln <= s.endLine for p, ln in wanted) for s in spans]
+                )
                 data.x.append(x)
                 data.y.append(y.astype(np.float64))
                 data.spans.append(spans)
@@ -104,6 +117,15 @@ TREE_PARAMS: dict[str, Any] = {
 }
 
 
+def require_lightgbm() -> Any:
+    """LightGBM, or a ValueError saying how to get it: `train-ranker --trees` asks before its searches."""
+    try:
+        import lightgbm
+    except ImportError:
+        raise ValueError("fitting trees needs LightGBM, a training-only extra: pip install 'memsift[train]'") from None
+    return lightgbm
+
+
 def fit_trees(
     x: np.ndarray,
     y: np.ndarray,
@@ -116,10 +138,7 @@ def fit_trees(
 ) -> learned.Trees:
     """Boosted trees that correct `base` (the logistic regression's logit), fitted by LightGBM and returned
     as arrays for numpy. `groups` (candidates per question, in order) is for a ranking objective."""
-    try:
-        import lightgbm
-    except ImportError:
-        raise ValueError("fitting trees needs LightGBM, a training-only extra: pip install 'memsift[train]'") from None
+    lightgbm = require_lightgbm()
     settings = TREE_PARAMS | (params or {})
     dataset = lightgbm.Dataset(x, y, weight=weight, init_score=base, group=groups, params={"verbose": -1})
     booster = lightgbm.train(settings, dataset, num_boost_round=rounds)
@@ -143,11 +162,18 @@ def fit(
 
 
 def train(data: Dataset, *, l2: float = 1.0, trees: int = 0, meta: dict[str, Any] | None = None) -> learned.Model:
+    if not data.x and data.left_out:
+        raise ValueError(
+            "every question was left out: none of their relevant paths is a file the index holds (the warnings "
+            "above); a relevant path is relative to the question's workspace, as a hit names it"
+        )
     if not data.x:
         raise ValueError(
             "no question reached the learned ranker: it needs hybrid search over an index the local model built "
             "(MaxSim token bits) and rerank.provider = local"
         )
+    if not any(q["relevant"] for q in data.queries):
+        raise ValueError("no question has a relevant line to learn from")
     x, y = data.stacked()
     if not len(y) or y.min() == y.max():
         raise ValueError("training needs candidates of both kinds: some covering a relevant line, some not")

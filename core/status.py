@@ -15,7 +15,7 @@ from typing import Any
 from . import calibration, learned
 from .config_types import Config, RerankConfig
 from .embedders import Embedder
-from .identity import identity_key, identity_matches, index_identity
+from .identity import change_cause, identity_changes, identity_key, identity_matches, index_identity
 from .indexer import UNFINISHED
 from .rerankers.local import LOCAL_DEFAULT, is_maxsim, token_capture
 from .rerankers.shortlist import wanted
@@ -49,12 +49,12 @@ def status_document(
             f"the first index is not finished: {done} of {unfinished['files']} files indexed (the sync running "
             "now, or the next one, completes it)"
         )
-    elif not identity_matches(identity, index_identity(config, embedder)):
+    elif not identity_matches(identity, new := index_identity(config, embedder)):
         held = rebuild_held()
         dirty_reason = (
             f"{held['reason']}; it would embed: {held['summary']}"
             if held
-            else "the configuration or model changed: the next sync rebuilds"
+            else f"{change_cause(identity, new)} ({identity_changes(identity, new)}): the next sync rebuilds"
         )
     else:
         plan = plan_sync(store, config, embedder, SyncReport())

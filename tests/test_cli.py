@@ -25,6 +25,8 @@ from api.cli import main
 from core import MemoryIndex, SearchError, calibration, load_config
 from core.config_home import db_path
 from core.learned import model_for
+from core.query import FTS_TEXT_VERSION
+from core.store import Store
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 HEAD = re.compile(r"^(\d\.\d{3}) (\S+):(\d+)-(\d+)$")
@@ -161,6 +163,24 @@ def test_search_says_when_the_configuration_changed_since_the_last_index(capsys,
         "note: the configuration or model changed since the last sync (chunking): the answers come from the "
         "index as it was; `memsift index` rebuilds it\n"
     )
+
+
+def test_an_index_an_older_release_wrote_says_memsift_was_upgraded(capsys, ws: Path) -> None:
+    """After an upgrade that changed how the keyword index holds its text (`ftsText`), the search and `status`
+    said "the configuration or model changed", which the user had not touched: they name the upgrade."""
+    assert run(capsys, "--workspace", ws, "index", "--no-prefect")[0] == 0
+    with Store(load_config(workspace=ws).db_path) as store:  # as the release before this one left it
+        store.set_identity({**store.identity(), "ftsText": FTS_TEXT_VERSION - 1})
+    code, out, err = run(capsys, "--workspace", ws, "--json", "search", "flat white", "--mode", "keyword")
+    assert code == 0 and json.loads(out)["results"][0]["path"] == "MEMORY.md", err
+    assert err == (
+        "note: memsift was upgraded and its index format changed since the last sync (ftsText): the answers come "
+        "from the index as it was; `memsift index` rebuilds it\n"
+    )
+    code, out, err = run(capsys, "--workspace", ws, "--json", "status")
+    assert code == 0 and json.loads(out)["dirtyReason"] == (
+        "memsift was upgraded and its index format changed (ftsText): the next sync rebuilds"
+    ), err
 
 
 def test_search_human_output_format(capsys, ws: Path) -> None:

@@ -99,6 +99,19 @@ def test_without_a_price_the_cost_is_null_and_the_human_output_says_how_to_know_
     assert "time unknown" in out  # no limit configured, no run measured the provider yet
 
 
+def test_a_run_with_nothing_to_embed_says_it_costs_nothing_without_a_price(
+    capsys, workspace, provider: FakeProvider
+) -> None:
+    """A rebuild the cache serves whole (an upgrade) said "0 chunks to embed (30 cached), ~0 tokens in 0
+    requests, ~0 s, cost unknown (set embedding.pricePerMillionTokens)": nothing to embed has nothing to price."""
+    ws = hosted(workspace, provider)
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 0
+    capsys.readouterr()
+    assert main(["--workspace", str(ws), "index", "--no-prefect", "--force"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("plan: 0 chunks to embed (") and first.endswith(", no cost (nothing to embed)"), first
+
+
 def test_the_local_model_s_speed_is_measured_for_the_estimate(capsys, workspace, memsift_home: Path) -> None:
     ws = workspace(notes(30))
     plan = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")

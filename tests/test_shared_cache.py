@@ -23,6 +23,7 @@ from index_checks import chunks_without_vectors, integrity
 from api.cli import main
 from core.config_home import db_path
 from core.indexer import UNFINISHED
+from core.query import FTS_TEXT_VERSION
 from core.shared_cache import SharedCache, cache_path
 from core.store import Store
 from tests.fake_provider import FakeProvider
@@ -169,6 +170,24 @@ def test_an_index_from_before_the_shared_cache_hands_its_vectors_over(
     assert report["chunksEmbedded"] == len(embedded(provider)) == 0 and report["cacheHits"] == 8
     with SharedCache.open(memsift_home) as cache:
         assert cache.count() == 8
+
+
+def test_a_rebuild_takes_the_vectors_of_the_index_it_replaces_when_the_shared_cache_lost_them(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """An upgrade that changes the index identity (a new ftsText) rebuilds at no cost from the cache; with the
+    cache folder deleted (a "cache" looks disposable) the rebuild on a hosted provider was held, "it would
+    embed: 8 chunks to embed (0 cached)", and `--force` paid for 8 vectors the live index holds."""
+    ws = agent_workspace(workspace, provider, notes("old", 8), "ws")
+    index(capsys, ws)
+    with Store(db_path(memsift_home, "main", ws.resolve())) as store:  # as the release before this one left it
+        store.set_identity({**store.identity(), "ftsText": FTS_TEXT_VERSION - 1})
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cache_path(memsift_home)}{suffix}").unlink(missing_ok=True)
+    provider.embedded.clear()
+    report = index(capsys, ws)
+    assert report["rebuildHeld"] is None and report["rebuilt"] is True
+    assert report["chunksEmbedded"] == len(embedded(provider)) == 0 and report["cacheHits"] == 8
 
 
 def test_max_entries_prunes_only_entries_no_index_uses_across_agents(

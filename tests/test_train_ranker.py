@@ -151,3 +151,78 @@ def test_train_ranker_refuses_an_out_that_is_a_folder_before_any_work(
     err = capsys.readouterr().err
     assert err == f"memsift: error: --out: {out} is a folder; give the model file's name ({out / 'ranker.json'})\n"
     assert not memsift_home.exists()
+
+
+def test_train_ranker_without_lightgbm_says_so_before_any_work(
+    capsys, monkeypatch, ws: Path, memsift_home: Path, tmp_path: Path
+) -> None:
+    """`--trees` without the `train` extra indexed the workspace and searched every question before saying that
+    fitting trees needs LightGBM: minutes on a real query file, lost."""
+    from api.cli import main
+
+    monkeypatch.setitem(sys.modules, "lightgbm", None)  # as where `memsift[train]` is not installed
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query": "flat white", "relevant": [{"path": "MEMORY.md", "line": 2}]}) + "\n")
+    argv = ["--workspace", str(ws), "train-ranker", str(queries), "--out", str(tmp_path / "m.json"), "--trees", "3"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == "memsift: error: fitting trees needs LightGBM, a training-only extra: pip install 'memsift[train]'\n"
+    assert not memsift_home.exists() and not (tmp_path / "m.json").exists()
+
+
+def _lines(questions: list[tuple[str, str, int]]) -> str:
+    return "".join(
+        json.dumps({"qid": f"q{i}", "query": q, "relevant": [{"path": p, "line": n}] if p else []}) + "\n"
+        for i, (q, p, n) in enumerate(questions)
+    )
+
+
+def test_train_ranker_names_a_relevant_path_the_index_does_not_hold_and_leaves_its_question_out(
+    capsys, ws: Path, memsift_home: Path, tmp_path: Path
+) -> None:
+    """A mistyped path trained the model with that question's answer as a wrong one, in silence ("wrote ...: 6
+    questions"); `memsift eval` named such a path. A file of such questions only, or of questions without a
+    relevant line, failed with "training needs candidates of both kinds", which named neither."""
+    from api.cli import main
+
+    queries, out = tmp_path / "q.jsonl", tmp_path / "m.json"
+    queries.write_text(_lines([*QUESTIONS, ("who is on call this quarter", "notes/2026-05-15.md", 3)]))
+    assert main(["--workspace", str(ws), "--json", "train-ranker", str(queries), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"warning: {queries}: relevant path 'notes/2026-05-15.md' (query q5) is no file the index of {ws} holds: "
+        "no hit can cover it\n"
+    )
+    doc = json.loads(captured.out)
+    assert doc["questions"] == len(QUESTIONS) and doc["leftOut"] == 1
+
+    queries.write_text(_lines([("who is on call this quarter", "notes/2026-05-15.md", 3)]))
+    assert main(["--workspace", str(ws), "train-ranker", str(queries), "--out", str(out)]) == 1
+    assert capsys.readouterr().err.endswith(
+        "memsift: error: every question was left out: none of their relevant paths is a file the index holds (the "
+        "warnings above); a relevant path is relative to the question's workspace, as a hit names it\n"
+    )
+    queries.write_text(_lines([(q, "", 0) for q, _, _ in QUESTIONS]))
+    assert main(["--workspace", str(ws), "train-ranker", str(queries), "--out", str(out)]) == 1
+    assert capsys.readouterr().err == "memsift: error: no question has a relevant line to learn from\n"
+
+
+def test_train_ranker_labels_a_relevant_path_as_eval_reads_it(ws: Path, tmp_path: Path) -> None:
+    """`./MEMORY.md` (as a shell completes it) and a name in the other Unicode normal form are the note for
+    `memsift eval`; training compared them as written, so their answer was learnt as a wrong one."""
+    from core.ranker_training import collect
+
+    (ws / "memory" / "café.md").write_text("# Café\n- The espresso machine descales on Fridays.\n")
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        _lines([("what does Dana drink in the morning", "./MEMORY.md", 2)])
+        + json.dumps(
+            {
+                "query": "when does the espresso machine descale",
+                "relevant": [{"path": "memory/cafe\u0301.md", "line": 2}],
+            }
+        )
+        + "\n"
+    )
+    data = collect(load_config(workspace=ws), [queries])
+    assert [y.max() for y in data.y] == [1.0, 1.0]
