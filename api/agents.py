@@ -127,12 +127,12 @@ class Agents:
         The notes changed since the last sync are synced first (api.catch_up), here: the one writer stays in
         this process."""
         with self.lease(agent) as index:
-            said = self.catch_ups.before_search(index)
+            caught = self.catch_ups.before_search(index)
             config = index.config
             response = index.search(query, **options) if self.pool is None else None
         if response is None:
             response = self.pool.search(config, query, options)
-        response.warn(said)
+        caught.tell(response)
         return config.agent, response
 
     def warm_up(self) -> None:

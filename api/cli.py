@@ -246,7 +246,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         )
         empty = not response.results and not response.partial and not sum(index.store.stats()["files"].values())
     _stop_if_interrupted()  # not a keyword answer blaming the embedder for a Ctrl-C
-    response.warn(unsynced)
+    unsynced.tell(response)
     if response.warning:  # said once the search answered (a search that fails too says why in its own line);
         print(f"note: {response.warning}", file=sys.stderr)  # on stderr with --json too, as get's warning
     if empty:  # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr)

@@ -165,7 +165,7 @@ class MemoryTools:
         max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
         min_score = _argument(args, SEARCH_SCHEMA, "minScore")
         evergreen = _argument(args, SEARCH_SCHEMA, "evergreen")
-        said = self.catch_ups.before_search(self.index)  # a note the agent just wrote, before the watcher's debounce
+        caught = self.catch_ups.before_search(self.index)  # a note the agent just wrote, before the watcher's debounce
         response = self.index.search(
             query,
             max_results=max_results,
@@ -174,7 +174,7 @@ class MemoryTools:
             before=_argument(args, SEARCH_SCHEMA, "before"),
             evergreen=evergreen is not False,
         )
-        response.warn(said)
+        caught.tell(response)
         return response.to_dict()
 
     def memory_get(self, args: dict[str, Any]) -> dict[str, Any]:

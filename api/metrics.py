@@ -85,7 +85,7 @@ class Metrics:
             "memsift_search_degraded",
             "Searches answered degraded, by agent and what degraded (`degraded` says why): vector (keyword results "
             "only), vectors_pending (chunks without a vector yet), rerank (the reranker failed: fused order), "
-            "first_index (the agent's first index still running)",
+            "first_index (the agent's first index still running), unsynced (changed notes not indexed yet)",
             ["agent", "part"],
             registry=self.registry,
         )

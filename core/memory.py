@@ -128,9 +128,7 @@ class MemoryIndex(SyncRuns):
         if held:
             response.degraded = f"{response.degraded}; {held}" if response.degraded else held
         if partial:
-            response.degraded = f"{partial}; {response.degraded}" if response.degraded else partial
-            response.partial = True
-            response.degradedBy += ("first_index",)
+            response.degrade(partial, "first_index")
         response.warn(said)
         return response
 

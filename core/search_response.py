@@ -46,10 +46,10 @@ class SearchResponse:
     abstained: str | None = None
     #: Not on the wire (`degraded` says why), for telemetry: which parts of the search degraded: "vector" (keyword
     #: results only), "vectors_pending" (chunks without a vector yet), "rerank" (the reranker failed: fused
-    #: order), "first_index" (the agent's first index is still running).
+    #: order), "first_index" (the agent's first index is still running), "unsynced" (changed notes not indexed yet).
     degradedBy: tuple[str, ...] = ()
-    #: Not on the wire (`degraded` says it): the agent's first index is still running, the answer covers part
-    #: of the memory only, so an empty one does not mean the workspace holds no memory file.
+    #: Not on the wire (`degraded` says it): the agent's first index is still running, or changed notes wait
+    #: for a sync: the answer covers part of the memory only, so an empty one does not mean it holds nothing.
     partial: bool = False
     #: What the sync this search ran first said: a first index's or a catch-up's warnings (a note indexed with
     #: U+FFFD in place of invalid UTF-8), or why the answer may not cover the notes as they are now (another
@@ -60,6 +60,13 @@ class SearchResponse:
         """Add what a sync run before the search said (the caller's catch-up, api.catch_up) to `warning`."""
         if text:
             self.warning = f"{text}; {self.warning}" if self.warning else text
+
+    def degrade(self, why: str, part: str) -> None:
+        """Say before the rest of `degraded` that the answer covers part of the memory only, and why (`part`,
+        for telemetry: "first_index", "unsynced")."""
+        self.degraded = f"{why}; {self.degraded}" if self.degraded else why
+        self.partial = True
+        self.degradedBy += (part,)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
