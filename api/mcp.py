@@ -15,6 +15,7 @@ written now is found by the next search a debounce later.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable
@@ -153,6 +154,14 @@ class MemoryTools:
             self._index = MemoryIndex(self.config)
         return self._index
 
+    def settled(self, timeout: float) -> bool:
+        """Whether the call running, if any, has ended within `timeout` s (a search's first index or its
+        catch-up sync may take minutes)."""
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._lock.release()
+        return True
+
     def close(self) -> None:
         if self._index is not None:
             self._index.close()
@@ -214,7 +223,9 @@ def build_server(tools: MemoryTools) -> Server:
         return types.ListToolsResult(tools=TOOLS)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        answer, failed = await anyio.to_thread.run_sync(tools.call, params.name, dict(params.arguments or {}))
+        # abandoned when cancelled (Ctrl-C, SIGTERM): a first index would otherwise hold the server's exit
+        args = dict(params.arguments or {})
+        answer, failed = await anyio.to_thread.run_sync(tools.call, params.name, args, abandon_on_cancel=True)
         text = json.dumps(answer, ensure_ascii=False)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content=answer, is_error=failed
@@ -236,7 +247,7 @@ def run_mcp(
     """Serve until stdin closes (stdio) or the process is interrupted (HTTP), syncing the agent's memory files
     as they change (api.watching). Over HTTP, `ready` gets the address once the socket listens (`--json`)."""
     from api.runs import IndexRuns
-    from api.serve import is_loopback, listen_socket
+    from api.serve import STOP_SECONDS, exit_mid_step, interrupt, is_loopback, listen_socket
     from api.watching import Watch
 
     sock = None
@@ -249,6 +260,9 @@ def run_mcp(
     runs = IndexRuns()
     watch = Watch({config.agent: config}, runs, lambda agent: config, _say)
     tools.catch_ups.watching = watch.watching
+    # Both raise KeyboardInterrupt at once, as in `serve`: SIGTERM then ends in exit 0, not death by signal, and
+    # SIGINT no longer goes through asyncio's cancellation, which waited for the thread reading stdin.
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if sock is None:
             from mcp.server.stdio import stdio_server
@@ -277,9 +291,14 @@ def run_mcp(
     finally:
         watch.stop()
         runs.close()
-        tools.close()
         if sock is not None:
             sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    # a first index (of a search) or a sync (of the watcher) mid-step: not waited for, as `serve` does
+    if not (tools.settled(STOP_SECONDS) and runs.stopped(STOP_SECONDS)):
+        exit_mid_step(runs.recorded_in_progress(), _say, "memsift mcp")
+    tools.close()
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 from api.mcp import MemoryTools
 from core import load_config
 from core.memory import MemoryIndex
+from tests.fake_provider import FakeProvider
 from tests.sample import NOTES
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
@@ -420,3 +422,46 @@ def test_an_integer_argument_written_with_a_fraction_of_zero_is_that_integer(wor
         assert failed and answer["status"] == 400 and "maxResults: expected integer, got 1.5" in answer["reason"]
     finally:
         tools.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stopped_during_a_search_s_first_index_it_exits_at_once_with_0(
+    workspace, memsift_home: Path, sig: signal.Signals
+) -> None:
+    """Ctrl-C (or SIGTERM, as a client or a service manager stops it) while a search runs the agent's first
+    index, waiting on an embedding request (held here; the provider's timeout is 600 s): the server exits at
+    once with 0 and says so, as `memsift serve` does. Ctrl-C waited for the whole first index (250 s for 200
+    notes on a loaded machine), and SIGTERM killed the process (status -15) without a word."""
+    provider = FakeProvider(hold_at=3)  # a request of the first index, past the start-up probe
+    notes = {f"memory/pump-{n}.md": f"# pump {n}\n- The pump{n} is in bay {n}.\n" for n in range(8)}
+    root = workspace(notes)
+    (root / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\n'
+        "batchMaxInputs = 1\nconcurrency = 1\nretries = 0\ntimeoutSeconds = 600\n"
+    )
+    opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
+    search = {"name": "memory_search", "arguments": {"query": "pump bay"}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": search},
+    ]
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", root, "mcp"], env=_env(memsift_home) | {"OPENAI_API_KEY": "sk-test"},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        proc.stdin.write("".join(json.dumps(line) + "\n" for line in lines))
+        proc.stdin.flush()  # stdin stays open: the client is still there
+        assert provider.held.wait(120), "the search never started the first index"
+        proc.send_signal(sig)
+        code = proc.wait(30)  # a deadline, not a measure: before, the server waited for the held request
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        provider.close()
+    assert code == 0, err
+    assert "memsift mcp: stopped during an index run: the index is as its last completed batch left it" in err
+    assert "Traceback" not in err
