@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from importlib.metadata import version
 from typing import Any
 
@@ -28,7 +29,10 @@ import mcp_types as types
 from anyio.abc import ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import Server
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.catch_up import CatchUps
 from api.schemas import MAX_LINES, has_lone_surrogate, query_too_large
@@ -252,8 +256,11 @@ def run_mcp(
 
     sock = None
     if transport != "stdio":  # refused before anything starts
-        if not is_loopback(host):
-            raise ConfigError(f"--host {host}: the MCP HTTP transport has no authentication; bind to 127.0.0.1")
+        if not config.api.key and not is_loopback(host):
+            raise ConfigError(
+                f"--host {host}: refusing to serve MCP beyond this machine without an API key; set api.key or "
+                "MEMSIFT_API_KEY, or bind to 127.0.0.1"
+            )
         sock = listen_socket(host, port, choose="--port")  # a port in use: one line, not uvicorn's exit 3
     tools = MemoryTools(config)
     server = build_server(tools)
@@ -280,7 +287,11 @@ def run_mcp(
         else:
             import uvicorn
 
-            app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+            # The SDK guards only 127.0.0.1, localhost and ::1, and knows no key: `guarded` does it as `serve` does.
+            unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+            app = guarded(
+                server.streamable_http_app(streamable_http_path=HTTP_PATH, transport_security=unguarded), config.api.key
+            )
             address = f"http://{f'[{host}]' if ':' in host else host}:{port}{HTTP_PATH}"
             _say(f"MCP (streamable HTTP) on {address}; Ctrl-C stops it")  # as `serve` says where it listens
             if ready is not None:
@@ -300,6 +311,45 @@ def run_mcp(
         exit_mid_step(runs.recorded_in_progress(), _say, "memsift mcp")
     tools.close()
     return 0
+
+
+def guarded(app: ASGIApp, key: str | None) -> ASGIApp:
+    """The MCP HTTP app behind what guards `serve`'s routes: with `api.key`, every request wants
+    `Authorization: Bearer <key>` (401 otherwise); without one, a request a web page sent (a Host that is not
+    this machine: 421, an Origin of another site: 403; api.local_only). The key was ignored, and the SDK's
+    own check of Host and Origin left a server on 127.0.0.2 or [::1] open to any web page."""
+    from litestar.exceptions import HTTPException
+
+    from api.app import BEARER_CHALLENGE, UNAUTHORIZED, has_key
+    from api.local_only import check
+
+    async def guarded_app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+            refusal: tuple[int, str, dict[str, str]] | None = None
+            if key:
+                if not has_key(headers.get("authorization", ""), key):
+                    refusal = (401, UNAUTHORIZED, BEARER_CHALLENGE)
+            else:
+                try:
+                    check(headers)
+                except HTTPException as exc:
+                    refusal = (exc.status_code, exc.detail, {})
+            if refusal is not None:
+                status, detail, extra = refusal
+                problem = {
+                    "type": "about:blank",
+                    "title": HTTPStatus(status).phrase,
+                    "status": status,
+                    "detail": detail,
+                }
+                await PlainTextResponse(
+                    json.dumps(problem), status, headers=extra, media_type="application/problem+json"
+                )(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return guarded_app
 
 
 @asynccontextmanager
