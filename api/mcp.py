@@ -251,7 +251,7 @@ def run_mcp(
     """Serve until stdin closes (stdio) or the process is interrupted (HTTP), syncing the agent's memory files
     as they change (api.watching). Over HTTP, `ready` gets the address once the socket listens (`--json`)."""
     from api.runs import IndexRuns
-    from api.serve import STOP_SECONDS, exit_mid_step, interrupt, is_loopback, listen_socket
+    from api.serve import STOP_SECONDS, exit_mid_step, http_address, interrupt, is_loopback, listen_socket
     from api.watching import Watch
 
     sock = None
@@ -292,7 +292,7 @@ def run_mcp(
             app = guarded(
                 server.streamable_http_app(streamable_http_path=HTTP_PATH, transport_security=unguarded), config.api.key
             )
-            address = f"http://{f'[{host}]' if ':' in host else host}:{port}{HTTP_PATH}"
+            address = f"{http_address(host, port)}{HTTP_PATH}"
             _say(f"MCP (streamable HTTP) on {address}; Ctrl-C stops it")  # as `serve` says where it listens
             if ready is not None:
                 ready({"mcp": address})

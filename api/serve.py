@@ -65,7 +65,7 @@ def run_serve(
     # Prefect server an in-process index run may have started) rather than in death by signal.
     sock = listen_socket(host, port, named=named)
     previous = signal.signal(signal.SIGTERM, interrupt)
-    address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    address = http_address(host, port)
     print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
     if ready is not None:
         ready({"restApi": address, "docs": f"{address}{DOCS_PATH}"})
@@ -165,6 +165,13 @@ def _say(line: str) -> None:
 
 def interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def http_address(host: str, port: int) -> str:
+    """`http://host:port`, an IPv6 address in brackets once (`--host ::1` and `--host [::1]` alike: the second
+    was printed `http://[[::1]]:8000`, an address no client takes)."""
+    bare = host.strip("[]")
+    return f"http://{f'[{bare}]' if ':' in bare else bare}:{port}"
 
 
 def is_loopback(host: str) -> bool:

@@ -226,15 +226,21 @@ def test_streamable_http_server_with_the_mcp_client(ws: Path, memsift_home: Path
         proc.wait(timeout=30)
 
 
-def test_http_says_where_it_listens_and_json_prints_the_address(ws: Path, memsift_home: Path) -> None:
+@pytest.mark.parametrize(("host", "shown"), [("127.0.0.1", "127.0.0.1"), ("[::1]", "[::1]"), ("::1", "[::1]")])
+def test_http_says_where_it_listens_and_json_prints_the_address(
+    ws: Path, memsift_home: Path, host: str, shown: str
+) -> None:
     """`mcp --http` said only "watching main": not where, nor when it answers, as `serve` does; with `--json`
-    stdout held nothing, where `serve --json` holds one document of its addresses."""
+    stdout held nothing, where `serve --json` holds one document of its addresses. `--host [::1]` was
+    shown as `http://[[::1]]:P/mcp`, an address no client takes."""
+    if ":" in host and not socket.has_ipv6:
+        pytest.skip("no IPv6")
     port = _free_port()
     proc = subprocess.Popen(
-        [MEMSIFT, "--workspace", ws, "mcp", "--http", "--port", str(port), "--json"],
+        [MEMSIFT, "--workspace", ws, "mcp", "--http", "--host", host, "--port", str(port), "--json"],
         env=_env(memsift_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/mcp"
+    url = f"http://{shown}:{port}/mcp"
     try:
         wait_for(lambda: _answers(url) or proc.poll() is not None, 60, "the MCP HTTP server to answer")
         assert proc.poll() is None, proc.stderr.read()
