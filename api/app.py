@@ -178,22 +178,28 @@ def create_app(config: Config, default_agent: str = DEFAULT_AGENT, *, loopback_o
     )
 
 
-def bearer_guard(key: str) -> Guard:
-    expected = key.encode()
+#: Why a request without the key is refused, and the header that says how to authenticate (REST and MCP).
+UNAUTHORIZED = "missing or wrong API key: send `Authorization: Bearer <key>` (the server's api.key)"
+BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="memsift"'}
 
+
+def has_key(authorization: str, key: str) -> bool:
+    """Whether an `Authorization` header (as the server decoded it, Latin-1) is `Bearer <key>`, in constant time."""
+    expected = key.encode()
+    scheme, _, token = authorization.partition(" ")
+    # The server decodes the header's bytes as Latin-1. A key with "ü" or "鍵" sent in UTF-8 (curl, httpx)
+    # is those bytes as sent; sent in Latin-1 (Python's http.client, requests), it is the decoded text.
+    # Both compared, always: a UTF-8 one was re-encoded into other bytes and never matched.
+    token = token.strip()
+    as_sent = hmac.compare_digest(token.encode("latin-1"), expected)
+    as_text = hmac.compare_digest(token.encode(), expected)
+    return scheme.lower() == "bearer" and (as_sent or as_text)
+
+
+def bearer_guard(key: str) -> Guard:
     def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        scheme, _, token = connection.headers.get("authorization", "").partition(" ")
-        # The server decodes the header's bytes as Latin-1. A key with "ü" or "鍵" sent in UTF-8 (curl, httpx)
-        # is those bytes as sent; sent in Latin-1 (Python's http.client, requests), it is the decoded text.
-        # Both compared, always: a UTF-8 one was re-encoded into other bytes and never matched.
-        token = token.strip()
-        as_sent = hmac.compare_digest(token.encode("latin-1"), expected)
-        as_text = hmac.compare_digest(token.encode(), expected)
-        if scheme.lower() != "bearer" or not (as_sent or as_text):
-            raise NotAuthorizedException(
-                "missing or wrong API key: send `Authorization: Bearer <key>` (the server's api.key)",
-                headers={"WWW-Authenticate": 'Bearer realm="memsift"'},
-            )
+        if not has_key(connection.headers.get("authorization", ""), key):
+            raise NotAuthorizedException(UNAUTHORIZED, headers=BEARER_CHALLENGE)
 
     return guard
 

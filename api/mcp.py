@@ -15,10 +15,12 @@ written now is found by the next search a debounce later.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from importlib.metadata import version
 from typing import Any
 
@@ -27,7 +29,10 @@ import mcp_types as types
 from anyio.abc import ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import Server
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.catch_up import CatchUps
 from api.schemas import MAX_LINES, has_lone_surrogate, query_too_large
@@ -153,6 +158,14 @@ class MemoryTools:
             self._index = MemoryIndex(self.config)
         return self._index
 
+    def settled(self, timeout: float) -> bool:
+        """Whether the call running, if any, has ended within `timeout` s (a search's first index or its
+        catch-up sync may take minutes)."""
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._lock.release()
+        return True
+
     def close(self) -> None:
         if self._index is not None:
             self._index.close()
@@ -214,7 +227,9 @@ def build_server(tools: MemoryTools) -> Server:
         return types.ListToolsResult(tools=TOOLS)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        answer, failed = await anyio.to_thread.run_sync(tools.call, params.name, dict(params.arguments or {}))
+        # abandoned when cancelled (Ctrl-C, SIGTERM): a first index would otherwise hold the server's exit
+        args = dict(params.arguments or {})
+        answer, failed = await anyio.to_thread.run_sync(tools.call, params.name, args, abandon_on_cancel=True)
         text = json.dumps(answer, ensure_ascii=False)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content=answer, is_error=failed
@@ -236,19 +251,25 @@ def run_mcp(
     """Serve until stdin closes (stdio) or the process is interrupted (HTTP), syncing the agent's memory files
     as they change (api.watching). Over HTTP, `ready` gets the address once the socket listens (`--json`)."""
     from api.runs import IndexRuns
-    from api.serve import is_loopback, listen_socket
+    from api.serve import STOP_SECONDS, exit_mid_step, http_address, interrupt, is_loopback, listen_socket
     from api.watching import Watch
 
     sock = None
     if transport != "stdio":  # refused before anything starts
-        if not is_loopback(host):
-            raise ConfigError(f"--host {host}: the MCP HTTP transport has no authentication; bind to 127.0.0.1")
+        if not config.api.key and not is_loopback(host):
+            raise ConfigError(
+                f"--host {host}: refusing to serve MCP beyond this machine without an API key; set api.key or "
+                "MEMSIFT_API_KEY, or bind to 127.0.0.1"
+            )
         sock = listen_socket(host, port, choose="--port")  # a port in use: one line, not uvicorn's exit 3
     tools = MemoryTools(config)
     server = build_server(tools)
     runs = IndexRuns()
     watch = Watch({config.agent: config}, runs, lambda agent: config, _say)
     tools.catch_ups.watching = watch.watching
+    # Both raise KeyboardInterrupt at once, as in `serve`: SIGTERM then ends in exit 0, not death by signal, and
+    # SIGINT no longer goes through asyncio's cancellation, which waited for the thread reading stdin.
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if sock is None:
             from mcp.server.stdio import stdio_server
@@ -266,8 +287,12 @@ def run_mcp(
         else:
             import uvicorn
 
-            app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
-            address = f"http://{f'[{host}]' if ':' in host else host}:{port}{HTTP_PATH}"
+            # The SDK guards only 127.0.0.1, localhost and ::1, and knows no key: `guarded` does it as `serve` does.
+            unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+            app = guarded(
+                server.streamable_http_app(streamable_http_path=HTTP_PATH, transport_security=unguarded), config.api.key
+            )
+            address = f"{http_address(host, port)}{HTTP_PATH}"
             _say(f"MCP (streamable HTTP) on {address}; Ctrl-C stops it")  # as `serve` says where it listens
             if ready is not None:
                 ready({"mcp": address})
@@ -277,10 +302,54 @@ def run_mcp(
     finally:
         watch.stop()
         runs.close()
-        tools.close()
         if sock is not None:
             sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    # a first index (of a search) or a sync (of the watcher) mid-step: not waited for, as `serve` does
+    if not (tools.settled(STOP_SECONDS) and runs.stopped(STOP_SECONDS)):
+        exit_mid_step(runs.recorded_in_progress(), _say, "memsift mcp")
+    tools.close()
     return 0
+
+
+def guarded(app: ASGIApp, key: str | None) -> ASGIApp:
+    """The MCP HTTP app behind what guards `serve`'s routes: with `api.key`, every request wants
+    `Authorization: Bearer <key>` (401 otherwise); without one, a request a web page sent (a Host that is not
+    this machine: 421, an Origin of another site: 403; api.local_only). The key was ignored, and the SDK's
+    own check of Host and Origin left a server on 127.0.0.2 or [::1] open to any web page."""
+    from litestar.exceptions import HTTPException
+
+    from api.app import BEARER_CHALLENGE, UNAUTHORIZED, has_key
+    from api.local_only import check
+
+    async def guarded_app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+            refusal: tuple[int, str, dict[str, str]] | None = None
+            if key:
+                if not has_key(headers.get("authorization", ""), key):
+                    refusal = (401, UNAUTHORIZED, BEARER_CHALLENGE)
+            else:
+                try:
+                    check(headers)
+                except HTTPException as exc:
+                    refusal = (exc.status_code, exc.detail, {})
+            if refusal is not None:
+                status, detail, extra = refusal
+                problem = {
+                    "type": "about:blank",
+                    "title": HTTPStatus(status).phrase,
+                    "status": status,
+                    "detail": detail,
+                }
+                await PlainTextResponse(
+                    json.dumps(problem), status, headers=extra, media_type="application/problem+json"
+                )(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return guarded_app
 
 
 @asynccontextmanager

@@ -67,9 +67,9 @@ def run_serve(
     agents = app.state.agents
     stop = threading.Event()
     watch: Watch | None = None
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:  # from here a stop is a clean one (status 0), also before uvicorn runs: it was "error: interrupted"
-        address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        address = http_address(host, port)
         print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
         if agent != DEFAULT_AGENT:
             _say(f"a request that names no agent is answered for agent {agent} (--agent)")
@@ -96,7 +96,7 @@ def run_serve(
         stop.set()
         signal.signal(signal.SIGTERM, previous)
     if not app.state.runs.stopped(STOP_SECONDS):
-        _exit_mid_step(app.state.runs.recorded_in_progress())
+        exit_mid_step(app.state.runs.recorded_in_progress(), _say, "memsift serve")
     # The warm-up thread loading the model (api.agents): the interpreter's exit while it is inside onnxruntime
     # aborts the process ("terminate called without an active exception", status 134): let it end first.
     agents.ready.wait(STOP_SECONDS)
@@ -123,25 +123,26 @@ STOP_SECONDS = 2.0
 MARK_SECONDS = 5.0
 
 
-def _exit_mid_step(flow_runs: list[UUID]) -> None:
+def exit_mid_step(flow_runs: list[UUID], say: Callable[[str], None], who: str) -> None:
     """Exit now, not once the index run's current step ends: one local embedding request is 96 chunks
     times the cores (measured: SIGTERM during a first index waited 27 s), one hosted request up to its
     timeout (120 s). Nothing is lost: the batch being written rolls back as after a kill, what was embedded
     is in the shared cache, and the next sync deletes a rebuild's temp file and goes on from the last batch.
     The run's flow runs in Prefect, which this exit leaves unfinished, are marked Crashed first (within
-    `MARK_SECONDS`: a Prefect server that does not answer leaves them as they are)."""
+    `MARK_SECONDS`: a Prefect server that does not answer leaves them as they are). `say` writes the server's
+    lines, `who` names it in the runs' state message."""
     after = "the index is as its last completed batch left it; the next sync completes it"
-    _say(f"stopped during an index run: {after}")
+    say(f"stopped during an index run: {after}")
     if flow_runs:
         from flows.orphans import crash_interrupted
 
         def mark() -> None:
             try:
-                crash_interrupted(flow_runs, f"memsift serve (pid {os.getpid()}) stopped during this run: {after}")
+                crash_interrupted(flow_runs, f"{who} (pid {os.getpid()}) stopped during this run: {after}")
             except Exception as exc:  # the server went away, or refused: the runs stay as they are
-                _say(f"could not mark the index run Crashed in Prefect ({type(exc).__name__}: {exc})")
+                say(f"could not mark the index run Crashed in Prefect ({type(exc).__name__}: {exc})")
             else:
-                _say("its flow run is marked Crashed in Prefect")
+                say("its flow run is marked Crashed in Prefect")
 
         marking = threading.Thread(target=mark, daemon=True)
         marking.start()
@@ -180,8 +181,15 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def _interrupt(signum: int, frame: Any) -> None:
+def interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def http_address(host: str, port: int) -> str:
+    """`http://host:port`, an IPv6 address in brackets once (`--host ::1` and `--host [::1]` alike: the second
+    was printed `http://[[::1]]:8000`, an address no client takes)."""
+    bare = host.strip("[]")
+    return f"http://{f'[{bare}]' if ':' in bare else bare}:{port}"
 
 
 def is_loopback(host: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -14,14 +15,17 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import pytest
-from conftest import wait_for
+from conftest import stop_process, wait_for
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from api.mcp import MemoryTools
 from core import load_config
 from core.memory import MemoryIndex
+from tests.fake_provider import FakeProvider
 from tests.sample import NOTES
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
@@ -222,15 +226,21 @@ def test_streamable_http_server_with_the_mcp_client(ws: Path, memsift_home: Path
         proc.wait(timeout=30)
 
 
-def test_http_says_where_it_listens_and_json_prints_the_address(ws: Path, memsift_home: Path) -> None:
+@pytest.mark.parametrize(("host", "shown"), [("127.0.0.1", "127.0.0.1"), ("[::1]", "[::1]"), ("::1", "[::1]")])
+def test_http_says_where_it_listens_and_json_prints_the_address(
+    ws: Path, memsift_home: Path, host: str, shown: str
+) -> None:
     """`mcp --http` said only "watching main": not where, nor when it answers, as `serve` does; with `--json`
-    stdout held nothing, where `serve --json` holds one document of its addresses."""
+    stdout held nothing, where `serve --json` holds one document of its addresses. `--host [::1]` was
+    shown as `http://[[::1]]:P/mcp`, an address no client takes."""
+    if ":" in host and not socket.has_ipv6:
+        pytest.skip("no IPv6")
     port = _free_port()
     proc = subprocess.Popen(
-        [MEMSIFT, "--workspace", ws, "mcp", "--http", "--port", str(port), "--json"],
+        [MEMSIFT, "--workspace", ws, "mcp", "--http", "--host", host, "--port", str(port), "--json"],
         env=_env(memsift_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/mcp"
+    url = f"http://{shown}:{port}/mcp"
     try:
         wait_for(lambda: _answers(url) or proc.poll() is not None, 60, "the MCP HTTP server to answer")
         assert proc.poll() is None, proc.stderr.read()
@@ -254,7 +264,7 @@ def test_http_refuses_an_address_beyond_this_machine(ws: Path, memsift_home: Pat
         [MEMSIFT, "--workspace", ws, "mcp", "--http", "--host", "0.0.0.0"],
         capture_output=True, text=True, env=_env(memsift_home), timeout=60,
     )  # fmt: skip
-    assert proc.returncode == 1 and "no authentication" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 1 and "without an API key" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_http_on_a_port_in_use_fails_in_one_line(ws: Path, memsift_home: Path) -> None:
@@ -420,3 +430,104 @@ def test_an_integer_argument_written_with_a_fraction_of_zero_is_that_integer(wor
         assert failed and answer["status"] == 400 and "maxResults: expected integer, got 1.5" in answer["reason"]
     finally:
         tools.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stopped_during_a_search_s_first_index_it_exits_at_once_with_0(
+    workspace, memsift_home: Path, sig: signal.Signals
+) -> None:
+    """Ctrl-C (or SIGTERM, as a client or a service manager stops it) while a search runs the agent's first
+    index, waiting on an embedding request (held here; the provider's timeout is 600 s): the server exits at
+    once with 0 and says so, as `memsift serve` does. Ctrl-C waited for the whole first index (250 s for 200
+    notes on a loaded machine), and SIGTERM killed the process (status -15) without a word."""
+    provider = FakeProvider(hold_at=3)  # a request of the first index, past the start-up probe
+    notes = {f"memory/pump-{n}.md": f"# pump {n}\n- The pump{n} is in bay {n}.\n" for n in range(8)}
+    root = workspace(notes)
+    (root / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\n'
+        "batchMaxInputs = 1\nconcurrency = 1\nretries = 0\ntimeoutSeconds = 600\n"
+    )
+    opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
+    search = {"name": "memory_search", "arguments": {"query": "pump bay"}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": search},
+    ]
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", root, "mcp"], env=_env(memsift_home) | {"OPENAI_API_KEY": "sk-test"},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        proc.stdin.write("".join(json.dumps(line) + "\n" for line in lines))
+        proc.stdin.flush()  # stdin stays open: the client is still there
+        assert provider.held.wait(120), "the search never started the first index"
+        proc.send_signal(sig)
+        code = proc.wait(30)  # a deadline, not a measure: before, the server waited for the held request
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        provider.close()
+    assert code == 0, err
+    assert "memsift mcp: stopped during an index run: the index is as its last completed batch left it" in err
+    assert "Traceback" not in err
+
+
+def _http_mcp(ws: Path, env: dict[str, str], host: str = "127.0.0.1") -> tuple[subprocess.Popen[str], str]:
+    """`memsift mcp --http` on a free port of `host`, once it answers: (the process, its URL)."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "mcp", "--http", "--host", host, "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://{host}:{port}/mcp"
+    wait_for(lambda: _answers(url) or proc.poll() is not None, 60, "the MCP HTTP server to answer")
+    assert proc.poll() is None, proc.stderr.read()
+    return proc, url
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}},
+}  # fmt: skip
+ACCEPT = {"accept": "application/json, text/event-stream"}
+
+
+def test_http_with_an_api_key_wants_the_bearer(ws: Path, memsift_home: Path) -> None:
+    """With `api.key` (MEMSIFT_API_KEY) set, every request wants `Authorization: Bearer <key>`, as `serve`'s
+    routes do; the key was ignored and anyone who could reach the port read the memory."""
+    proc, url = _http_mcp(ws, _env(memsift_home) | {"MEMSIFT_API_KEY": "k-mcp-1"})
+    try:
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "k-mcp-1"}):
+            r = httpx.post(url, json=INITIALIZE, headers=ACCEPT | headers, timeout=30)
+            assert r.status_code == 401 and r.headers["www-authenticate"] == 'Bearer realm="memsift"', r.text
+            assert "missing or wrong API key" in r.json()["detail"]
+
+        async def main() -> None:
+            http = httpx2.AsyncClient(headers={"authorization": "Bearer k-mcp-1"}, timeout=120)
+            async with http, Client(streamable_http_client(url, http_client=http)) as client:
+                answer, failed = await _call(client, "memory_search", {"query": "flat white", "minScore": 0})
+                assert not failed and answer["results"][0]["path"] == "MEMORY.md", answer
+
+        anyio.run(main)
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "[::1]"])
+def test_http_on_any_loopback_address_refuses_a_web_page(ws: Path, memsift_home: Path, host: str) -> None:
+    """Without a key, a Host that is not this machine is a 421 and another site's Origin a 403 on every
+    loopback address, as `serve` answers them (api.local_only). The SDK guards only 127.0.0.1, localhost and
+    ::1: on 127.0.0.2 or [::1] a page rebinding its own name to the address read the memory."""
+    if host == "[::1]" and not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    proc, url = _http_mcp(ws, _env(memsift_home), host)
+    try:
+        refused = [({"host": "evil.example"}, 421), ({"origin": "http://evil.example"}, 403), ({"origin": "null"}, 403)]
+        for headers, status in [*refused, ({}, 200), ({"origin": "http://localhost:3000"}, 200)]:
+            r = httpx.post(url, json=INITIALIZE, headers=ACCEPT | headers, timeout=30)
+            assert r.status_code == status, (headers, r.status_code, r.text)
+    finally:
+        stop_process(proc)
