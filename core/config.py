@@ -146,12 +146,15 @@ def load_config(
     if why := agent_id_problem(agent):
         raise ConfigError(f"--agent: {why}")
     named_by = "workspace"  # the setting an error names: the key (or variable) that chose the folder
-    if workspace:
+    # `--workspace` stands for the `workspace` key (SPEC: the main agent's) and says where memsift.toml is: a
+    # configured agent keeps its own folder, as `serve` and `up` serve it (`--workspace ~/agent --agent work
+    # search` searched ~/agent under work's name). An agent the file does not name takes `--workspace`'s.
+    if agent != "main" and agent in agents:
+        ws, named_by = agents[agent], named(f"agents.{agent}.workspace")
+    elif workspace:
         ws = Path(workspace).expanduser()
     elif agent != "main":
-        if agent not in agents:
-            raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
-        ws, named_by = agents[agent], named(f"agents.{agent}.workspace")
+        raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
     elif values["workspace"]:
         ws, named_by = _resolve(top_source, values["workspace"]), named("workspace")
     elif "main" in agents:

@@ -478,7 +478,7 @@ def test_an_agent_from_the_environment(ws: Path, workspace, monkeypatch: pytest.
     """`agents.<id>.workspace` as MEMSIFT_AGENTS_<ID>_WORKSPACE, as every other key has its variable: the
     variable was ignored in silence (`--agent work`: "unknown agent"), and a mistyped one is named."""
     work = workspace({"MEMORY.md": "work\n"}, name="work-ws")
-    monkeypatch.chdir(ws)  # the main agent's folder; --workspace would name the chosen agent's
+    monkeypatch.chdir(ws)  # the main agent's folder, whose memsift.toml is read
     c = load_config(agent="work", env={"MEMSIFT_AGENTS_WORK_WORKSPACE": str(work)})
     assert c.workspace == work.resolve() and set(c.agents) == {"work"}
     write(ws / "memsift.toml", '[agents.Research]\nworkspace = "elsewhere"\n')  # the file's agent, overridden
