@@ -745,6 +745,8 @@ def test_headers_from_the_environment_are_a_json_object(ws: Path) -> None:
         assert str(err.value).startswith("MEMSIFT_EMBEDDING_HEADERS (embedding.headers)") and "sk-" not in str(
             err.value
         )
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_RERANK_HEADERS \(rerank\.headers\): header 'X-Org': expected a"):
+        load_config(workspace=ws, env={"MEMSIFT_RERANK_HEADERS": '{"X-Org": 1}'})
 
 
 @pytest.mark.parametrize("url", ["localhost:8080/v1", "ftp://proxy/v1", "http://", "user:sk-pass@proxy/v1"])
