@@ -213,6 +213,17 @@ def load_config(
     )
 
 
+def every_agent(main: Config) -> dict[str, Config]:
+    """`main` (the main agent's configuration) and each of its `agents.<id>`, as `serve` and `up` serve them.
+    The others are read from main's file or, with none, looked for where main's was (its workspace), as
+    `memsift --agent ID` finds them: a memsift.toml of the current folder that main never read set theirs."""
+    configs = {"main": main}
+    for agent in sorted(main.agents):
+        if agent != "main":
+            configs[agent] = load_config(main.source, workspace=main.workspace, agent=agent)
+    return configs
+
+
 def _not_a_key(key: str) -> str:
     """Why `key` is refused: a table given a plain value (`temporalDecay = 5`) is told so, naming its keys."""
     inner = [k[len(key) + 1 :] for k in SCHEMA if k.startswith(key + ".")]

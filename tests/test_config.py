@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config import ConfigError, load_config
+from core.config import ConfigError, every_agent, load_config
 from core.config_schema import DEFAULT_EXCLUDE
 
 
@@ -490,6 +490,27 @@ def test_an_agent_from_the_environment(ws: Path, workspace, monkeypatch: pytest.
     for name in ("MEMSIFT_AGENTS_WORK", "MEMSIFT_AGENTS_WORK_FOLDER", "MEMSIFT_AGENTS__WORKSPACE"):
         with pytest.raises(ConfigError, match=f"^{name}: no such configuration key"):
             load_config(workspace=ws, env={name: str(work)})
+
+
+def test_the_agents_a_server_serves_read_the_file_the_main_agent_read(
+    tmp_path: Path, workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`memsift --workspace ~/agent serve` with MEMSIFT_AGENTS_WORK_WORKSPACE set and no ~/agent/memsift.toml:
+    work was read with the current folder's memsift.toml (maxResults 1 here), which the main agent never read
+    and `memsift --workspace ~/agent --agent work search` does not read either (6 hits)."""
+    main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
+    work = workspace({"MEMORY.md": "work\n"}, name="work-ws")
+    elsewhere = write(tmp_path / "elsewhere" / "memsift.toml", "[search]\nmaxResults = 1\n").parent
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("MEMSIFT_AGENTS_WORK_WORKSPACE", str(work))
+    configs = every_agent(load_config(workspace=main_ws))
+    assert {a: (c.workspace, c.source, c.search.maxResults) for a, c in configs.items()} == {
+        "main": (main_ws.resolve(), None, 6),
+        "work": (work.resolve(), None, 6),
+    }
+    assert configs["work"] == load_config(workspace=main_ws, agent="work")  # as `--agent work` reads it
+    write(main_ws / "memsift.toml", "[search]\nmaxResults = 3\n")  # main's file is theirs
+    assert {c.search.maxResults for c in every_agent(load_config(workspace=main_ws)).values()} == {3}
 
 
 def test_a_relative_folder_in_the_environment_is_the_current_folders(
