@@ -330,6 +330,26 @@ def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "listed"),
+    [
+        ("MEMSIFT_SEARCH_MMR", "MEMSIFT_SEARCH_MMR_ENABLED or MEMSIFT_SEARCH_MMR_LAMBDA"),
+        (
+            "MEMSIFT_SEARCH_TEMPORALDECAY",
+            "MEMSIFT_SEARCH_TEMPORAL_DECAY_ENABLED or MEMSIFT_SEARCH_TEMPORAL_DECAY_HALF_LIFE_DAYS",
+        ),
+        ("MEMSIFT_STORE_FTS", "MEMSIFT_STORE_FTS_TOKENIZER or MEMSIFT_STORE_FTS_STEMMER"),
+        ("MEMSIFT_CHUNKING", "MEMSIFT_CHUNKING_TOKENS or MEMSIFT_CHUNKING_OVERLAP"),
+    ],
+)
+def test_a_variable_of_a_table_names_its_keys(ws: Path, name: str, listed: str) -> None:
+    """`MEMSIFT_SEARCH_MMR=true` (MMR on, as a user writes it) was "no such configuration key" and nothing more,
+    where the file's `mmr = true` says which keys the table has."""
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={name: "true"})
+    assert str(err.value) == f"{name}: no such configuration key; it names a table: set {listed}"
+
+
+@pytest.mark.parametrize(
     ("name", "meant"),
     [
         ("MEMSIFT_EXTRAPATH", "MEMSIFT_EXTRA_PATHS"),  # no section: it was ignored, and docs/ never indexed
