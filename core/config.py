@@ -115,13 +115,14 @@ def load_config(
     for key, value in raw.items():
         if key.startswith("agents."):
             parts = key.split(".")
-            if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
-                raise ConfigError(f"{named(key)}: no such configuration key (agents.<id>.workspace)")
-            if why := agent_id_problem(parts[1]):  # else only `serve` refused it, blaming an `--agent` never given
+            agent_id = ".".join(parts[1:-1])  # `[agents."x.y"]` is flattened to agents.x.y.workspace
+            if parts[-1] != "workspace" or len(parts) < 3:
+                raise ConfigError(f"{named(key)}: {_not_an_agent_key(parts)}")
+            if why := agent_id_problem(agent_id):  # else only `serve` refused it, blaming an `--agent` never given
                 raise ConfigError(f"{named(key)}: {why}")
             if not text(named(key), value).strip():  # it named the config file's folder
                 raise ConfigError(f"{named(key)}: must not be blank")
-            agents[parts[1]] = _resolve(None if key in labels else source, value)
+            agents[agent_id] = _resolve(None if key in labels else source, value)
             continue
         if key not in SCHEMA:
             raise ConfigError(f"{named(key)}: {_not_a_key(key)}")
@@ -222,6 +223,13 @@ def every_agent(main: Config) -> dict[str, Config]:
         if agent != "main":
             configs[agent] = load_config(main.source, workspace=main.workspace, agent=agent)
     return configs
+
+
+def _not_an_agent_key(parts: list[str]) -> str:
+    """Why an `agents.` key is refused: `[agents] work = "~/w"` and `[agents.work] folder = ...` say what to write."""
+    if len(parts) == 2:
+        return f"expected a table, [agents.{'<id>' if parts[1] == 'workspace' else parts[1]}] with workspace = ..."
+    return "no such configuration key; an agent has one key, workspace (agents.<id>.workspace)"
 
 
 def _not_a_key(key: str) -> str:

@@ -582,6 +582,25 @@ def test_invalid_agent_id_is_an_error(ws: Path, agent: str) -> None:
         load_config(workspace=ws, agent=agent, env={})
 
 
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[agents."x.y"]\nworkspace = "."\n', "agents.x.y.workspace: 'x.y' is not a valid agent id"),
+        ('[agents.""]\nworkspace = "."\n', "agents..workspace: '' is not a valid agent id"),
+        ('[agents]\nwork = "."\n', "agents.work: expected a table, [agents.work] with workspace = ..."),
+        ('[agents]\nworkspace = "."\n', "agents.workspace: expected a table, [agents.<id>] with workspace = ..."),
+        ('[agents.work]\nfolder = "."\n', "agents.work.folder: no such configuration key; an agent has one key, "),
+    ],
+)
+def test_an_agents_key_that_cannot_be_says_what_to_write(ws: Path, toml: str, message: str) -> None:
+    """`[agents."x.y"]` was "agents.x.y.workspace: no such configuration key", of a key written as the docs
+    write it, and `[agents] work = "~/w"` the same, not saying that an agent is a table."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value).startswith(in_file(ws, message))
+
+
 def test_agent_workspace_that_is_not_a_folder_is_an_error(ws: Path) -> None:
     """The error names the key that set the folder: it said "workspace:", which the file did not set, and
     `memsift serve` (which loads every agent) failed with it, naming no agent."""
