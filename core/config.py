@@ -140,10 +140,19 @@ def load_config(
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:
         top = _resolve(top_source, values["workspace"])
+        # A variable (or an override) overrides the file's spelling of the same setting, as it overrides every
+        # key: MEMSIFT_WORKSPACE over `[agents.main] workspace` was an error, "differs from workspace".
+        later = set(labels) | set(overrides or {})
+        top_later, main_later = "workspace" in later, "agents.main.workspace" in later
         if top.resolve() != agents["main"].resolve():
-            raise ConfigError(
-                f"{named('agents.main.workspace')}: {agents['main']} differs from workspace: {top}; set one"
-            )
+            if top_later == main_later:
+                raise ConfigError(
+                    f"{named('agents.main.workspace')}: {agents['main']} differs from workspace: {top}; set one"
+                )
+            if top_later:
+                agents["main"] = top
+            else:
+                values["workspace"] = None
     if why := agent_id_problem(agent):
         raise ConfigError(f"--agent: {why}")
     named_by = "workspace"  # the setting an error names: the key (or variable) that chose the folder

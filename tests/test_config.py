@@ -494,6 +494,22 @@ def test_agents_main_workspace_is_the_main_workspace(tmp_path: Path, workspace) 
         load_config(cfg, env={})
 
 
+def test_a_variable_overrides_the_files_other_spelling_of_the_main_workspace(tmp_path: Path, workspace) -> None:
+    """MEMSIFT_WORKSPACE over a file's `[agents.main] workspace` (or MEMSIFT_AGENTS_MAIN_WORKSPACE over its
+    `workspace`) was "differs from workspace; set one": a variable overrides a key of the file, whichever
+    spelling the file chose. Two spellings in one layer that disagree are still an error."""
+    main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
+    other = workspace({"MEMORY.md": "other\n"}, name="other-ws")
+    cfg = write(tmp_path / "conf" / "memsift.toml", f'[agents.main]\nworkspace = "{main_ws}"\n')
+    c = load_config(cfg, env={"MEMSIFT_WORKSPACE": str(other)})
+    assert c.workspace == other.resolve() and c.agents["main"] == other
+    write(cfg, f'workspace = "{main_ws}"\n')
+    assert load_config(cfg, env={"MEMSIFT_AGENTS_MAIN_WORKSPACE": str(other)}).workspace == other.resolve()
+    env = {"MEMSIFT_AGENTS_MAIN_WORKSPACE": str(other), "MEMSIFT_WORKSPACE": str(main_ws)}
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_AGENTS_MAIN_WORKSPACE \(agents\.main\.workspace\): .* differs"):
+        load_config(cfg, env=env)
+
+
 def test_an_agent_from_the_environment(ws: Path, workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     """`agents.<id>.workspace` as MEMSIFT_AGENTS_<ID>_WORKSPACE, as every other key has its variable: the
     variable was ignored in silence (`--agent work`: "unknown agent"), and a mistyped one is named."""
