@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from api.catch_up import CatchUps
-from core import Config, ConfigError, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse, load_config
+from core import Config, ConfigError, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse
+from core.config import every_agent
 from core.config_home import agent_id_problem
 from core.embedders import create_embedder
 
@@ -56,10 +57,7 @@ class Agents:
         """`config` is the main agent's; the others come from its `agents.<id>.workspace` keys, read from the
         same file as `memsift --agent ID` would. `default` answers a request that names no agent (`memsift
         --agent ID serve`); it must be one of them."""
-        self.configs: dict[str, Config] = {DEFAULT_AGENT: config}
-        for agent in sorted(config.agents):
-            if agent != DEFAULT_AGENT:
-                self.configs[agent] = load_config(config.source, agent=agent)
+        self.configs: dict[str, Config] = every_agent(config)
         if default not in self.configs:
             known = ", ".join(self.configs)
             raise ConfigError(

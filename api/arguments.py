@@ -185,7 +185,8 @@ def parser() -> _Parser:
         type=_nonblank,
         metavar="DIR",
         default=argparse.SUPPRESS,
-        help="the agent's workspace (default: config, else current folder)",
+        help="the main agent's workspace, where memsift.toml is looked for; a configured --agent keeps its own "
+        "(default: config, else current folder)",
     )
 
     p = _Parser(prog="memsift", description="Hybrid search over an AI agent's Markdown memory.", parents=[common])

@@ -74,11 +74,14 @@ class ConfigFollower:
         say: Callable[[str], None],
         publish: Callable[[dict[str, Any]], None] | None = None,
         on_tick: Callable[[], None] | None = None,
+        default: str = "main",
     ) -> None:
         """`load` reads every agent's configuration (raising ConfigError); `configs` are the ones in force;
         `say` prints a line where the operator looks; `publish` gets the state after every change of it;
-        `on_tick` runs in the watching thread about every second."""
+        `on_tick` runs in the watching thread about every second; `default` is the agent a request naming
+        none is answered for (`--agent`), which a valid configuration keeps."""
         self._load = load
+        self._default = default
         self.configs = configs
         self.file = followed_file(configs["main"])
         self._apply = apply
@@ -95,6 +98,11 @@ class ConfigFollower:
         with self._lock:
             try:
                 new = self._load()
+                if self._default not in new:  # refused at start; applied, every request naming no agent was a 404
+                    raise ConfigError(
+                        f"agents.{self._default}.workspace: --agent {self._default} is the agent of requests naming "
+                        "none: keep it configured, or restart without --agent"
+                    )
             except ConfigError as exc:
                 if str(exc) != self.state["error"]:
                     self._set(error=str(exc), errorAt=_now())
@@ -201,7 +209,10 @@ def follow_api(
         if also is not None:
             also(old, new)
 
-    return ConfigFollower(load, agents.configs, apply_all, say, lambda state: setattr(agents, "config_state", state))
+    def publish(state: dict[str, Any]) -> None:
+        agents.config_state = state
+
+    return ConfigFollower(load, agents.configs, apply_all, say, publish, default=agents.default)
 
 
 def _changes(old: Configs, new: Configs) -> list[str]:

@@ -41,6 +41,7 @@ from api.prefect_server import (
     wait_healthy,
 )
 from core import Config, ConfigError, MemsiftError, load_config
+from core.config import every_agent
 
 if TYPE_CHECKING:
     from api.agents import Agents
@@ -56,12 +57,7 @@ API_START_TIMEOUT = 30.0
 def agent_configs(config_path: str | None, workspace: str | None) -> dict[str, Config]:
     """`main` (its workspace from --workspace, the config or the current folder) and every `agents.<id>`,
     all validated before anything starts."""
-    main = load_config(config_path, workspace=workspace)
-    configs = {"main": main}
-    for agent in sorted(main.agents):
-        if agent != "main":
-            configs[agent] = load_config(main.source, agent=agent)
-    return configs
+    return every_agent(load_config(config_path, workspace=workspace))
 
 
 def with_rest_port(configs: dict[str, Config], port: int | None) -> dict[str, Config]:

@@ -114,4 +114,5 @@ def follow_up(
         except Exception as exc:  # the UI misses one state; the output line and the API still have it
             apply.say(f"configuration: could not publish its state to Prefect: {type(exc).__name__}: {exc}")
 
-    return ConfigFollower(load, configs, apply, apply.say, publish, on_tick)
+    default = agents.default if agents is not None else "main"
+    return ConfigFollower(load, configs, apply, apply.say, publish, on_tick, default=default)

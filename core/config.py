@@ -115,13 +115,14 @@ def load_config(
     for key, value in raw.items():
         if key.startswith("agents."):
             parts = key.split(".")
-            if len(parts) != 3 or parts[2] != "workspace" or not parts[1]:
-                raise ConfigError(f"{named(key)}: no such configuration key (agents.<id>.workspace)")
-            if why := agent_id_problem(parts[1]):  # else only `serve` refused it, blaming an `--agent` never given
+            agent_id = ".".join(parts[1:-1])  # `[agents."x.y"]` is flattened to agents.x.y.workspace
+            if parts[-1] != "workspace" or len(parts) < 3:
+                raise ConfigError(f"{named(key)}: {_not_an_agent_key(parts)}")
+            if why := agent_id_problem(agent_id):  # else only `serve` refused it, blaming an `--agent` never given
                 raise ConfigError(f"{named(key)}: {why}")
             if not text(named(key), value).strip():  # it named the config file's folder
                 raise ConfigError(f"{named(key)}: must not be blank")
-            agents[parts[1]] = _resolve(None if key in labels else source, value)
+            agents[agent_id] = _resolve(None if key in labels else source, value)
             continue
         if key not in SCHEMA:
             raise ConfigError(f"{named(key)}: {_not_a_key(key)}")
@@ -139,19 +140,31 @@ def load_config(
     # `[agents.main] workspace = ...` names the main agent's folder, as the `workspace` key does (it was ignored).
     if "main" in agents and values["workspace"]:
         top = _resolve(top_source, values["workspace"])
+        # A variable (or an override) overrides the file's spelling of the same setting, as it overrides every
+        # key: MEMSIFT_WORKSPACE over `[agents.main] workspace` was an error, "differs from workspace".
+        later = set(labels) | set(overrides or {})
+        top_later, main_later = "workspace" in later, "agents.main.workspace" in later
         if top.resolve() != agents["main"].resolve():
-            raise ConfigError(
-                f"{named('agents.main.workspace')}: {agents['main']} differs from workspace: {top}; set one"
-            )
+            if top_later == main_later:
+                raise ConfigError(
+                    f"{named('agents.main.workspace')}: {agents['main']} differs from workspace: {top}; set one"
+                )
+            if top_later:
+                agents["main"] = top
+            else:
+                values["workspace"] = None
     if why := agent_id_problem(agent):
         raise ConfigError(f"--agent: {why}")
     named_by = "workspace"  # the setting an error names: the key (or variable) that chose the folder
-    if workspace:
+    # `--workspace` stands for the `workspace` key (SPEC: the main agent's) and says where memsift.toml is: a
+    # configured agent keeps its own folder, as `serve` and `up` serve it (`--workspace ~/agent --agent work
+    # search` searched ~/agent under work's name). An agent the file does not name takes `--workspace`'s.
+    if agent != "main" and agent in agents:
+        ws, named_by = agents[agent], named(f"agents.{agent}.workspace")
+    elif workspace:
         ws = Path(workspace).expanduser()
     elif agent != "main":
-        if agent not in agents:
-            raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
-        ws, named_by = agents[agent], named(f"agents.{agent}.workspace")
+        raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
     elif values["workspace"]:
         ws, named_by = _resolve(top_source, values["workspace"]), named("workspace")
     elif "main" in agents:
@@ -208,6 +221,24 @@ def load_config(
         sources=values["sources"],
         sessions=_sessions(values, ws, agent, env) if "sessions" in values["sources"] else None,
     )
+
+
+def every_agent(main: Config) -> dict[str, Config]:
+    """`main` (the main agent's configuration) and each of its `agents.<id>`, as `serve` and `up` serve them.
+    The others are read from main's file or, with none, looked for where main's was (its workspace), as
+    `memsift --agent ID` finds them: a memsift.toml of the current folder that main never read set theirs."""
+    configs = {"main": main}
+    for agent in sorted(main.agents):
+        if agent != "main":
+            configs[agent] = load_config(main.source, workspace=main.workspace, agent=agent)
+    return configs
+
+
+def _not_an_agent_key(parts: list[str]) -> str:
+    """Why an `agents.` key is refused: `[agents] work = "~/w"` and `[agents.work] folder = ...` say what to write."""
+    if len(parts) == 2:
+        return f"expected a table, [agents.{'<id>' if parts[1] == 'workspace' else parts[1]}] with workspace = ..."
+    return "no such configuration key; an agent has one key, workspace (agents.<id>.workspace)"
 
 
 def _not_a_key(key: str) -> str:

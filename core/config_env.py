@@ -21,6 +21,18 @@ def _env_key(name: str) -> str:
 
 _ENV_KEYS = {_env_key(k): k for k in SCHEMA}
 _SECTIONS = {k.split(".")[0].lower() for k in SCHEMA if "." in k}
+
+
+def _tables() -> dict[str, list[str]]:
+    """Each table (`search`, `search.mmr`), spelled as a variable may spell it, with its keys."""
+    tables: dict[str, list[str]] = {}
+    for key in SCHEMA:
+        for end in (i for i, c in enumerate(key) if c == "."):
+            tables.setdefault(_env_key(key[:end]), []).append(key)
+    return tables
+
+
+_TABLES = _tables()
 _NOT_CONFIG_ENV = {"MEMSIFT_HOME", "MEMSIFT_CONFIG", "MEMSIFT_RERANK_API_KEY"}  # the last: a secret, not a key
 
 
@@ -48,6 +60,9 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
             if agent is None or agent_id_problem(agent[1]):
                 raise ConfigError(f"{name}: no such configuration key (MEMSIFT_AGENTS_<ID>_WORKSPACE)")
             _found(found, f"agents.{agent[1].lower()}.workspace", value, name)
+        elif inner := _TABLES.get(_env_key(rest)):  # MEMSIFT_SEARCH_MMR=true: the table, not its `enabled`
+            listed = " or ".join(_variable(k) for k in inner[:4]) + (", ..." if len(inner) > 4 else "")
+            raise ConfigError(f"{name}: no such configuration key; it names a table: set {listed}")
         elif rest.split("_")[0].lower() in _SECTIONS:
             raise ConfigError(f"{name}: no such configuration key{_did_you_mean(rest)}")
         elif meant := _did_you_mean(rest):  # MEMSIFT_EXTRAPATH=docs was ignored: the docs were never indexed
@@ -59,10 +74,12 @@ def _did_you_mean(rest: str) -> str:
     """`; did you mean MEMSIFT_EXTRA_PATHS?` for a variable spelled near a key's, else "". Other MEMSIFT_
     variables (MEMSIFT_HOME, MEMSIFT_MODEL_CACHE, MEMSIFT_ONNX_THREADS...) are near none."""
     close = difflib.get_close_matches(_env_key(rest), _ENV_KEYS, n=1, cutoff=0.85)
-    if not close:
-        return ""
-    snake = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", _ENV_KEYS[close[0]]).replace(".", "_").upper()
-    return f"; did you mean MEMSIFT_{snake}?"
+    return f"; did you mean {_variable(_ENV_KEYS[close[0]])}?" if close else ""
+
+
+def _variable(key: str) -> str:
+    """The variable the docs write for `key`: search.maxResults is MEMSIFT_SEARCH_MAX_RESULTS."""
+    return "MEMSIFT_" + re.sub(r"(?<=[a-z])(?=[A-Z])", "_", key).replace(".", "_").upper()
 
 
 def _found(found: dict[str, tuple[str, str]], key: str, value: str, name: str) -> None:

@@ -156,6 +156,6 @@ def text_map(key: str, v: Any) -> dict[str, str]:
     if not isinstance(v, dict):
         raise ConfigError(f"{key}: expected a table of strings")
     for name, value in v.items():
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}.{name}: expected a string")
+        if not isinstance(value, str):  # the header after the key's name: "(rerank.headers).X-Org" read badly
+            raise ConfigError(f"{key}: header {name!r}: expected a string")
     return dict(v)

@@ -500,6 +500,24 @@ def test_other_agent_through_the_config(capsys, ws: Path, workspace, memsift_hom
     assert [p.name for p in (memsift_home / "memory").glob("*.sqlite")] == [db_path(memsift_home, "side", other).name]
 
 
+def test_workspace_flag_finds_the_config_of_a_configured_agent(capsys, ws: Path, workspace, memsift_home: Path) -> None:
+    """`--workspace ~/agent --agent side`: the file in ~/agent names side's folder, and every command answers
+    from it, as `serve` and `up` do. search, get and status used ~/agent under side's name (an index of the
+    main agent's notes called side, "No matches." for side's own)."""
+    other = workspace({"memory/a.md": "the zebra crossing at Fifth Avenue\n"}, name="other")
+    (ws / "memsift.toml").write_text('[agents.side]\nworkspace = "../other"\n')
+    side = ("--workspace", ws, "--agent", "side")
+    code, out, err = run(capsys, *side, "search", "zebra", "--mode", "keyword", "--json")
+    assert code == 0, err
+    assert [r["path"] for r in json.loads(out)["results"]] == ["memory/a.md"]
+    assert json.loads(run(capsys, *side, "get", "memory/a.md", "--json")[1])["text"].startswith("the zebra")
+    status = json.loads(run(capsys, *side, "status", "--json")[1])
+    assert (status["workspace"], status["files"]) == (str(other.resolve()), {"memory": 1})
+    assert [p.name for p in (memsift_home / "memory").glob("*.sqlite")] == [db_path(memsift_home, "side", other).name]
+    code, out, err = run(capsys, "--workspace", other, "--agent", "scratch", "status", "--json")  # not configured
+    assert code == 0 and json.loads(out)["workspace"] == str(other.resolve()), err
+
+
 def test_rerank_degrades_with_a_reason(capsys, ws: Path, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MEMSIFT_RERANK_MODEL", str(tmp_path / "no-model-here"))
     code, out, err = run(capsys, "--workspace", ws, "--json", "search", "deploy", "--rerank")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config import ConfigError, load_config
+from core.config import ConfigError, every_agent, load_config
 from core.config_schema import DEFAULT_EXCLUDE
 
 
@@ -330,6 +330,26 @@ def test_unknown_env_key_is_named(ws: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "listed"),
+    [
+        ("MEMSIFT_SEARCH_MMR", "MEMSIFT_SEARCH_MMR_ENABLED or MEMSIFT_SEARCH_MMR_LAMBDA"),
+        (
+            "MEMSIFT_SEARCH_TEMPORALDECAY",
+            "MEMSIFT_SEARCH_TEMPORAL_DECAY_ENABLED or MEMSIFT_SEARCH_TEMPORAL_DECAY_HALF_LIFE_DAYS",
+        ),
+        ("MEMSIFT_STORE_FTS", "MEMSIFT_STORE_FTS_TOKENIZER or MEMSIFT_STORE_FTS_STEMMER"),
+        ("MEMSIFT_CHUNKING", "MEMSIFT_CHUNKING_TOKENS or MEMSIFT_CHUNKING_OVERLAP"),
+    ],
+)
+def test_a_variable_of_a_table_names_its_keys(ws: Path, name: str, listed: str) -> None:
+    """`MEMSIFT_SEARCH_MMR=true` (MMR on, as a user writes it) was "no such configuration key" and nothing more,
+    where the file's `mmr = true` says which keys the table has."""
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={name: "true"})
+    assert str(err.value) == f"{name}: no such configuration key; it names a table: set {listed}"
+
+
+@pytest.mark.parametrize(
     ("name", "meant"),
     [
         ("MEMSIFT_EXTRAPATH", "MEMSIFT_EXTRA_PATHS"),  # no section: it was ignored, and docs/ never indexed
@@ -474,11 +494,27 @@ def test_agents_main_workspace_is_the_main_workspace(tmp_path: Path, workspace) 
         load_config(cfg, env={})
 
 
+def test_a_variable_overrides_the_files_other_spelling_of_the_main_workspace(tmp_path: Path, workspace) -> None:
+    """MEMSIFT_WORKSPACE over a file's `[agents.main] workspace` (or MEMSIFT_AGENTS_MAIN_WORKSPACE over its
+    `workspace`) was "differs from workspace; set one": a variable overrides a key of the file, whichever
+    spelling the file chose. Two spellings in one layer that disagree are still an error."""
+    main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
+    other = workspace({"MEMORY.md": "other\n"}, name="other-ws")
+    cfg = write(tmp_path / "conf" / "memsift.toml", f'[agents.main]\nworkspace = "{main_ws}"\n')
+    c = load_config(cfg, env={"MEMSIFT_WORKSPACE": str(other)})
+    assert c.workspace == other.resolve() and c.agents["main"] == other
+    write(cfg, f'workspace = "{main_ws}"\n')
+    assert load_config(cfg, env={"MEMSIFT_AGENTS_MAIN_WORKSPACE": str(other)}).workspace == other.resolve()
+    env = {"MEMSIFT_AGENTS_MAIN_WORKSPACE": str(other), "MEMSIFT_WORKSPACE": str(main_ws)}
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_AGENTS_MAIN_WORKSPACE \(agents\.main\.workspace\): .* differs"):
+        load_config(cfg, env=env)
+
+
 def test_an_agent_from_the_environment(ws: Path, workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     """`agents.<id>.workspace` as MEMSIFT_AGENTS_<ID>_WORKSPACE, as every other key has its variable: the
     variable was ignored in silence (`--agent work`: "unknown agent"), and a mistyped one is named."""
     work = workspace({"MEMORY.md": "work\n"}, name="work-ws")
-    monkeypatch.chdir(ws)  # the main agent's folder; --workspace would name the chosen agent's
+    monkeypatch.chdir(ws)  # the main agent's folder, whose memsift.toml is read
     c = load_config(agent="work", env={"MEMSIFT_AGENTS_WORK_WORKSPACE": str(work)})
     assert c.workspace == work.resolve() and set(c.agents) == {"work"}
     write(ws / "memsift.toml", '[agents.Research]\nworkspace = "elsewhere"\n')  # the file's agent, overridden
@@ -490,6 +526,27 @@ def test_an_agent_from_the_environment(ws: Path, workspace, monkeypatch: pytest.
     for name in ("MEMSIFT_AGENTS_WORK", "MEMSIFT_AGENTS_WORK_FOLDER", "MEMSIFT_AGENTS__WORKSPACE"):
         with pytest.raises(ConfigError, match=f"^{name}: no such configuration key"):
             load_config(workspace=ws, env={name: str(work)})
+
+
+def test_the_agents_a_server_serves_read_the_file_the_main_agent_read(
+    tmp_path: Path, workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`memsift --workspace ~/agent serve` with MEMSIFT_AGENTS_WORK_WORKSPACE set and no ~/agent/memsift.toml:
+    work was read with the current folder's memsift.toml (maxResults 1 here), which the main agent never read
+    and `memsift --workspace ~/agent --agent work search` does not read either (6 hits)."""
+    main_ws = workspace({"MEMORY.md": "main\n"}, name="main-ws")
+    work = workspace({"MEMORY.md": "work\n"}, name="work-ws")
+    elsewhere = write(tmp_path / "elsewhere" / "memsift.toml", "[search]\nmaxResults = 1\n").parent
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("MEMSIFT_AGENTS_WORK_WORKSPACE", str(work))
+    configs = every_agent(load_config(workspace=main_ws))
+    assert {a: (c.workspace, c.source, c.search.maxResults) for a, c in configs.items()} == {
+        "main": (main_ws.resolve(), None, 6),
+        "work": (work.resolve(), None, 6),
+    }
+    assert configs["work"] == load_config(workspace=main_ws, agent="work")  # as `--agent work` reads it
+    write(main_ws / "memsift.toml", "[search]\nmaxResults = 3\n")  # main's file is theirs
+    assert {c.search.maxResults for c in every_agent(load_config(workspace=main_ws)).values()} == {3}
 
 
 def test_a_relative_folder_in_the_environment_is_the_current_folders(
@@ -539,6 +596,25 @@ def test_unknown_agent_is_an_error(ws: Path) -> None:
 def test_invalid_agent_id_is_an_error(ws: Path, agent: str) -> None:
     with pytest.raises(ConfigError, match="--agent"):
         load_config(workspace=ws, agent=agent, env={})
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[agents."x.y"]\nworkspace = "."\n', "agents.x.y.workspace: 'x.y' is not a valid agent id"),
+        ('[agents.""]\nworkspace = "."\n', "agents..workspace: '' is not a valid agent id"),
+        ('[agents]\nwork = "."\n', "agents.work: expected a table, [agents.work] with workspace = ..."),
+        ('[agents]\nworkspace = "."\n', "agents.workspace: expected a table, [agents.<id>] with workspace = ..."),
+        ('[agents.work]\nfolder = "."\n', "agents.work.folder: no such configuration key; an agent has one key, "),
+    ],
+)
+def test_an_agents_key_that_cannot_be_says_what_to_write(ws: Path, toml: str, message: str) -> None:
+    """`[agents."x.y"]` was "agents.x.y.workspace: no such configuration key", of a key written as the docs
+    write it, and `[agents] work = "~/w"` the same, not saying that an agent is a table."""
+    write(ws / "memsift.toml", toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(workspace=ws, env={})
+    assert str(err.value).startswith(in_file(ws, message))
 
 
 def test_agent_workspace_that_is_not_a_folder_is_an_error(ws: Path) -> None:
@@ -745,6 +821,8 @@ def test_headers_from_the_environment_are_a_json_object(ws: Path) -> None:
         assert str(err.value).startswith("MEMSIFT_EMBEDDING_HEADERS (embedding.headers)") and "sk-" not in str(
             err.value
         )
+    with pytest.raises(ConfigError, match=r"^MEMSIFT_RERANK_HEADERS \(rerank\.headers\): header 'X-Org': expected a"):
+        load_config(workspace=ws, env={"MEMSIFT_RERANK_HEADERS": '{"X-Org": 1}'})
 
 
 @pytest.mark.parametrize("url", ["localhost:8080/v1", "ftp://proxy/v1", "http://", "user:sk-pass@proxy/v1"])

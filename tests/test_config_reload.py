@@ -79,6 +79,22 @@ def test_an_invalid_file_is_reported_once_and_the_settings_in_force_stay(workspa
     assert rec.lines[-1] == "configuration (SIGHUP): unchanged"
 
 
+def test_a_file_without_the_servers_default_agent_is_refused(workspace) -> None:
+    """`memsift --agent work serve`, then `[agents.work]` renamed in the file: applied, every request naming no
+    agent was a 404 while /readyz said ready, where the same file at start is refused. It is invalid now: the
+    settings in force stay, and the error says why."""
+    ws = workspace(NOTES | {"memsift.toml": "[agents.work]\nworkspace = '.'\n"})
+    rec = Recorder()
+    load = lambda: agent_configs(None, str(ws))  # noqa: E731
+    f = ConfigFollower(load, load(), rec.apply, rec.lines.append, rec.states.append, default="work")
+    before = f.configs
+    (ws / "memsift.toml").write_text("[agents.play]\nworkspace = '.'\n")
+    assert f.reload("file changed") is False and f.configs is before and rec.applies == []
+    assert f.state["error"].startswith("agents.work.workspace: --agent work is the agent of requests naming none")
+    (ws / "memsift.toml").write_text("[agents.work]\nworkspace = '.'\n[agents.play]\nworkspace = '.'\n")
+    assert f.reload("file changed") is True and sorted(f.configs) == ["main", "play", "work"]
+
+
 def test_changed_keys_name_settings_never_values(make_config, workspace) -> None:
     ws = workspace(NOTES)
     a = make_config(ws)

@@ -218,6 +218,18 @@ def test_extra_path_overlapping_memory_folder_is_not_duplicated(workspace, make_
     assert paths(make_config(ws, extraPaths=["memory/sub", "memory/a.md"])) == ["memory/a.md", "memory/sub/b.md"]
 
 
+def test_a_symlink_two_overlapping_entries_walk_is_one_warning(workspace, make_config, tmp_path):
+    """`extraPaths = ["docs", "docs/sub"]` walked docs/sub twice and said "skipped 'docs/sub/link'" twice."""
+    ws = workspace({"MEMORY.md": "root", "memory/sub/a.md": "a", "docs/sub/b.md": "b"})
+    (ws / "docs/sub/link").symlink_to(tmp_path, target_is_directory=True)
+    (ws / "memory/sub/link.md").symlink_to(ws / "memory/sub/a.md")
+    config = make_config(ws, extraPaths=["docs", "docs/sub", "memory/sub", "../" + ws.name])
+    files, warnings, _ = MemorySource(config).discover()
+    assert [f.path for f in files] == ["MEMORY.md", "docs/sub/b.md", "memory/sub/a.md"]
+    assert len(warnings) == len(set(warnings)) == 2, warnings  # '../<ws>' is the workspace: a third walk
+    assert sum("'docs/sub/link'" in w for w in warnings) == 1
+
+
 def test_is_memory_path_follows_the_discovery_rules(workspace, make_config):
     config = make_config(workspace({}), extraPaths=["notes", "docs/one.md"])
     for yes in ("MEMORY.md", "memory.md", "memory/x.md", "memory/a/b/c.md", "notes/n.md", "docs/one.md"):

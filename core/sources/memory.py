@@ -48,7 +48,10 @@ class MemorySource:
         result = scan(self.config, seen)
         external = scan_external(self.config, seen)
         files = sorted(result.files + external.files, key=lambda f: f.path)
-        return files, result.warnings + external.warnings, result.unlisted + external.unlisted
+        # Each once: entries that overlap (`memory` and `memory/sub`, `docs` and `..`) walk a folder twice, and
+        # a symlink in it was "skipped" once per walk, in every sync's report and on stderr.
+        warnings = list(dict.fromkeys(result.warnings + external.warnings))
+        return files, warnings, result.unlisted + external.unlisted
 
     def due(self, entry: FileEntry, indexed_size: int) -> bool:
         return True
