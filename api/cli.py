@@ -249,8 +249,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     unsynced.tell(response)
     if response.warning:  # said once the search answered (a search that fails too says why in its own line);
         print(f"note: {response.warning}", file=sys.stderr)  # on stderr with --json too, as get's warning
-    if empty:  # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr)
-        print(f"warning: {nothing_found(config.workspace)}", file=sys.stderr)
+    # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr), once: the
+    # first search's sync said it in its warning already
+    if empty and (why := nothing_found(config.workspace)) not in (response.warning or ""):
+        print(f"warning: {why}", file=sys.stderr)
     if args.json:
         _print_json(response.to_dict())
         return 0
