@@ -854,6 +854,38 @@ def test_version_json_prints_a_json_document(capsys) -> None:
         assert (code, json.loads(out), err) == (0, {"version": version("memsift")}, ""), argv
 
 
+def test_a_home_memsift_cannot_write_is_named(ws: Path, tmp_path: Path) -> None:
+    """A read-only MEMSIFT_HOME failed every command with "OSError: [Errno 30] Read-only file system:
+    '<home>/memory/main.ws-<hash>.sqlite.swap'", one that cannot be made with "FileNotFoundError: [Errno 2] No such
+    file or directory: '<home>'": neither named the variable to change."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs procfs, where no folder can be made")
+    home = Path("/proc/memsift-home")
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "search", "deploy"], capture_output=True, text=True, env=_env(home), timeout=120
+    )
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    last = f"memsift: error: MEMSIFT_HOME: {home} cannot be created: No such file or directory"
+    assert proc.stderr.splitlines()[-1] == last and "Traceback" not in proc.stderr
+
+    home = tmp_path / "ro"  # an index there, then the home mounted read-only (root in a mount namespace of its own)
+    assert (
+        subprocess.run([MEMSIFT, "--workspace", ws, "index", "--no-prefect"], env=_env(home), timeout=120).returncode
+        == 0
+    )
+    read_only = f'mount --bind "{home}" "{home}" && mount -o remount,bind,ro "{home}" && exec "$@"'
+    wrap = ["unshare", "-m", "sh", "-c", read_only, "sh"]
+    if subprocess.run([*wrap, "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a read-only folder here (needs root and unshare)")
+    for command in (["search", "deploy"], ["status", "--json"]):
+        proc = subprocess.run(
+            [*wrap, MEMSIFT, "--workspace", ws, *command], capture_output=True, text=True, env=_env(home), timeout=120
+        )
+        assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+        assert proc.stderr.startswith(f"memsift: error: MEMSIFT_HOME: {home}: {home / 'memory'}/"), proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Read-only file system" in proc.stderr
+
+
 @pytest.mark.parametrize("kind", ["file", "under a file"])
 def test_an_unusable_memsift_home_is_named(ws: Path, tmp_path: Path, kind: str) -> None:
     """It was "NotADirectoryError: [Errno 20] Not a directory: '.../memory'", from the first write there."""
