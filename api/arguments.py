@@ -23,6 +23,8 @@ from core.timefilter import window
 class _Parser(argparse.ArgumentParser):
     #: The arguments being parsed: `--version` looks for a `--json` that may come after it.
     argv: Sequence[str] = ()
+    #: The top level's commands, by name: an error about a command's arguments shows that command's usage.
+    commands: dict[str, argparse.ArgumentParser]
 
     def error(self, message: str) -> None:  # usage errors: exit 2 with the usage line
         if message.endswith("required: query") and (dashed := self._unknown_option()):
@@ -56,7 +58,14 @@ class _Parser(argparse.ArgumentParser):
         """The global flags' defaults, set here since they are suppressed where they were not given (they
         may come before the command or after it)."""
         self.argv = sys.argv[1:] if args is None else list(args)
-        parsed = super().parse_args(self.argv, namespace)
+        parsed, extras = self.parse_known_args(self.argv, namespace)
+        if extras:  # argparse said it with the top level's usage, and `search deploy failure` not how to ask that
+            command = self.commands[parsed.command]
+            message = f"unrecognized arguments: {' '.join(extras)}"
+            if parsed.command == "search" and not any(e.startswith("-") for e in extras):
+                words = " ".join([parsed.query, *extras])
+                message += f" (a query of several words is one argument, in quotes: memsift search {words!r})"
+            command.error(message)
         for name, value in (
             ("json", False),
             ("debug", False),
@@ -192,6 +201,7 @@ def parser() -> _Parser:
     p = _Parser(prog="memsift", description="Hybrid search over an AI agent's Markdown memory.", parents=[common])
     p.add_argument("--version", action=_Version, nargs=0, help="print the installed version and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    p.commands = sub.choices
 
     index = sub.add_parser("index", parents=[common], help="sync the index (a rebuild if needed or --force)")
     index.add_argument("--force", action="store_true", help="rebuild everything (cached vectors are reused)")

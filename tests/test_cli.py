@@ -911,6 +911,19 @@ def test_global_flags_work_after_the_command_too(ws: Path, memsift_home: Path) -
     assert docs[0]["results"] and [d["results"] for d in docs] == [docs[0]["results"]] * 2
 
 
+def test_an_unquoted_query_of_several_words_is_told_how_to_ask(capsys, ws: Path) -> None:
+    """`memsift search deploy failure` printed the top level's usage and "unrecognized arguments: failure",
+    with no word of search or of quotes; extra arguments of any command show that command's usage."""
+    code, out, err = run(capsys, "--workspace", ws, "search", "deploy", "failure", "now", "--json")
+    assert (code, out) == (2, "")
+    assert err.startswith("usage: memsift search ")
+    last = "memsift: error: unrecognized arguments: failure now (a query of several words is one argument, in quotes: "
+    assert err.splitlines()[-1] == last + "memsift search 'deploy failure now')"
+    code, out, err = run(capsys, "--workspace", ws, "get", "MEMORY.md", "extra")
+    assert (code, out, err.splitlines()[-1]) == (2, "", "memsift: error: unrecognized arguments: extra")
+    assert err.startswith("usage: memsift get ")
+
+
 def test_an_unreadable_index_is_set_aside_by_a_forced_run(ws: Path, memsift_home: Path) -> None:
     """An index file that is no database (a disk fault, a copy gone wrong): every command failed, and
     `memsift index --force` too, so the only way out was to find and delete the file by hand."""
