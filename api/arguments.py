@@ -59,8 +59,9 @@ class _Parser(argparse.ArgumentParser):
         may come before the command or after it)."""
         self.argv = sys.argv[1:] if args is None else list(args)
         parsed, extras = self.parse_known_args(self.argv, namespace)
-        if extras:  # argparse said it with the top level's usage, and `search deploy failure` not how to ask that
-            command = self.commands[parsed.command]
+        # A command's arguments are refused with that command's usage; the top level's named no option of it.
+        command = self.commands[parsed.command]
+        if extras:  # and `search deploy failure` is told how to ask that
             message = f"unrecognized arguments: {' '.join(extras)}"
             if parsed.command == "search" and not any(e.startswith("-") for e in extras):
                 words = " ".join([parsed.query, *extras])
@@ -75,12 +76,12 @@ class _Parser(argparse.ArgumentParser):
         ):
             setattr(parsed, name, getattr(parsed, name, value))
         if parsed.command == "get" and parsed.json and (parsed.lines or 0) > MAX_LINES:  # REST's 400, as a usage error
-            self.error(f"argument --lines: at most {MAX_LINES} with --json, got {parsed.lines}; read on with --from")
+            command.error(f"argument --lines: at most {MAX_LINES} with --json, got {parsed.lines}; read on with --from")
         if getattr(parsed, "after", None) and getattr(parsed, "before", None):
             try:  # each bound is checked as it is parsed; a window they leave empty is as much a usage error
                 window(parsed.after, parsed.before)
             except MemsiftError as exc:
-                self.error(str(exc))
+                command.error(str(exc))
         return parsed
 
 

@@ -913,7 +913,8 @@ def test_global_flags_work_after_the_command_too(ws: Path, memsift_home: Path) -
 
 def test_an_unquoted_query_of_several_words_is_told_how_to_ask(capsys, ws: Path) -> None:
     """`memsift search deploy failure` printed the top level's usage and "unrecognized arguments: failure",
-    with no word of search or of quotes; extra arguments of any command show that command's usage."""
+    with no word of search or of quotes; extra arguments of any command show that command's usage, as the checks
+    of several options together do."""
     code, out, err = run(capsys, "--workspace", ws, "search", "deploy", "failure", "now", "--json")
     assert (code, out) == (2, "")
     assert err.startswith("usage: memsift search ")
@@ -922,6 +923,9 @@ def test_an_unquoted_query_of_several_words_is_told_how_to_ask(capsys, ws: Path)
     code, out, err = run(capsys, "--workspace", ws, "get", "MEMORY.md", "extra")
     assert (code, out, err.splitlines()[-1]) == (2, "", "memsift: error: unrecognized arguments: extra")
     assert err.startswith("usage: memsift get ")
+    for argv in (("get", "MEMORY.md", "--lines", "6000", "--json"), ("search", "x", "--after", "2d", "--before", "5d")):
+        code, out, err = run(capsys, "--workspace", ws, *argv)
+        assert (code, out) == (2, "") and err.startswith(f"usage: memsift {argv[0]} "), err
 
 
 def test_an_unreadable_index_is_set_aside_by_a_forced_run(ws: Path, memsift_home: Path) -> None:
