@@ -23,6 +23,8 @@ from core.timefilter import window
 class _Parser(argparse.ArgumentParser):
     #: The arguments being parsed: `--version` looks for a `--json` that may come after it.
     argv: Sequence[str] = ()
+    #: The top level's commands, by name: an error about a command's arguments shows that command's usage.
+    commands: dict[str, argparse.ArgumentParser]
 
     def error(self, message: str) -> None:  # usage errors: exit 2 with the usage line
         if message.endswith("required: query") and (dashed := self._unknown_option()):
@@ -56,7 +58,15 @@ class _Parser(argparse.ArgumentParser):
         """The global flags' defaults, set here since they are suppressed where they were not given (they
         may come before the command or after it)."""
         self.argv = sys.argv[1:] if args is None else list(args)
-        parsed = super().parse_args(self.argv, namespace)
+        parsed, extras = self.parse_known_args(self.argv, namespace)
+        # A command's arguments are refused with that command's usage; the top level's named no option of it.
+        command = self.commands[parsed.command]
+        if extras:  # and `search deploy failure` is told how to ask that
+            message = f"unrecognized arguments: {' '.join(extras)}"
+            if parsed.command == "search" and not any(e.startswith("-") for e in extras):
+                words = " ".join([parsed.query, *extras])
+                message += f" (a query of several words is one argument, in quotes: memsift search {words!r})"
+            command.error(message)
         for name, value in (
             ("json", False),
             ("debug", False),
@@ -66,12 +76,12 @@ class _Parser(argparse.ArgumentParser):
         ):
             setattr(parsed, name, getattr(parsed, name, value))
         if parsed.command == "get" and parsed.json and (parsed.lines or 0) > MAX_LINES:  # REST's 400, as a usage error
-            self.error(f"argument --lines: at most {MAX_LINES} with --json, got {parsed.lines}; read on with --from")
+            command.error(f"argument --lines: at most {MAX_LINES} with --json, got {parsed.lines}; read on with --from")
         if getattr(parsed, "after", None) and getattr(parsed, "before", None):
             try:  # each bound is checked as it is parsed; a window they leave empty is as much a usage error
                 window(parsed.after, parsed.before)
             except MemsiftError as exc:
-                self.error(str(exc))
+                command.error(str(exc))
         return parsed
 
 
@@ -192,6 +202,7 @@ def parser() -> _Parser:
     p = _Parser(prog="memsift", description="Hybrid search over an AI agent's Markdown memory.", parents=[common])
     p.add_argument("--version", action=_Version, nargs=0, help="print the installed version and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    p.commands = sub.choices
 
     index = sub.add_parser("index", parents=[common], help="sync the index (a rebuild if needed or --force)")
     index.add_argument("--force", action="store_true", help="rebuild everything (cached vectors are reused)")

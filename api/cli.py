@@ -116,10 +116,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 128 + signal.SIGPIPE
     except Exception as exc:  # anything else is a bug or an environment problem: one line unless --debug
-        return _fail(args, f"{type(exc).__name__}: {exc}")
+        return _fail(args, _in_home(exc, home) or f"{type(exc).__name__}: {exc}")
 
 
 _AFTER_INTERRUPT = {"index": "the index is as the last completed step left it; the next `memsift index` completes it"}
+
+
+def _in_home(exc: Exception, home: Path) -> str | None:
+    """An OS error on a file of MEMSIFT_HOME, said as the home's problem: a read-only home failed every command
+    with "OSError: [Errno 30] Read-only file system: '<home>/memory/main.ws-<hash>.sqlite.swap'", one that cannot
+    be made with "FileNotFoundError: [Errno 2] ...", naming neither the variable nor what to change."""
+    if not isinstance(exc, OSError) or not exc.filename or not exc.strerror:
+        return None
+    path = Path(os.fsdecode(exc.filename)).absolute()
+    home = home.absolute()
+    if path == home:
+        return f"MEMSIFT_HOME: {home} cannot be created: {exc.strerror}"
+    if home in path.parents:
+        return f"MEMSIFT_HOME: {home}: {path}: {exc.strerror} (memsift writes its indexes and locks there)"
+    return None
 
 
 def _exit_now(code: int) -> None:
@@ -249,8 +264,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     unsynced.tell(response)
     if response.warning:  # said once the search answered (a search that fails too says why in its own line);
         print(f"note: {response.warning}", file=sys.stderr)  # on stderr with --json too, as get's warning
-    if empty:  # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr)
-        print(f"warning: {nothing_found(config.workspace)}", file=sys.stderr)
+    # a mistyped --workspace: say so rather than a bare "No matches." (also under --json, on stderr), once: the
+    # first search's sync said it in its warning already
+    if empty and (why := nothing_found(config.workspace)) not in (response.warning or ""):
+        print(f"warning: {why}", file=sys.stderr)
     if args.json:
         _print_json(response.to_dict())
         return 0

@@ -854,6 +854,38 @@ def test_version_json_prints_a_json_document(capsys) -> None:
         assert (code, json.loads(out), err) == (0, {"version": version("memsift")}, ""), argv
 
 
+def test_a_home_memsift_cannot_write_is_named(ws: Path, tmp_path: Path) -> None:
+    """A read-only MEMSIFT_HOME failed every command with "OSError: [Errno 30] Read-only file system:
+    '<home>/memory/main.ws-<hash>.sqlite.swap'", one that cannot be made with "FileNotFoundError: [Errno 2] No such
+    file or directory: '<home>'": neither named the variable to change."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs procfs, where no folder can be made")
+    home = Path("/proc/memsift-home")
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "search", "deploy"], capture_output=True, text=True, env=_env(home), timeout=120
+    )
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    last = f"memsift: error: MEMSIFT_HOME: {home} cannot be created: No such file or directory"
+    assert proc.stderr.splitlines()[-1] == last and "Traceback" not in proc.stderr
+
+    home = tmp_path / "ro"  # an index there, then the home mounted read-only (root in a mount namespace of its own)
+    assert (
+        subprocess.run([MEMSIFT, "--workspace", ws, "index", "--no-prefect"], env=_env(home), timeout=120).returncode
+        == 0
+    )
+    read_only = f'mount --bind "{home}" "{home}" && mount -o remount,bind,ro "{home}" && exec "$@"'
+    wrap = ["unshare", "-m", "sh", "-c", read_only, "sh"]
+    if subprocess.run([*wrap, "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a read-only folder here (needs root and unshare)")
+    for command in (["search", "deploy"], ["status", "--json"]):
+        proc = subprocess.run(
+            [*wrap, MEMSIFT, "--workspace", ws, *command], capture_output=True, text=True, env=_env(home), timeout=120
+        )
+        assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+        assert proc.stderr.startswith(f"memsift: error: MEMSIFT_HOME: {home}: {home / 'memory'}/"), proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Read-only file system" in proc.stderr
+
+
 @pytest.mark.parametrize("kind", ["file", "under a file"])
 def test_an_unusable_memsift_home_is_named(ws: Path, tmp_path: Path, kind: str) -> None:
     """It was "NotADirectoryError: [Errno 20] Not a directory: '.../memory'", from the first write there."""
@@ -877,6 +909,23 @@ def test_global_flags_work_after_the_command_too(ws: Path, memsift_home: Path) -
     assert [a.returncode for a in answers] == [0, 0], [a.stderr for a in answers]
     docs = [json.loads(a.stdout) for a in answers]
     assert docs[0]["results"] and [d["results"] for d in docs] == [docs[0]["results"]] * 2
+
+
+def test_an_unquoted_query_of_several_words_is_told_how_to_ask(capsys, ws: Path) -> None:
+    """`memsift search deploy failure` printed the top level's usage and "unrecognized arguments: failure",
+    with no word of search or of quotes; extra arguments of any command show that command's usage, as the checks
+    of several options together do."""
+    code, out, err = run(capsys, "--workspace", ws, "search", "deploy", "failure", "now", "--json")
+    assert (code, out) == (2, "")
+    assert err.startswith("usage: memsift search ")
+    last = "memsift: error: unrecognized arguments: failure now (a query of several words is one argument, in quotes: "
+    assert err.splitlines()[-1] == last + "memsift search 'deploy failure now')"
+    code, out, err = run(capsys, "--workspace", ws, "get", "MEMORY.md", "extra")
+    assert (code, out, err.splitlines()[-1]) == (2, "", "memsift: error: unrecognized arguments: extra")
+    assert err.startswith("usage: memsift get ")
+    for argv in (("get", "MEMORY.md", "--lines", "6000", "--json"), ("search", "x", "--after", "2d", "--before", "5d")):
+        code, out, err = run(capsys, "--workspace", ws, *argv)
+        assert (code, out) == (2, "") and err.startswith(f"usage: memsift {argv[0]} "), err
 
 
 def test_an_unreadable_index_is_set_aside_by_a_forced_run(ws: Path, memsift_home: Path) -> None:

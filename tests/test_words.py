@@ -52,6 +52,11 @@ def test_a_workspace_without_memory_files_is_named(tmp_path: Path, memsift_home:
     proc = memsift(memsift_home, "--workspace", typo, "search", "milk")
     assert proc.returncode == 0 and proc.stdout == "No matches.\n"
     assert f"no memory files in {typo}" in proc.stderr and "MEMORY.md" in proc.stderr
+    fresh = tmp_path / "agnet2"  # a first search indexes it: its sync's note and the search's warning said it twice
+    fresh.mkdir()
+    for json_flag in ((), ("--json",)):
+        proc = memsift(memsift_home, "--workspace", fresh, "search", "milk", *json_flag)
+        assert proc.returncode == 0 and proc.stderr.count(f"no memory files in {fresh}") == 1, proc.stderr
 
     ws = tmp_path / "ws"  # a workspace with memory: no such warning, for index or a search that finds nothing
     (ws / "memory").mkdir(parents=True)
