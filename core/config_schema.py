@@ -101,7 +101,9 @@ SCHEMA: dict[str, tuple[Any, Parser]] = {
     "search.textWeight": (None, optional(number(float, 0.0, 1.0))),
     "search.rrfK": (60, number(int, 1, 10000)),
     "search.candidatePool": (40, number(int, 1, 200)),
-    "search.candidateMultiplier": (4, number(int, 1, 50)),
+    # No upper bound: SPEC caps the product (maxResults x this) at 200 candidates, not the multiplier, so
+    # `candidateMultiplier = 100` is the cap, as SPEC reads (`Search.fetch`), rather than an error.
+    "search.candidateMultiplier": (4, number(int, 1)),
     "search.temporalDecay.enabled": (False, boolean),
     "search.temporalDecay.halfLifeDays": (30.0, number(float, 0.001)),
     "search.mmr.enabled": (False, boolean),

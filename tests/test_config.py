@@ -684,6 +684,11 @@ def test_candidate_pool_is_set_by_config_never_by_a_request(ws: Path) -> None:
     assert load_config(workspace=ws, env={}).search.fetch == 80
     write(ws / "memsift.toml", "[search]\ncandidateMultiplier = 50\nmaxResults = 100\n")
     assert load_config(workspace=ws, env={}).search.fetch == 200
+    # SPEC caps the candidates at 200, not the multiplier: 100 (or more) is the cap, as SPEC reads, where it
+    # was "search.candidateMultiplier: 100 is out of range [1, 50]".
+    write(ws / "memsift.toml", "[search]\ncandidateMultiplier = 100\n")
+    assert load_config(workspace=ws, env={}).search.fetch == 200
+    assert load_config(workspace=ws, env={"MEMSIFT_SEARCH_CANDIDATE_MULTIPLIER": "1000"}).search.fetch == 200
     write(ws / "memsift.toml", "[search]\ncandidatePool = 120\n")
     assert load_config(workspace=ws, env={}).search.candidatePool == 120
     with pytest.raises(ConfigError, match=r"^MEMSIFT_SEARCH_CANDIDATE_POOL \(search\.candidatePool\): 201 is out"):
