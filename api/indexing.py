@@ -62,6 +62,7 @@ def sync_agent(
     os.environ["PREFECT_API_URL"] = api_url  # before Prefect is imported: it reads its settings once
     from flows.sync import run_sync_recorded
 
+    said = _crash_orphans()
     report, run_id = run_sync_recorded(
         agent=config.agent,
         workspace=str(config.workspace),
@@ -70,5 +71,19 @@ def sync_agent(
         progress=progress,
         on_start=on_start,
     )
+    report.warnings[:0] = said
     url = f"{api_url.rstrip('/').removesuffix('/api')}/runs/flow-run/{run_id}"
     return report, Where(url, f"flow run: {url}")
+
+
+def _crash_orphans() -> list[str]:
+    """Mark Crashed the runs a killed `memsift index` (or `up`) left Running (flows.orphans); what was marked, for
+    the report's warnings. A server that fails the query only costs this note: the sync runs all the same."""
+    from flows.orphans import crash_orphans
+
+    said: list[str] = []
+    try:
+        crash_orphans(said.append, by="memsift index")
+    except Exception as exc:  # the Prefect client's errors are many (HTTP, validation): none stops the sync
+        said.append(f"could not look for orphaned runs: {type(exc).__name__}: {exc}")
+    return said

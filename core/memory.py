@@ -32,7 +32,7 @@ from .search_request import check_request
 from .search_response import SearchResponse
 from .status import status_document
 from .store import Store, StoreError
-from .store_recovery import unreadable_as_such
+from .store_recovery import UnreadableIndex, unreadable_as_such
 
 _CONFIGURED: Any = object()
 
@@ -172,11 +172,30 @@ class MemoryIndex(SyncRuns):
                 store = self.store
                 if store.identity() is not None or time.monotonic() >= deadline:
                     return self._partial(store), None
+            except UnreadableIndex:
+                raise
+            except StoreError as exc:  # the index cannot be written (a full disk, a read-only file)
+                if (stopped := self._stopped(exc)) is None:
+                    raise
+                return stopped, None
             time.sleep(POLL_SECONDS)  # the running first index commits its start within moments
 
     def _unfinished(self) -> bool:
         store = self.store
         return store.identity() is None or bool(store.get_meta(UNFINISHED))
+
+    def _stopped(self, error: StoreError) -> str | None:
+        """Why a search answers from part of the memory when completing the first index failed to write: the
+        batches committed before still answer (a search failed on a full disk, where one of a finished index only
+        notes that the changed files were not synced); None when none was committed (nothing to answer from)."""
+        store = self.store
+        done = sum(store.stats()["files"].values())
+        if not done:
+            return None
+        unfinished = json.loads(store.get_meta(UNFINISHED) or "null")
+        of = f" of {unfinished['files']}" if unfinished else ""
+        why = f"the first index of this agent is not finished ({error})"
+        return f"{why}: {done}{of} files indexed, the answers come from those"
 
     def _partial(self, store: Store) -> str | None:
         """Why a search answers from part of the memory: the first index running elsewhere, and how far it is;

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +107,11 @@ class SharedCache:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:  # a full disk: SQLite may have rolled back itself, or the COMMIT failed
+                self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
 
     def _by_hash(self, sql: str, params: tuple[Any, ...], hashes: Iterable[str]) -> Iterator[tuple[Any, ...]]:
         hashes = list(dict.fromkeys(hashes))
@@ -121,12 +122,15 @@ class SharedCache:
     # -- vectors ---------------------------------------------------------------------------------------
 
     def get(self, key: Key, hashes: Iterable[str]) -> dict[str, np.ndarray]:
-        """Cached vectors of `hashes`; those found are marked used now (they are kept longest by pruning)."""
+        """Cached vectors of `hashes`; those found are marked used now (they are kept longest by pruning). The mark
+        is only pruning's: when it cannot be written (a full disk, another writer past the busy timeout) the vectors
+        are returned all the same. Before, a sync on a full disk stopped here with `FullError: database or disk is
+        full`, naming no file, where the next step's error names the index that could not be written."""
         sql = "SELECT hash, embedding FROM embeddings WHERE provider = ? AND model = ? AND fingerprint = ? AND hash"
         found = {h: np.frombuffer(blob, dtype=np.float32) for h, blob in self._by_hash(sql, key, hashes)}
         if found:
             now = time.time()
-            with self.writing():
+            with suppress(apsw.Error), self.writing():
                 self.conn.executemany(
                     "UPDATE embeddings SET used_at = ? WHERE provider = ? AND model = ? AND fingerprint = ? "
                     "AND hash = ?",

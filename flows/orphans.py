@@ -13,7 +13,9 @@ it), so a subflow of ours that is not final under a parent that is final is an o
 server and whatever else runs on it (a run recorded before runs recorded their process, too).
 
 `up` marks both kinds Crashed at start, before its Runner starts a run (one query of the server, no result on a
-clean start). A process that exits on purpose mid-run without unwinding the flow (`memsift serve` stopped during
+clean start), and so does every `memsift index` (and `POST /v1/index`) that records its run on a server, before
+that run: a `memsift index` killed while an `up` runs on for days was otherwise Running in the UI all that time.
+A process that exits on purpose mid-run without unwinding the flow (`memsift serve` stopped during
 an index run: it does not wait for an embedding request in flight) marks its own runs Crashed on the way out;
 `up` stopped with runs in progress marks them Cancelled (`end_interrupted`).
 """
@@ -43,9 +45,10 @@ from flows.sync import rebuild_flow, sync_flow
 LIVE = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING, StateType.PAUSED]
 
 
-def crash_orphans(say: Callable[[str], None]) -> int:
+def crash_orphans(say: Callable[[str], None], by: str = "memsift up") -> int:
     """Mark Crashed every live run of memsift's flows that nothing will finish: a subflow whose parent run has
-    ended, a run whose process on this host no longer exists; say each; how many."""
+    ended, a run whose process on this host no longer exists; say each; how many. `by`: who marks, in the
+    state's message."""
     marked = 0
     with get_client(sync_client=True) as client:
         candidates = client.read_flow_runs(
@@ -58,7 +61,7 @@ def crash_orphans(say: Callable[[str], None]) -> int:
         for run, why in reasons:
             if why is None:
                 continue
-            client.set_flow_run_state(run.id, Crashed(message=f"{why}; marked by memsift up"), force=True)
+            client.set_flow_run_state(run.id, Crashed(message=f"{why}; marked by {by}"), force=True)
             say(f"marked the orphaned run {run.name} Crashed: {why}")
             marked += 1
     return marked

@@ -1,8 +1,9 @@
 """A sync or a forced rebuild in a process of its own, to be SIGKILLed at a chosen point (tests/test_crash.py).
 
 `python crash_driver.py <workspace> <sync|rebuild> <point>`. The run names each point it passes on stdout,
-one line each: `scanned`, `write <path>` (inside a batch's open write transaction, after that file's rows),
-`batch <n>` (a batch committed), `removed`, and for a rebuild `swap` (the temp file complete, before the
+one line each: `scanned`, `embedded <n>` (the n-th batch's embedding requests returned, their vectors in the
+shared cache, that batch not written yet), `write <path>` (inside a batch's open write transaction, after that
+file's rows), `batch <n>` (a batch committed), `removed`, and for a rebuild `swap` (the temp file complete, before the
 rename), `renamed` (just after the rename, before the old file's -wal and -shm are deleted) and `swapped`
 (after both, before the file goes back to WAL mode). At the named point it stops
 and waits on stdin, which the parent never answers: it kills the process there. `done` ends a run that did
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import core.indexer
 import core.rebuild
 import core.sync_plan
 from core import MemoryIndex, load_config
@@ -65,6 +67,16 @@ def main(workspace: str, mode: str, stop: str) -> None:
 
     os.replace = rename_and_report  # core.rebuild calls os.replace
     core.rebuild._fsync_dir = reporting(core.rebuild._fsync_dir, after="swapped")
+    embed_missing = core.indexer.embed_missing
+    calls = 0
+
+    def embed_and_report(*args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        embed_missing(*args, **kwargs)
+        calls += 1
+        point(f"embedded {calls}")
+
+    core.indexer.embed_missing = embed_and_report
     batches = 0
 
     def stage(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:

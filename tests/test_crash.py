@@ -20,6 +20,7 @@ from index_checks import chunks_without_vectors, content, integrity
 
 from core import MemoryIndex, load_config
 from core.config_types import Config
+from core.shared_cache import SharedCache
 
 pytestmark = pytest.mark.reliability
 
@@ -72,9 +73,10 @@ def expected(tmp_path_factory: pytest.TempPathFactory):
     return content(synced(config_in(root / "ws", root / "home", AFTER)).db_path)
 
 
-def run_and_kill(config: Config, mode: str, at: str) -> list[str]:
-    """Run the driver until it stops at `at`, SIGKILL it there; the points it passed."""
-    env = os.environ | {"MEMSIFT_HOME": str(config.home)}
+def run_and_kill(config: Config, mode: str, at: str, **env_extra: str) -> list[str]:
+    """Run the driver until it stops at `at`, SIGKILL it there; the points it passed. `env_extra`: more of the
+    child's environment (a `MEMSIFT_<SECTION>_<KEY>` setting)."""
+    env = os.environ | {"MEMSIFT_HOME": str(config.home)} | env_extra
     args = [sys.executable, str(DRIVER), str(config.workspace), mode, at]
     with subprocess.Popen(args, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
         passed = []
@@ -163,3 +165,32 @@ def test_a_rebuild_killed_between_its_rename_and_deleting_the_old_wal_never_pair
         reader.kill()
     assert wal.stat().st_size > 0, "the old WAL should still be there"
     assert_sound_and_completed_by_the_next_sync(config, expected)
+
+
+def test_a_rebuild_for_a_new_chunking_killed_after_embedding_embeds_only_the_rest_next_time(tmp_path) -> None:
+    """A chunking change rebuilds on its own (the local model) and reuses the vectors of unchanged chunk texts.
+    Killed after its first batch's embedding requests returned and before that batch was written, the next run
+    embeds exactly what the plan said less what the killed run had embedded: those are cache hits."""
+    config = synced(config_in(tmp_path / "ws", tmp_path / "home", AFTER))
+    finer = load_config(
+        workspace=config.workspace,
+        overrides={"embedding.provider": "local", "chunking.tokens": 16, "chunking.overlap": 0},
+        env={"MEMSIFT_HOME": str(config.home)},
+    )
+    with MemoryIndex(finer) as index:
+        plan = index.plan()
+    assert plan.rebuild and plan.chunksToEmbed > 0 and plan.cacheHits > 0  # some chunk texts are unchanged
+    with SharedCache.open(config.home) as cache:
+        before = cache.count()
+    passed = run_and_kill(config, "sync", "embedded 1", MEMSIFT_CHUNKING_TOKENS="16", MEMSIFT_CHUNKING_OVERLAP="0")
+    assert not any(p.startswith("batch") for p in passed)  # killed before the rebuild wrote its first batch
+    with SharedCache.open(config.home) as cache:
+        paid = cache.count() - before
+    assert 0 < paid < plan.chunksToEmbed
+
+    with MemoryIndex(finer) as index:
+        report = index.sync()
+    assert report.rebuilt and report.chunksEmbedded == plan.chunksToEmbed - paid
+    assert report.cacheHits == plan.cacheHits + paid
+    assert integrity(finer.db_path) == ["ok"] and chunks_without_vectors(finer.db_path) == 0
+    assert not list(finer.db_path.parent.glob(f"{finer.db_path.name}.tmp-*"))

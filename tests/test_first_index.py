@@ -22,10 +22,12 @@ import pytest
 from conftest import stop_process
 from conftest import wait_for as poll
 
+import core.sync_plan
 from api.prefect_server import free_port
 from core import load_config
 from core.config_home import db_path
 from core.memory import MemoryIndex
+from core.store import StoreError
 from tests.fake_provider import FakeProvider
 
 MEMSIFT = Path(sys.executable).with_name("memsift")
@@ -221,3 +223,32 @@ def _stop_serve_mid_index(ws: Path, env, provider: FakeProvider) -> tuple[int, s
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_a_search_whose_first_index_cannot_be_written_answers_from_the_batches_committed(
+    workspace, make_config, open_index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first index stopped by a full disk (SQLITE_FULL; `max_page_count` makes the same error without filling a
+    disk) leaves its committed batches. A search completes such an index first, and that failed too: the search
+    failed (`memsift: error: cannot write the index ...: database or disk is full`, exit 1), where a finished
+    index only notes that changed files were not synced. It answers from the files indexed, and says why."""
+    monkeypatch.setattr(core.sync_plan, "BATCH_FILES", 2)
+    lines = "".join(f"- Okapi census line {j}: herd {j * 7} near the ridge.\n" for j in range(120))
+    ws = workspace({f"memory/2026-02-{n:02d}.md": f"# Day {n}\n{lines}" for n in range(1, 21)})
+    index = open_index(make_config(ws, **{"embedding.provider": "none"}))
+    pages = index.store.conn.execute("PRAGMA page_count").fetchone()[0]
+    index.store.conn.execute(f"PRAGMA max_page_count = {pages + 60}")
+    with pytest.raises(StoreError, match="database or disk is full"):
+        index.sync()
+    done = sum(index.store.stats()["files"].values())
+    assert 0 < done < 20
+
+    answer = index.search("okapi census herd", min_score=0).to_dict()
+    assert answer["results"]
+    assert answer["degraded"].startswith("the first index of this agent is not finished (cannot write the index ")
+    assert f"database or disk is full): {done} of 20 files indexed, the answers come from those" in answer["degraded"]
+
+    index.store.conn.execute("PRAGMA max_page_count = 1073741823")  # room again: the next search completes it
+    answer = index.search("okapi census herd", min_score=0).to_dict()
+    assert "not finished" not in answer["degraded"]  # only that the index is keyword-only (no provider)
+    assert sum(index.store.stats()["files"].values()) == 20

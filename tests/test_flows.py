@@ -404,3 +404,37 @@ def test_a_run_whose_process_was_killed_is_marked_crashed_and_a_live_one_is_not(
     assert said == [
         f"marked the orphaned run {marked.name} Crashed: {marked.state.message.removesuffix('; marked by memsift up')}"
     ]
+
+
+def test_the_next_memsift_index_marks_the_run_of_a_killed_one_crashed(workspace, memsift_home: Path) -> None:
+    """`memsift index` recording its run on a server (PREFECT_API_URL, or a running `up`'s) and killed with
+    `kill -9`: its run stayed Running in the UI until the next `up` started, which while an `up` runs on means
+    for days. The next `memsift index` marks it Crashed before its own run, says so, and completes the index
+    with what the killed run had embedded."""
+    provider = FakeProvider(hold_at=2)  # the run's start-up probe, then its embedding request: held
+    toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+    ws = workspace(notes(3) | {"memsift.toml": toml})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSIFT_")}
+    env.update(MEMSIFT_HOME=str(memsift_home), PREFECT_API_URL=_api_url(), OPENAI_API_KEY="sk-test")
+    runs = Runs()
+    args = [MEMSIFT, "--workspace", ws, "index"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        assert provider.held.wait(120), proc.stderr
+        killed = wait_for(
+            lambda: (r := runs.new()) and r[0].infrastructure_pid and r[0], 30, "the run to record its process"
+        )
+        proc.kill()
+        proc.wait(30)
+        provider.release()
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        provider.close()
+        stop_process(proc)
+    assert done.returncode == 0, done.stderr
+    by_id = {r.id: r for r in runs.new()}
+    assert len(by_id) == 2 and by_id.pop(killed.id).state.is_crashed()
+    assert next(iter(by_id.values())).state.is_completed()
+    why = f"its process (pid {proc.pid}) ended while it ran (killed, or the machine stopped)"
+    assert f"warning: marked the orphaned run {killed.name} Crashed: {why}\n" in done.stderr
+    assert "files: 3 scanned, 3 added" in done.stdout

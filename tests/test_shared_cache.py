@@ -17,6 +17,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
+import numpy as np
 import pytest
 from index_checks import chunks_without_vectors, integrity
 
@@ -229,3 +231,23 @@ def test_a_first_index_flow_at_a_provider_outage_keeps_what_it_embedded(workspac
     report = run_sync("main", workspace=str(ws))  # completes the vectors in place
     assert report.added == 0 and not report.vectorsPending
     assert report.chunksEmbedded == len(embedded(provider)) == 40 - before
+
+
+def test_cached_vectors_are_read_when_their_use_cannot_be_marked(tmp_path: Path) -> None:
+    """`get` marks the vectors it finds as used (pruning keeps them longest). On a full disk that write failed and
+    stopped the sync with `FullError: database or disk is full`, naming no file, though the vectors had been read;
+    another writer holding the cache past the busy timeout did the same. The mark is only pruning's: the vectors
+    come back all the same, and the connection is left with no transaction open for the next write."""
+    key = ("openai", "fake-model", "f")
+    path = tmp_path / "embeddings.sqlite"
+    with SharedCache(path) as cache:
+        cache.put(key, {"a": np.ones(4, dtype=np.float32)})
+        other = apsw.Connection(str(path))
+        other.execute("BEGIN IMMEDIATE")  # another sync's write, held past our busy timeout
+        cache.conn.set_busy_timeout(10)
+        found = cache.get(key, ["a", "b"])
+        assert list(found) == ["a"] and found["a"].tolist() == [1.0] * 4
+        assert not cache.conn.in_transaction
+        other.execute("ROLLBACK")
+        cache.put(key, {"b": np.zeros(4, dtype=np.float32)})
+        assert cache.count() == 2
