@@ -200,7 +200,8 @@ class JsonEndpoint:
         return f"{self.provider}: {status} after {attempts}: {exc.reason}"
 
     def _server_message(self, response: httpx.Response) -> str:
-        """The server's own explanation (OpenAI/Gemini `error.message`, others' `detail`/`error`), redacted."""
+        """The server's own explanation, redacted: OpenAI's and Gemini's `error.message`, Ollama's and TEI's
+        `error`, Cohere's, Mistral's and vLLM's `message`, Voyage's and Jina's `detail`."""
         try:
             payload = response.json()
         except ValueError:
@@ -211,8 +212,8 @@ class JsonEndpoint:
                 message = str(error.get("message") or error)
             elif error:
                 message = str(error)
-            elif isinstance(payload, dict) and payload.get("detail"):
-                message = str(payload["detail"])
+            elif isinstance(payload, dict) and (payload.get("message") or payload.get("detail")):
+                message = str(payload.get("message") or payload["detail"])
             else:
                 message = str(payload)
         # Redacted before the cut: a key across the 500th character left its first characters in the error.

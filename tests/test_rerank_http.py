@@ -204,6 +204,18 @@ def test_client_errors_are_not_retried_and_never_show_the_key(
     assert f"HTTP {status}" in message and server_says in message and KEY not in message
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_each_service_error_body_is_read_as_its_message(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker], shape
+):
+    """Cohere answers `{message}`, Jina and Voyage `{detail}`, TEI `{error, error_type}`: the error says the
+    message itself, where Cohere's was shown as a Python dict (`{'message': 'input is too long'}`)."""
+    fake.shape, fake.fault = shape, lambda n: "400"
+    with pytest.raises(RerankError) as err:
+        reranker(dialect=shape).score(QUERY, DOCUMENTS)
+    assert str(err.value) == f"cohere: HTTP 400 from {fake.url}: input is too long"
+
+
 @pytest.mark.parametrize(("fault", "words"), [("count", "no score for 1 of 4"), ("index", "index 4 is not one")])
 def test_wrong_indexes_are_an_error_not_a_partial_ranking(
     fake: FakeReranker, reranker: Callable[..., CohereReranker], fault, words
