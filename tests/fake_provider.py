@@ -5,11 +5,11 @@ should return. Faults are chosen per request number (1-based, every POST counts)
 recorded with its arrival time so tests can measure retries and waits from the server's side.
 
 It keeps the documented rules a client can get wrong, as the real services do: an unknown path is 404; the
-dimension asked for (`dimensions`, `output_dimension`, Gemini's `outputDimensionality`) is the dimension
-answered; OpenAI takes 2048 inputs a request (400 past them); with `key` set, a request without it in the
-API's own header (`x-goog-api-key` for Gemini, `Authorization: Bearer` for the others) is 401; and every error
-body has the API's own shape (OpenAI `{error: {message, type, param, code}}`, Gemini `{error: {code, message,
-status}}`, Ollama `{error: "..."}`).
+dimension asked for (`dimensions`, `output_dimension`, Gemini's `outputDimensionality`, Ollama's `dimensions`)
+is the dimension answered; OpenAI takes 2048 inputs a request (400 past them); with `key` set, a request
+without it in the API's own header (`x-goog-api-key` for Gemini, `Authorization: Bearer` for the others) is
+401; and every error body has the API's own shape (OpenAI `{error: {message, type, param, code}}`, Gemini
+`{error: {code, message, status}}`, Ollama `{error: "..."}`).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ class FakeProvider:
             dims = body["requests"][0].get("outputDimensionality") or self.dims
             return texts, dims, lambda vs: {"embeddings": [{"values": v} for v in vs]}
         if path.endswith("/api/embed"):
-            return body["input"], self.dims, lambda vs: {"embeddings": vs}
+            return body["input"], body.get("dimensions") or self.dims, lambda vs: {"embeddings": vs}
         dims = body.get("dimensions") or body.get("output_dimension") or self.dims
         # Answer in reverse order: clients must sort by `index`.
         return (

@@ -113,6 +113,7 @@ def test_wire_format_and_input_types(fake: FakeProvider, provider: Callable[...,
         assert doc_req.body["output_dimension"] == 16
     elif name == "ollama":  # nomic-embed-text's own prefixes: the API has no input types
         assert (doc_prefix, query_prefix) == ("search_document: ", "search_query: ")
+        assert doc_req.body["dimensions"] == 16  # where it was never sent: 768-d vectors, "expected 16"
         assert doc_req.body["input"] == ["search_document: alpha", "search_document: beta"]
         assert query_req.body["input"] == ["search_query: gamma"]
     else:

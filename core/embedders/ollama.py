@@ -1,4 +1,5 @@
-"""A local or remote Ollama server's `/api/embed`. No key; no input types, so the models' own prefixes."""
+"""A local or remote Ollama server's `/api/embed`. No key; no input types, so the models' own prefixes;
+`dimensions` for shorter vectors of the models that allow it (Matryoshka-trained ones)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ class OllamaEmbedder(HostedEmbedder):
     }
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
-        return "/api/embed", {"model": self.model, "input": texts}
+        body: dict[str, Any] = {"model": self.model, "input": texts}
+        if self._requested_dims:
+            body["dimensions"] = self._requested_dims
+        return "/api/embed", body
 
     def _vectors(self, payload: Any) -> list[list[float]]:
         return payload["embeddings"]
