@@ -6,7 +6,8 @@ recorded with its arrival time so tests can measure retries and waits from the s
 
 It keeps the documented rules a client can get wrong, as the real services do: an unknown path is 404; the
 dimension asked for (`dimensions`, `output_dimension`, Gemini's `outputDimensionality`, Ollama's `dimensions`)
-is the dimension answered; OpenAI takes 2048 inputs a request (400 past them); with `key` set, a request
+is the dimension answered; Gemini takes at most 100 requests a batch, each naming the model of the URL, and
+OpenAI 2048 inputs a request (400 past them); with `key` set, a request
 without it in the API's own header (`x-goog-api-key` for Gemini, `Authorization: Bearer` for the others) is
 401; and every error body has the API's own shape (OpenAI `{error: {message, type, param, code}}`, Gemini
 `{error: {code, message, status}}`, Ollama `{error: "..."}`).
@@ -170,7 +171,14 @@ class FakeProvider:
 
     def _refuse(self, path: str, body: dict[str, Any]) -> str | None:
         """The reason a documented limit refuses this request (400), or None."""
-        if path.endswith("/embeddings") and len(body.get("input") or []) > 2048:
+        if self._gemini(path):
+            requests = body.get("requests") or []
+            if len(requests) > 100:
+                return "* BatchEmbedContentsRequest.requests: at most 100 requests can be in one batch"
+            model = "models/" + path.rsplit("/", 1)[-1].split(":")[0]
+            if any(r.get("model") != model for r in requests):
+                return f"* BatchEmbedContentsRequest.model: every request must name the model of the URL ({model})"
+        elif path.endswith("/embeddings") and len(body.get("input") or []) > 2048:
             return "'$.input' is invalid: an array must be 2048 items or fewer"
         return None
 

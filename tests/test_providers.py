@@ -156,6 +156,24 @@ def test_batches_by_inputs_and_bytes_in_order_with_concurrency(
     np.testing.assert_allclose(vectors, np.stack([fake_vector(t, fake.dims) for t in texts]), atol=1e-6)
 
 
+@pytest.mark.parametrize("model", ["gemini-embedding-001", "models/text-embedding-004"])
+def test_gemini_batches_hold_at_most_100_requests_naming_the_model_of_the_url(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder], model
+):
+    """Gemini refuses a batch of more than 100 requests, and a request whose model is not the URL's: a larger
+    batchMaxInputs cost a refused request and a halving each time, and `models/<id>` (as Google's examples
+    write it) asked for `/models/models/<id>`, which does not exist."""
+    embedder = provider("gemini", model=model, dimensions=16, batchMaxInputs=150)
+    texts = [f"text {i}" for i in range(250)]
+    vectors = embedder.embed_documents(texts)
+    sent = fake.requests[1:]
+    assert sorted(len(r.body["requests"]) for r in sent) == [50, 100, 100]  # in flight together: any order
+    bare = model.removeprefix("models/")
+    assert {r.path for r in fake.requests} == {f"/models/{bare}:batchEmbedContents"}
+    assert {q["model"] for r in sent for q in r.body["requests"]} == {f"models/{bare}"}
+    np.testing.assert_allclose(vectors, np.stack([fake_vector(t, 16) for t in texts]), atol=1e-6)
+
+
 def test_split_utf8_never_cuts_a_character():
     text = "ab" + "é" * 5 + "漢字" * 3 + "😀"
     pieces = split_utf8(text, 5)
