@@ -70,6 +70,8 @@ class FakeProvider:
     reject: Callable[[str], bool] | None = None
     #: the API key the server wants, in the API's own header; None: any request is let in
     key: str | None = None
+    #: the path the API is served under (`/v1` as vLLM and OpenAI serve it); other paths are 404
+    prefix: str = ""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -167,7 +169,7 @@ class FakeProvider:
 
     def _serves(self, path: str) -> bool:
         """The documented routes, under any prefix (a base URL may carry one): anything else is 404."""
-        return path.endswith(("/embeddings", ":batchEmbedContents", "/api/embed"))
+        return path.startswith(self.prefix) and path.endswith(("/embeddings", ":batchEmbedContents", "/api/embed"))
 
     def _refuse(self, path: str, body: dict[str, Any]) -> str | None:
         """The reason a documented limit refuses this request (400), or None."""

@@ -36,7 +36,7 @@ class FakeReranker(FakeProvider):
         return False
 
     def _serves(self, path: str) -> bool:
-        return path.endswith("/rerank")
+        return path.startswith(self.prefix) and path.endswith("/rerank")
 
     def _refuse(self, path: str, body: dict[str, Any]) -> str | None:
         return None

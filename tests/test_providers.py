@@ -126,6 +126,48 @@ def test_wire_format_and_input_types(fake: FakeProvider, provider: Callable[...,
     assert docs.dtype == np.float32 and embedder.dims == 16
 
 
+@pytest.mark.parametrize(
+    ("name", "served_under", "suffix", "paths"),
+    [
+        ("openai", "/v1", "", ["/embeddings", "/v1/embeddings", "/v1/embeddings"]),  # vLLM, api.openai.com
+        ("openai", "/v1", "/", ["/embeddings", "/v1/embeddings", "/v1/embeddings"]),
+        ("openai", "/v1", "/v1", ["/v1/embeddings", "/v1/embeddings"]),
+        ("openai", "/v1", "/v1/", ["/v1/embeddings", "/v1/embeddings"]),
+        ("openai", "", "", ["/embeddings", "/embeddings"]),  # TEI's root route: used as it is
+        ("voyage", "/v1", "", ["/embeddings", "/v1/embeddings", "/v1/embeddings"]),
+        ("gemini", "/v1beta", "", [f"{p}/models/m:batchEmbedContents" for p in ("", "/v1beta", "/v1beta")]),
+    ],
+)
+def test_a_base_url_naming_only_the_server_finds_the_api_under_its_version(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder], name, served_under, suffix, paths
+):
+    """`baseUrl = "http://gpu:8000"` for a server with the API under /v1 (vLLM, OpenAI) failed every start
+    ("HTTP 404 ... no route for POST /embeddings"); the probe now tries the API's version once more, and the
+    URL that answered is kept. A base URL with a path is used as it is."""
+    root = fake.url
+    fake.prefix, fake.url = served_under, root + suffix
+    embedder = provider(name, model="m")
+    embedder.embed_documents(["alpha"])
+    assert [r.path for r in fake.requests] == paths
+    assert json.loads(embedder.fingerprint)["baseUrl"] == root + served_under
+
+
+def test_a_base_url_answering_404_under_its_version_too_is_unavailable(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder]
+):
+    fake.prefix = "/api"
+    with pytest.raises(EmbedderUnavailable) as err:
+        provider("openai", model="m")
+    assert str(err.value) == (
+        f"openai: HTTP 404 from {fake.url}: no route for POST /embeddings; "
+        f"then HTTP 404 from {fake.url}/v1: no route for POST /v1/embeddings"
+    )
+    fake.url += "/other"  # a path of its own: used as it is, never completed
+    with pytest.raises(EmbedderUnavailable, match="no route for POST /other/embeddings"):
+        provider("openai", model="m")
+    assert [r.path for r in fake.requests] == ["/embeddings", "/v1/embeddings", "/other/embeddings"]
+
+
 def test_configured_prefixes_reach_the_server(fake: FakeProvider, provider: Callable[..., HostedEmbedder]):
     embedder = provider("openai", queryPrefix="query: ", documentPrefix="passage: ")
     embedder.embed_documents(["a note"])

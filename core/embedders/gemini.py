@@ -21,6 +21,7 @@ class GeminiEmbedder(HostedEmbedder):
     model_dims = {"gemini-embedding-001": 3072, "text-embedding-004": 768}
     input_scheme = "taskType"
     max_inputs = 100
+    api_version = "/v1beta"
 
     def _auth_headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self._key} if self._key else {}

@@ -12,6 +12,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -74,6 +75,8 @@ class HostedEmbedder(JsonEndpoint):
     #: Inputs the API takes in one request (None: no documented limit); `batchMaxInputs` is cut to it, since a
     #: request over it is refused (400) and costs a halving into two more requests every time.
     max_inputs: int | None = None
+    #: The API's version path (`/v1`), tried when a base URL naming only a server answers 404 (`_probe`).
+    api_version: str | None = None
 
     def __init__(self, config: EmbeddingConfig) -> None:
         self.model = config.model or self.default_model
@@ -100,8 +103,7 @@ class HostedEmbedder(JsonEndpoint):
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.provider)
         self.dims = config.dimensions or self.model_dims.get(self.model, 0)
         try:
-            # A start waits on it (a server's readiness, `status --deep`, a CLI search): bounded as a query is.
-            probe = self._embed_batch([PROBE_TEXT], query=False, waited_on=True)
+            probe = self._probe()
         except EmbeddingError as exc:
             self.close()
             raise EmbedderUnavailable(str(exc)) from exc
@@ -118,6 +120,28 @@ class HostedEmbedder(JsonEndpoint):
             sort_keys=True,
             ensure_ascii=False,
         )
+
+    def _probe(self) -> np.ndarray:
+        """Embed PROBE_TEXT; a start waits on it (a server's readiness, `status --deep`, a CLI search), so it is
+        bounded as a query is. A base URL naming only a server (`http://gpu:8000`) that answers 404 is tried
+        once more under the API's version (`api_version`, `/v1`), where OpenAI, vLLM and most servers copying
+        an API serve it: the URL that answered is the one used, and fingerprinted, from then on. When both say
+        404, the error gives both answers (one may be "no such route", the other "no such model")."""
+        try:
+            return self._embed_batch([PROBE_TEXT], query=False, waited_on=True)
+        except EmbeddingError as exc:
+            bare = urlsplit(self.base_url).path in ("", "/")
+            if getattr(exc, "status", None) != 404 or not bare or not self.api_version:
+                raise
+            first = exc
+        self.base_url += self.api_version
+        self._client.base_url = self.base_url
+        try:
+            return self._embed_batch([PROBE_TEXT], query=False, waited_on=True)
+        except EmbeddingError as exc:
+            if getattr(exc, "status", None) != 404:
+                raise
+            raise EmbeddingError(f"{first}; then {str(exc).removeprefix(self.provider + ': ')}") from None
 
     # -- the wire format, per provider -----------------------------------------------------------------
 

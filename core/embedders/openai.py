@@ -18,6 +18,7 @@ class OpenAIEmbedder(HostedEmbedder):
     model_tokens = {"text-embedding-3-small": 8191, "text-embedding-3-large": 8191, "text-embedding-ada-002": 8191}
     model_dims = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
     max_inputs = 2048
+    api_version = "/v1"
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         body: dict[str, Any] = {"model": self.model, "input": texts}
