@@ -168,6 +168,19 @@ def test_a_base_url_answering_404_under_its_version_too_is_unavailable(
     assert [r.path for r in fake.requests] == ["/embeddings", "/v1/embeddings", "/other/embeddings"]
 
 
+@pytest.mark.parametrize("model", ["nomic-embed-text:latest", "nomic-embed-text:v1.5"])
+def test_an_ollama_model_with_its_tag_is_still_the_model_it_names(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder], model
+):
+    """`nomic-embed-text:latest` (as `ollama pull` names it) lost the model's prefixes, which it needs, and its
+    known limits: queries and chunks went without `search_query: ` / `search_document: `."""
+    embedder = provider("ollama", model=model, dimensions=16)
+    embedder.embed_documents(["a note"])
+    embedder.embed_query("a question")
+    assert [r.body["input"] for r in fake.requests[-2:]] == [["search_document: a note"], ["search_query: a question"]]
+    assert {r.body["model"] for r in fake.requests} == {model} and embedder.max_bytes == 2048 * 2
+
+
 def test_configured_prefixes_reach_the_server(fake: FakeProvider, provider: Callable[..., HostedEmbedder]):
     embedder = provider("openai", queryPrefix="query: ", documentPrefix="passage: ")
     embedder.embed_documents(["a note"])

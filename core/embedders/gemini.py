@@ -23,12 +23,16 @@ class GeminiEmbedder(HostedEmbedder):
     max_inputs = 100
     api_version = "/v1beta"
 
+    @staticmethod
+    def catalogue_name(model: str) -> str:
+        return model.removeprefix("models/")
+
     def _auth_headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self._key} if self._key else {}
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         task = "RETRIEVAL_QUERY" if query else "RETRIEVAL_DOCUMENT"
-        model = self.model.removeprefix("models/")
+        model = self.catalogue_name(self.model)
         requests = []
         for text in texts:
             item: dict[str, Any] = {"model": f"models/{model}", "content": {"parts": [{"text": text}]}}

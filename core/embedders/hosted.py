@@ -80,16 +80,15 @@ class HostedEmbedder(JsonEndpoint):
 
     def __init__(self, config: EmbeddingConfig) -> None:
         self.model = config.model or self.default_model
+        known = self.catalogue_name(self.model)
         self.base_url = (config.baseUrl or self.default_base_url).rstrip("/")
         self._key = config.apiKey or (os.environ.get(self.key_env) if self.key_env else None)
         if self.key_env and not self._key and not config.baseUrl:
             raise EmbedderUnavailable(f"{self.provider}: set {self.key_env} in the environment (or embedding.apiKey)")
-        query_prefix, document_prefix = self.model_prefixes.get(self.model, ("", ""))
+        query_prefix, document_prefix = self.model_prefixes.get(known, ("", ""))
         self.query_prefix = query_prefix if config.queryPrefix is None else config.queryPrefix
         self.document_prefix = document_prefix if config.documentPrefix is None else config.documentPrefix
-        self.max_bytes = min(
-            self.model_tokens.get(self.model, UNKNOWN_MODEL_TOKENS) * BYTES_PER_TOKEN, config.batchMaxBytes
-        )
+        self.max_bytes = min(self.model_tokens.get(known, UNKNOWN_MODEL_TOKENS) * BYTES_PER_TOKEN, config.batchMaxBytes)
         self.batch_max_bytes = config.batchMaxBytes
         self.batch_max_inputs = min(config.batchMaxInputs, self.max_inputs or config.batchMaxInputs)
         self._requested_dims = config.dimensions
@@ -101,7 +100,7 @@ class HostedEmbedder(JsonEndpoint):
         )
         self.concurrency = config.concurrency or DEFAULT_CONCURRENCY
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.provider)
-        self.dims = config.dimensions or self.model_dims.get(self.model, 0)
+        self.dims = config.dimensions or self.model_dims.get(known, 0)
         try:
             probe = self._probe()
         except EmbeddingError as exc:
@@ -144,6 +143,12 @@ class HostedEmbedder(JsonEndpoint):
             raise EmbeddingError(f"{first}; then {str(exc).removeprefix(self.provider + ': ')}") from None
 
     # -- the wire format, per provider -----------------------------------------------------------------
+
+    @staticmethod
+    def catalogue_name(model: str) -> str:
+        """The model's name in `model_tokens`, `model_dims` and `model_prefixes`, where the API has more than
+        one name for it (Ollama's `nomic-embed-text:latest`, Gemini's `models/gemini-embedding-001`)."""
+        return model
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         """(path relative to the base URL, JSON body) for one batch."""

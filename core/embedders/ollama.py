@@ -20,6 +20,12 @@ class OllamaEmbedder(HostedEmbedder):
         "mxbai-embed-large": ("Represent this sentence for searching relevant passages: ", ""),
     }
 
+    @staticmethod
+    def catalogue_name(model: str) -> str:
+        """Without its tag: `nomic-embed-text:latest` and `:v1.5` are nomic-embed-text, and need its prefixes."""
+        name, colon, tag = model.rpartition(":")
+        return name if colon and "/" not in tag else model
+
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         body: dict[str, Any] = {"model": self.model, "input": texts}
         if self._requested_dims:
