@@ -36,6 +36,16 @@ FAULTS = (
     *("400", "401", "401-long"),
 )
 
+#: Google's canonical error status per HTTP status, as Gemini names it in `error.status`.
+GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    503: "UNAVAILABLE",
+}
+
 
 def fake_vector(text: str, dims: int) -> np.ndarray:
     seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
@@ -187,7 +197,7 @@ class FakeProvider:
     def _error(self, path: str, status: int, message: str, param: str | None = None) -> Any:
         """An error body in the API's own shape."""
         if self._gemini(path):
-            return {"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}}
+            return {"error": {"code": status, "message": message, "status": GOOGLE_STATUS.get(status, "INTERNAL")}}
         if path.endswith("/api/embed"):
             return {"error": message}
         return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}

@@ -308,6 +308,22 @@ def test_search_reranks_through_the_service_caches_and_degrades(
     assert [h.path for h in failed.results] == [h.path for h in fused.results]
 
 
+def test_only_the_fused_shortlist_of_rerank_candidates_is_sent(
+    fake: FakeReranker, workspace, make_config, open_index, monkeypatch: pytest.MonkeyPatch
+):
+    from tests.sample import NOTES
+
+    monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+    settings = {"rerank.enabled": True, "rerank.provider": "cohere", "rerank.baseUrl": fake.url}
+    index = open_index(make_config(workspace(NOTES), **settings, **{"rerank.candidates": 2, "search.minScore": 0}))
+    query = "deploy failed certificate expired"
+    fused = index.search(query, rerank=False, explain=True).results
+    index.search(query, explain=True)
+    (request,) = fake.requests
+    sent = [index.get(h.path, h.startLine, h.endLine - h.startLine + 1)["text"].rstrip("\n") for h in fused[:2]]
+    assert len(fused) > 2 and request.body["documents"] == sent and request.body["top_n"] == 2
+
+
 def test_a_search_with_a_stalled_reranker_answers_within_the_timeout_unreranked(
     fake: FakeReranker, workspace, make_config, open_index, monkeypatch: pytest.MonkeyPatch
 ):
