@@ -23,7 +23,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from .limiter import RateLimiter
+from .limiter import PastDeadline, RateLimiter
 
 #: Backoff when the server gives no Retry-After: 0.5 s, 1 s, 2 s ... plus up to 0.5 s jitter, at most 30 s.
 BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_JITTER = 0.5, 30.0, 0.5
@@ -150,7 +150,13 @@ class JsonEndpoint:
     # -- one HTTP request ------------------------------------------------------------------------------
 
     def _post(self, path: str, body: dict[str, Any], tokens: int, deadline: float | None = None) -> Any:
-        self.limiter.acquire(tokens)
+        try:
+            self.limiter.acquire(tokens, deadline)
+        except PastDeadline as exc:  # the wait is the caller's too: past its deadline the request is not made
+            raise self.failure(
+                f"{self.provider}: not sent: the client-side rate limit would hold it {exc.wait:.1f} s, longer "
+                f"than a waiting caller has left ({max((deadline or 0) - time.monotonic(), 0):.1f} s)"
+            ) from None
         with self._count_lock:
             self.calls += 1
         timeout = self._timeout if deadline is None else max(deadline - time.monotonic(), 0.1)

@@ -256,6 +256,19 @@ def test_requests_are_paced_by_the_rate_limiter(fake: FakeProvider, provider: Ca
     assert fake.requests[-1].at - fake.requests[0].at >= 0.9
 
 
+def test_a_query_the_rate_limit_would_hold_past_the_search_budget_fails_at_once(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder]
+):
+    """With requestsPerMinute = 2 the probe took the one request of the bucket: a search's query waited
+    30 s for the next, past the 10 s a search waits on it (and behind a whole sync's requests while one
+    ran); now it is refused at once, unsent, so the search answers from keywords and says why."""
+    embedder = provider("openai", requestsPerMinute=2)
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match=r"not sent: the client-side rate limit would hold it 3\d\.\d s"):
+        embedder.embed_query("a question")
+    assert time.monotonic() - started < 2 and len(fake.requests) == 1  # the probe alone
+
+
 # -- faults ---------------------------------------------------------------------------------------------
 
 
