@@ -26,7 +26,7 @@ from api.catch_up import CatchUps
 from core import Config, ConfigError, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse
 from core.config import every_agent
 from core.config_home import agent_id_problem
-from core.embedders import create_embedder
+from core.embedders import create_embedder, warm_up
 
 
 class SearchPool(Protocol):
@@ -135,13 +135,14 @@ class Agents:
 
     def warm_up(self) -> None:
         """Load the embedder and run it once (the first call sizes the ONNX session's buffers), then start the
-        search workers, if any; `ready` is set when all of it is done."""
+        search workers, if any; `ready` is set when all of it is done. A hosted provider's warm-up is its
+        start-up probe (`core.embedders.warm_up`); the indexes open their own client."""
         try:
             embedder = create_embedder(self.configs[DEFAULT_AGENT].embedding)
             if embedder is None:
                 self.embedder_state = "none"
             else:
-                embedder.embed_query("memsift warm-up")
+                warm_up(embedder)
                 self.embedder_state = "loaded"
         except Exception as exc:  # searches degrade to keywords; readiness reports why
             self.embedder_state = f"unavailable: {type(exc).__name__}: {exc}"

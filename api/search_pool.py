@@ -28,7 +28,7 @@ from typing import Any
 
 from api.agents import open_index
 from core import Config, MemoryIndex, MemsiftError, SearchResponse
-from core.embedders import create_embedder
+from core.embedders import create_embedder, warm_up
 
 ORPHAN_CHECK_SECONDS = 1.0
 
@@ -102,7 +102,7 @@ def _start_worker(config: Config, started: SimpleQueue[int]) -> None:
     try:
         embedder = create_embedder(config.embedding)
         if embedder is not None:
-            embedder.embed_query("memsift warm-up")
+            warm_up(embedder)
     except Exception:  # noqa: S110  (searches meet the same error, degrade to keywords and say why)
         pass
     started.put(os.getpid())

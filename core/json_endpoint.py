@@ -23,7 +23,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from .limiter import RateLimiter
+from .limiter import PastDeadline, RateLimiter
 
 #: Backoff when the server gives no Retry-After: 0.5 s, 1 s, 2 s ... plus up to 0.5 s jitter, at most 30 s.
 BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_JITTER = 0.5, 30.0, 0.5
@@ -150,7 +150,13 @@ class JsonEndpoint:
     # -- one HTTP request ------------------------------------------------------------------------------
 
     def _post(self, path: str, body: dict[str, Any], tokens: int, deadline: float | None = None) -> Any:
-        self.limiter.acquire(tokens)
+        try:
+            self.limiter.acquire(tokens, deadline)
+        except PastDeadline as exc:  # the wait is the caller's too: past its deadline the request is not made
+            raise self.failure(
+                f"{self.provider}: not sent: the client-side rate limit would hold it {exc.wait:.1f} s, longer "
+                f"than a waiting caller has left ({max((deadline or 0) - time.monotonic(), 0):.1f} s)"
+            ) from None
         with self._count_lock:
             self.calls += 1
         timeout = self._timeout if deadline is None else max(deadline - time.monotonic(), 0.1)
@@ -200,7 +206,8 @@ class JsonEndpoint:
         return f"{self.provider}: {status} after {attempts}: {exc.reason}"
 
     def _server_message(self, response: httpx.Response) -> str:
-        """The server's own explanation (OpenAI/Gemini `error.message`, others' `detail`/`error`), redacted."""
+        """The server's own explanation, redacted: OpenAI's and Gemini's `error.message`, Ollama's and TEI's
+        `error`, Cohere's, Mistral's and vLLM's `message`, Voyage's and Jina's `detail`."""
         try:
             payload = response.json()
         except ValueError:
@@ -211,8 +218,8 @@ class JsonEndpoint:
                 message = str(error.get("message") or error)
             elif error:
                 message = str(error)
-            elif isinstance(payload, dict) and payload.get("detail"):
-                message = str(payload["detail"])
+            elif isinstance(payload, dict) and (payload.get("message") or payload.get("detail")):
+                message = str(payload.get("message") or payload["detail"])
             else:
                 message = str(payload)
         # Redacted before the cut: a key across the 500th character left its first characters in the error.

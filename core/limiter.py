@@ -46,6 +46,15 @@ class _Bucket:
         self.last = at
 
 
+class PastDeadline(Exception):
+    """A request the limits would hold past its caller's deadline (a search waiting on its query's embedding):
+    nothing was reserved for it, and `wait` says how long it would have waited."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"the rate limit would hold the request {wait:.1f} s")
+        self.wait = wait
+
+
 class RateLimiter:
     """Holds requests to `requests_per_minute` and their tokens to `tokens_per_minute` (None: no limit)."""
 
@@ -64,8 +73,10 @@ class RateLimiter:
         self._requests = _Bucket(requests_per_minute, now) if requests_per_minute else None
         self._tokens = _Bucket(tokens_per_minute, now) if tokens_per_minute else None
 
-    def acquire(self, tokens: int) -> float:
-        """Block until one request of `tokens` tokens may go under both limits; return the seconds waited."""
+    def acquire(self, tokens: int, deadline: float | None = None) -> float:
+        """Block until one request of `tokens` tokens may go under both limits; return the seconds waited.
+        With a `deadline` (on the limiter's clock) that the request could not go by: PastDeadline at once, and
+        no share taken (a search answers from keywords rather than queue behind a sync's requests)."""
         start = self._clock()
         if self._requests is None and self._tokens is None:
             return 0.0
@@ -76,6 +87,8 @@ class RateLimiter:
                 go = max(go, self._requests.ready_at(1, now))
             if self._tokens is not None:
                 go = max(go, self._tokens.ready_at(tokens, now))
+            if deadline is not None and go > deadline:
+                raise PastDeadline(go - now)
             if self._requests is not None:
                 self._requests.take(1, go)
             if self._tokens is not None:

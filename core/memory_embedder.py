@@ -124,12 +124,23 @@ class EmbedderChoice:
         return json.loads(raw) if raw else None
 
     def _fallback_config(self) -> EmbeddingConfig:
-        """The embedding settings with the fallback as provider; model and endpoint belong to the primary
-        unless the fallback is the same provider."""
+        """The embedding settings with the fallback as provider. What belongs to the primary's endpoint (its
+        URL, key and headers, which may carry a proxy's credentials) and model (its dimensions and prefixes)
+        is not passed to a fallback of another provider: it gets its own defaults."""
         embedding = self.config.embedding
         if embedding.fallback == embedding.provider:
             return embedding
-        return replace(embedding, provider=embedding.fallback, model=None, baseUrl=None, apiKey=None)
+        return replace(
+            embedding,
+            provider=embedding.fallback,
+            model=None,
+            baseUrl=None,
+            apiKey=None,
+            headers={},
+            dimensions=None,
+            queryPrefix=None,
+            documentPrefix=None,
+        )
 
     def _fallback_embedder(self) -> Embedder | None:
         if not self._fallback_loaded:

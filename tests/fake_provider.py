@@ -3,6 +3,14 @@
 Vectors are deterministic (a hash of the text seeds a unit vector), so a test can compute what the client
 should return. Faults are chosen per request number (1-based, every POST counts), and every request is
 recorded with its arrival time so tests can measure retries and waits from the server's side.
+
+It keeps the documented rules a client can get wrong, as the real services do: an unknown path is 404; the
+dimension asked for (`dimensions`, `output_dimension`, Gemini's `outputDimensionality`, Ollama's `dimensions`)
+is the dimension answered; Gemini takes at most 100 requests a batch, each naming the model of the URL, and
+OpenAI 2048 inputs a request (400 past them); with `key` set, a request
+without it in the API's own header (`x-goog-api-key` for Gemini, `Authorization: Bearer` for the others) is
+401; and every error body has the API's own shape (OpenAI `{error: {message, type, param, code}}`, Gemini
+`{error: {code, message, status}}`, Ollama `{error: "..."}`).
 """
 
 from __future__ import annotations
@@ -27,6 +35,16 @@ FAULTS = (
     *("429", "429-date", "429-zero", "500", "503", "stall", "drop", "malformed", "count", "dim"),
     *("400", "401", "401-long"),
 )
+
+#: Google's canonical error status per HTTP status, as Gemini names it in `error.status`.
+GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    503: "UNAVAILABLE",
+}
 
 
 def fake_vector(text: str, dims: int) -> np.ndarray:
@@ -60,6 +78,10 @@ class FakeProvider:
     #: a request holding an input this says is bad is answered 400 naming that input (as OpenAI does for an
     #: input over the model's context length); e.g. `lambda t: len(t) > 500` or `lambda t: "BAD" in t`
     reject: Callable[[str], bool] | None = None
+    #: the API key the server wants, in the API's own header; None: any request is let in
+    key: str | None = None
+    #: the path the API is served under (`/v1` as vLLM and OpenAI serve it); other paths are 404
+    prefix: str = ""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -107,6 +129,8 @@ class FakeProvider:
             number = len(self.requests) + 1
             fault = self.fault(number)
             self.requests.append(Request(h.path, body, dict(h.headers), time.monotonic(), fault))
+        if not self._serves(h.path):
+            return self._send(h, 404, self._error(h.path, 404, f"no route for POST {h.path}"))
         if number == self.hold_at:
             self.held.set()
             self._release.wait()
@@ -122,23 +146,61 @@ class FakeProvider:
             time.sleep(self.stall_seconds)  # the server being slow, not test synchronisation
         if fault in ("429", "429-date", "429-zero"):
             after = {"429": "1", "429-zero": "0", "429-date": email.utils.formatdate(time.time() + 2, usegmt=True)}
-            return self._send(h, 429, {"error": {"message": "Rate limit reached"}}, {"Retry-After": after[fault]})
+            error = self._error(h.path, 429, "Rate limit reached")
+            return self._send(h, 429, error, {"Retry-After": after[fault]})
         if fault in ("500", "503"):
-            return self._send(h, int(fault), {"error": {"message": "upstream trouble"}})
+            return self._send(h, int(fault), self._error(h.path, int(fault), "upstream trouble"))
         if fault == "400":
-            return self._send(h, 400, {"error": {"message": "input is too long"}})
+            return self._send(h, 400, self._error(h.path, 400, "input is too long"))
+        auth = h.headers.get("x-goog-api-key") if self._gemini(h.path) else h.headers.get("Authorization")
         if fault in ("401", "401-long"):
             auth = h.headers.get("Authorization") or h.headers.get("x-goog-api-key") or ""
             # 401-long: the key straddles the 500th character, where clients cut a server's message
             padding = "." * (490 - len("Incorrect API key provided: Bearer ")) if fault == "401-long" else ""
-            return self._send(h, 401, {"error": {"message": f"{padding}Incorrect API key provided: {auth}"}})
+            return self._send(h, 401, self._error(h.path, 401, f"{padding}Incorrect API key provided: {auth}"))
+        if self.key and auth != (self.key if self._gemini(h.path) else f"Bearer {self.key}"):
+            return self._send(h, 401, self._error(h.path, 401, "invalid or missing API key"))
         if fault == "malformed":
             return self._send_raw(h, 200, b'{"data": [')
+        refused = self._refuse(h.path, body)
+        if refused:
+            return self._send(h, 400, self._error(h.path, 400, refused))
         bad = [i for i, t in enumerate(body.get("input") or []) if self.reject and self.reject(t)]
         if bad:
             message = f"input[{bad[0]}] is invalid: this model's maximum context length was exceeded"
-            return self._send(h, 400, {"error": {"message": message, "param": f"input[{bad[0]}]"}})
+            return self._send(h, 400, self._error(h.path, 400, message, param=f"input[{bad[0]}]"))
         self._send(h, 200, self._answer(h.path, body, fault))
+
+    # -- what the real APIs document (a subclass speaks another API) ---------------------------------------
+
+    @staticmethod
+    def _gemini(path: str) -> bool:
+        return path.endswith(":batchEmbedContents")
+
+    def _serves(self, path: str) -> bool:
+        """The documented routes, under any prefix (a base URL may carry one): anything else is 404."""
+        return path.startswith(self.prefix) and path.endswith(("/embeddings", ":batchEmbedContents", "/api/embed"))
+
+    def _refuse(self, path: str, body: dict[str, Any]) -> str | None:
+        """The reason a documented limit refuses this request (400), or None."""
+        if self._gemini(path):
+            requests = body.get("requests") or []
+            if len(requests) > 100:
+                return "* BatchEmbedContentsRequest.requests: at most 100 requests can be in one batch"
+            model = "models/" + path.rsplit("/", 1)[-1].split(":")[0]
+            if any(r.get("model") != model for r in requests):
+                return f"* BatchEmbedContentsRequest.model: every request must name the model of the URL ({model})"
+        elif path.endswith("/embeddings") and len(body.get("input") or []) > 2048:
+            return "'$.input' is invalid: an array must be 2048 items or fewer"
+        return None
+
+    def _error(self, path: str, status: int, message: str, param: str | None = None) -> Any:
+        """An error body in the API's own shape."""
+        if self._gemini(path):
+            return {"error": {"code": status, "message": message, "status": GOOGLE_STATUS.get(status, "INTERNAL")}}
+        if path.endswith("/api/embed"):
+            return {"error": message}
+        return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
 
     def _answer(self, path: str, body: dict[str, Any], fault: str | None) -> Any:
         """The 200 answer to a request that met no HTTP-level fault (a subclass speaks another API)."""
@@ -158,13 +220,18 @@ class FakeProvider:
             dims = body["requests"][0].get("outputDimensionality") or self.dims
             return texts, dims, lambda vs: {"embeddings": [{"values": v} for v in vs]}
         if path.endswith("/api/embed"):
-            return body["input"], self.dims, lambda vs: {"embeddings": vs}
+            return body["input"], body.get("dimensions") or self.dims, lambda vs: {"embeddings": vs}
         dims = body.get("dimensions") or body.get("output_dimension") or self.dims
         # Answer in reverse order: clients must sort by `index`.
         return (
             body["input"],
             dims,
-            lambda vs: {"data": [{"index": i, "embedding": v} for i, v in reversed(list(enumerate(vs)))]},
+            lambda vs: {
+                "object": "list",
+                "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in reversed(list(enumerate(vs)))],
+                "model": body.get("model"),
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            },
         )
 
     def _send(

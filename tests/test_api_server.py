@@ -534,3 +534,29 @@ def test_sigterm_as_serve_starts_is_a_clean_exit(workspace, memsift_home: Path) 
         assert b"error" not in proc.stderr.read()
     finally:
         stop_process(proc)
+
+
+def test_serve_on_a_hosted_provider_warms_nothing_up_and_pays_for_no_query(workspace, memsift_home: Path) -> None:
+    """The warm-up ran a query on its own client of the provider (a paid request at every start, and a client
+    kept open for the server's life); a hosted provider's warm-up is its start-up probe, then the client is
+    closed: the probes are the only requests a start makes."""
+    from tests.fake_provider import FakeProvider
+
+    provider = FakeProvider()
+    ws = workspace({"MEMORY.md": "# Memory\n- Dana drinks a flat white.\n"})
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}/v1"\nmodel = "m"\n[sync]\nwatch = false\n'
+    )
+    port = free_port()
+    env = dict(os.environ, MEMSIFT_HOME=str(memsift_home))
+    cmd = [MEMSIFT, "--workspace", ws, "serve", "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        wait_for(proc, f"http://127.0.0.1:{port}/readyz")
+        found = httpx.post(f"http://127.0.0.1:{port}/v1/search", json={"query": "flat white"}, timeout=60).json()
+    finally:
+        stop_process(proc)
+        provider.close()
+    assert found["provider"] == "openai" and "degraded" not in found
+    queries = [r.body["input"] for r in provider.requests if r.body["input"] != ["memsift probe"]]
+    assert ["memsift warm-up"] not in queries and ["flat white"] in queries

@@ -105,6 +105,31 @@ def test_a_provider_that_cannot_start_falls_back_to_the_local_model(ws, make_con
     assert response.results[0].path == "MEMORY.md"
 
 
+def test_the_primarys_endpoint_and_model_settings_do_not_reach_a_fallback_of_another_provider(
+    ws, make_config, open_index
+):
+    """A proxy's credentials in `embedding.headers`, and the dimensions and prefixes of the primary's model,
+    went to the fallback's service too (the key alone was kept back)."""
+    primary = {
+        "embedding.provider": "openai",
+        "embedding.apiKey": "sk-primary-0123456789abcdef",
+        "embedding.headers": {"X-Proxy-Auth": "proxy-secret-0123456789"},
+        "embedding.dimensions": 256,
+        "embedding.queryPrefix": "query: ",
+        "embedding.documentPrefix": "passage: ",
+    }
+    fallback = open_index(make_config(ws, **primary, **{"embedding.fallback": "ollama"}))._fallback_config()
+    assert (fallback.provider, fallback.model, fallback.baseUrl, fallback.apiKey) == ("ollama", None, None, None)
+    assert (fallback.headers, fallback.dimensions, fallback.queryPrefix, fallback.documentPrefix) == (
+        {},
+        None,
+        None,
+        None,
+    )
+    same = open_index(make_config(ws, **primary, **{"embedding.fallback": "openai"}))._fallback_config()
+    assert same.headers == primary["embedding.headers"] and same.dimensions == 256  # the same provider: all of it
+
+
 def test_without_a_fallback_the_error_propagates_and_the_index_is_unchanged(ws, make_config, open_index):
     config = make_config(ws)
     assert config.embedding.fallback == "none"

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from core.limiter import RateLimiter
+from core.limiter import PastDeadline, RateLimiter
 
 
 def run_threads(limiter: RateLimiter, tokens: int, threads: int, seconds: float) -> tuple[float, list[float]]:
@@ -110,3 +110,12 @@ def test_both_limits_apply_together(clock):
     assert limiter.acquire(100) == 0.0
     assert limiter.acquire(1) == pytest.approx(1.0)  # the request bucket is the tighter one
     assert limiter.acquire(300) == pytest.approx(2.01)  # now the token bucket: (300 - 99) / 100 s
+
+
+def test_a_request_that_could_not_go_by_its_deadline_is_refused_at_once_and_takes_no_share(clock):
+    limiter = RateLimiter(2, None, clock=clock, sleep=clock.sleep)  # one request, then one every 30 s
+    assert limiter.acquire(1) == 0.0
+    with pytest.raises(PastDeadline) as refused:
+        limiter.acquire(1, deadline=clock.now + 10)  # a search's query: 10 s at most
+    assert refused.value.wait == pytest.approx(30.0) and clock.slept == []
+    assert limiter.acquire(1, deadline=clock.now + 30) == pytest.approx(30.0)  # the refused one took nothing

@@ -92,6 +92,7 @@ def provider(
     ],
 )
 def test_wire_format_and_input_types(fake: FakeProvider, provider: Callable[..., HostedEmbedder], name, path, auth):
+    fake.key = KEY if auth else None  # the server refuses a key in another header than its API's
     embedder = provider(name, dimensions=16)
     docs = embedder.embed_documents(["alpha", "beta"])
     query = embedder.embed_query("gamma")
@@ -112,6 +113,7 @@ def test_wire_format_and_input_types(fake: FakeProvider, provider: Callable[...,
         assert doc_req.body["output_dimension"] == 16
     elif name == "ollama":  # nomic-embed-text's own prefixes: the API has no input types
         assert (doc_prefix, query_prefix) == ("search_document: ", "search_query: ")
+        assert doc_req.body["dimensions"] == 16  # where it was never sent: 768-d vectors, "expected 16"
         assert doc_req.body["input"] == ["search_document: alpha", "search_document: beta"]
         assert query_req.body["input"] == ["search_query: gamma"]
     else:
@@ -122,6 +124,61 @@ def test_wire_format_and_input_types(fake: FakeProvider, provider: Callable[...,
     np.testing.assert_allclose(docs, expected, atol=1e-6)
     np.testing.assert_allclose(query, fake_vector(query_prefix + "gamma", 16), atol=1e-6)
     assert docs.dtype == np.float32 and embedder.dims == 16
+
+
+@pytest.mark.parametrize(
+    ("name", "served_under", "suffix", "paths"),
+    [
+        ("openai", "/v1", "", ["/embeddings", "/v1/embeddings", "/v1/embeddings"]),  # vLLM, api.openai.com
+        ("openai", "/v1", "/", ["/embeddings", "/v1/embeddings", "/v1/embeddings"]),
+        ("openai", "/v1", "/v1", ["/v1/embeddings", "/v1/embeddings"]),
+        ("openai", "/v1", "/v1/", ["/v1/embeddings", "/v1/embeddings"]),
+        ("openai", "", "", ["/embeddings", "/embeddings"]),  # TEI's root route: used as it is
+        ("voyage", "/v1", "", ["/embeddings", "/v1/embeddings", "/v1/embeddings"]),
+        ("gemini", "/v1beta", "", [f"{p}/models/m:batchEmbedContents" for p in ("", "/v1beta", "/v1beta")]),
+    ],
+)
+def test_a_base_url_naming_only_the_server_finds_the_api_under_its_version(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder], name, served_under, suffix, paths
+):
+    """`baseUrl = "http://gpu:8000"` for a server with the API under /v1 (vLLM, OpenAI) failed every start
+    ("HTTP 404 ... no route for POST /embeddings"); the probe now tries the API's version once more, and the
+    URL that answered is kept. A base URL with a path is used as it is."""
+    root = fake.url
+    fake.prefix, fake.url = served_under, root + suffix
+    embedder = provider(name, model="m")
+    embedder.embed_documents(["alpha"])
+    assert [r.path for r in fake.requests] == paths
+    assert json.loads(embedder.fingerprint)["baseUrl"] == root + served_under
+
+
+def test_a_base_url_answering_404_under_its_version_too_is_unavailable(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder]
+):
+    fake.prefix = "/api"
+    with pytest.raises(EmbedderUnavailable) as err:
+        provider("openai", model="m")
+    assert str(err.value) == (
+        f"openai: HTTP 404 from {fake.url}: no route for POST /embeddings; "
+        f"then HTTP 404 from {fake.url}/v1: no route for POST /v1/embeddings"
+    )
+    fake.url += "/other"  # a path of its own: used as it is, never completed
+    with pytest.raises(EmbedderUnavailable, match="no route for POST /other/embeddings"):
+        provider("openai", model="m")
+    assert [r.path for r in fake.requests] == ["/embeddings", "/v1/embeddings", "/other/embeddings"]
+
+
+@pytest.mark.parametrize("model", ["nomic-embed-text:latest", "nomic-embed-text:v1.5"])
+def test_an_ollama_model_with_its_tag_is_still_the_model_it_names(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder], model
+):
+    """`nomic-embed-text:latest` (as `ollama pull` names it) lost the model's prefixes, which it needs, and its
+    known limits: queries and chunks went without `search_query: ` / `search_document: `."""
+    embedder = provider("ollama", model=model, dimensions=16)
+    embedder.embed_documents(["a note"])
+    embedder.embed_query("a question")
+    assert [r.body["input"] for r in fake.requests[-2:]] == [["search_document: a note"], ["search_query: a question"]]
+    assert {r.body["model"] for r in fake.requests} == {model} and embedder.max_bytes == 2048 * 2
 
 
 def test_configured_prefixes_reach_the_server(fake: FakeProvider, provider: Callable[..., HostedEmbedder]):
@@ -154,6 +211,24 @@ def test_batches_by_inputs_and_bytes_in_order_with_concurrency(
     np.testing.assert_allclose(vectors, np.stack([fake_vector(t, fake.dims) for t in texts]), atol=1e-6)
 
 
+@pytest.mark.parametrize("model", ["gemini-embedding-001", "models/text-embedding-004"])
+def test_gemini_batches_hold_at_most_100_requests_naming_the_model_of_the_url(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder], model
+):
+    """Gemini refuses a batch of more than 100 requests, and a request whose model is not the URL's: a larger
+    batchMaxInputs cost a refused request and a halving each time, and `models/<id>` (as Google's examples
+    write it) asked for `/models/models/<id>`, which does not exist."""
+    embedder = provider("gemini", model=model, dimensions=16, batchMaxInputs=150)
+    texts = [f"text {i}" for i in range(250)]
+    vectors = embedder.embed_documents(texts)
+    sent = fake.requests[1:]
+    assert sorted(len(r.body["requests"]) for r in sent) == [50, 100, 100]  # in flight together: any order
+    bare = model.removeprefix("models/")
+    assert {r.path for r in fake.requests} == {f"/models/{bare}:batchEmbedContents"}
+    assert {q["model"] for r in sent for q in r.body["requests"]} == {f"models/{bare}"}
+    np.testing.assert_allclose(vectors, np.stack([fake_vector(t, 16) for t in texts]), atol=1e-6)
+
+
 def test_split_utf8_never_cuts_a_character():
     text = "ab" + "é" * 5 + "漢字" * 3 + "😀"
     pieces = split_utf8(text, 5)
@@ -179,6 +254,19 @@ def test_requests_are_paced_by_the_rate_limiter(fake: FakeProvider, provider: Ca
     embedder.embed_documents([f"t{i}" for i in range(7)])
     assert len(fake.requests) == 8  # with the probe: the last 4 wait for the refill, 1/4 s each
     assert fake.requests[-1].at - fake.requests[0].at >= 0.9
+
+
+def test_a_query_the_rate_limit_would_hold_past_the_search_budget_fails_at_once(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder]
+):
+    """With requestsPerMinute = 2 the probe took the one request of the bucket: a search's query waited
+    30 s for the next, past the 10 s a search waits on it (and behind a whole sync's requests while one
+    ran); now it is refused at once, unsent, so the search answers from keywords and says why."""
+    embedder = provider("openai", requestsPerMinute=2)
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match=r"not sent: the client-side rate limit would hold it 3\d\.\d s"):
+        embedder.embed_query("a question")
+    assert time.monotonic() - started < 2 and len(fake.requests) == 1  # the probe alone
 
 
 # -- faults ---------------------------------------------------------------------------------------------

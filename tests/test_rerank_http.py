@@ -204,6 +204,18 @@ def test_client_errors_are_not_retried_and_never_show_the_key(
     assert f"HTTP {status}" in message and server_says in message and KEY not in message
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_each_service_error_body_is_read_as_its_message(
+    fake: FakeReranker, reranker: Callable[..., CohereReranker], shape
+):
+    """Cohere answers `{message}`, Jina and Voyage `{detail}`, TEI `{error, error_type}`: the error says the
+    message itself, where Cohere's was shown as a Python dict (`{'message': 'input is too long'}`)."""
+    fake.shape, fake.fault = shape, lambda n: "400"
+    with pytest.raises(RerankError) as err:
+        reranker(dialect=shape).score(QUERY, DOCUMENTS)
+    assert str(err.value) == f"cohere: HTTP 400 from {fake.url}: input is too long"
+
+
 @pytest.mark.parametrize(("fault", "words"), [("count", "no score for 1 of 4"), ("index", "index 4 is not one")])
 def test_wrong_indexes_are_an_error_not_a_partial_ranking(
     fake: FakeReranker, reranker: Callable[..., CohereReranker], fault, words
@@ -294,6 +306,22 @@ def test_search_reranks_through_the_service_caches_and_degrades(
     failed = index.search("the on-call SRE this quarter")
     assert "reranking failed" in failed.degraded and KEY not in failed.degraded
     assert [h.path for h in failed.results] == [h.path for h in fused.results]
+
+
+def test_only_the_fused_shortlist_of_rerank_candidates_is_sent(
+    fake: FakeReranker, workspace, make_config, open_index, monkeypatch: pytest.MonkeyPatch
+):
+    from tests.sample import NOTES
+
+    monkeypatch.setenv("MEMSIFT_RERANK_API_KEY", KEY)
+    settings = {"rerank.enabled": True, "rerank.provider": "cohere", "rerank.baseUrl": fake.url}
+    index = open_index(make_config(workspace(NOTES), **settings, **{"rerank.candidates": 2, "search.minScore": 0}))
+    query = "deploy failed certificate expired"
+    fused = index.search(query, rerank=False, explain=True).results
+    index.search(query, explain=True)
+    (request,) = fake.requests
+    sent = [index.get(h.path, h.startLine, h.endLine - h.startLine + 1)["text"].rstrip("\n") for h in fused[:2]]
+    assert len(fused) > 2 and request.body["documents"] == sent and request.body["top_n"] == 2
 
 
 def test_a_search_with_a_stalled_reranker_answers_within_the_timeout_unreranked(

@@ -33,6 +33,7 @@ __all__ = [
     "auto_provider",
     "create_embedder",
     "provisional_stand_in",
+    "warm_up",
 ]
 
 #: `embedding.provider` -> "module:callable" that builds the embedder from the EmbeddingConfig.
@@ -87,3 +88,15 @@ def provisional_stand_in(config: EmbeddingConfig, reason: str) -> DownEmbedder |
         return None
     identity = {"provider": provider, "model": config.model or kind.default_model, "dims": None, "fingerprint": None}
     return DownEmbedder(identity, reason)
+
+
+def warm_up(embedder: Embedder) -> None:
+    """Run a freshly made embedder once, so the first search does not pay for it (the local model sizes its
+    ONNX session's buffers). A hosted provider's start-up probe was that run: the client made for it is
+    closed, where a warm-up query cost a paid request and the client stayed open for the process's life."""
+    from .hosted import HostedEmbedder  # httpx and the providers only when one is configured
+
+    if isinstance(embedder, HostedEmbedder):
+        embedder.close()
+    else:
+        embedder.embed_query("memsift warm-up")

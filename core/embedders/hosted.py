@@ -12,6 +12,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -71,20 +72,25 @@ class HostedEmbedder(JsonEndpoint):
     model_prefixes: dict[str, tuple[str, str]] = {}
     #: How queries and documents are told apart on the wire, for the fingerprint ("prefix" or an input type).
     input_scheme = "prefix"
+    #: Inputs the API takes in one request (None: no documented limit); `batchMaxInputs` is cut to it, since a
+    #: request over it is refused (400) and costs a halving into two more requests every time.
+    max_inputs: int | None = None
+    #: The API's version path (`/v1`), tried when a base URL naming only a server answers 404 (`_probe`).
+    api_version: str | None = None
 
     def __init__(self, config: EmbeddingConfig) -> None:
         self.model = config.model or self.default_model
+        known = self.catalogue_name(self.model)
         self.base_url = (config.baseUrl or self.default_base_url).rstrip("/")
         self._key = config.apiKey or (os.environ.get(self.key_env) if self.key_env else None)
         if self.key_env and not self._key and not config.baseUrl:
             raise EmbedderUnavailable(f"{self.provider}: set {self.key_env} in the environment (or embedding.apiKey)")
-        query_prefix, document_prefix = self.model_prefixes.get(self.model, ("", ""))
+        query_prefix, document_prefix = self.model_prefixes.get(known, ("", ""))
         self.query_prefix = query_prefix if config.queryPrefix is None else config.queryPrefix
         self.document_prefix = document_prefix if config.documentPrefix is None else config.documentPrefix
-        self.max_bytes = min(
-            self.model_tokens.get(self.model, UNKNOWN_MODEL_TOKENS) * BYTES_PER_TOKEN, config.batchMaxBytes
-        )
-        self.batch_max_bytes, self.batch_max_inputs = config.batchMaxBytes, config.batchMaxInputs
+        self.max_bytes = min(self.model_tokens.get(known, UNKNOWN_MODEL_TOKENS) * BYTES_PER_TOKEN, config.batchMaxBytes)
+        self.batch_max_bytes = config.batchMaxBytes
+        self.batch_max_inputs = min(config.batchMaxInputs, self.max_inputs or config.batchMaxInputs)
         self._requested_dims = config.dimensions
         self._connect(
             config.headers,
@@ -94,10 +100,9 @@ class HostedEmbedder(JsonEndpoint):
         )
         self.concurrency = config.concurrency or DEFAULT_CONCURRENCY
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.provider)
-        self.dims = config.dimensions or self.model_dims.get(self.model, 0)
+        self.dims = config.dimensions or self.model_dims.get(known, 0)
         try:
-            # A start waits on it (a server's readiness, `status --deep`, a CLI search): bounded as a query is.
-            probe = self._embed_batch([PROBE_TEXT], query=False, waited_on=True)
+            probe = self._probe()
         except EmbeddingError as exc:
             self.close()
             raise EmbedderUnavailable(str(exc)) from exc
@@ -115,7 +120,35 @@ class HostedEmbedder(JsonEndpoint):
             ensure_ascii=False,
         )
 
+    def _probe(self) -> np.ndarray:
+        """Embed PROBE_TEXT; a start waits on it (a server's readiness, `status --deep`, a CLI search), so it is
+        bounded as a query is. A base URL naming only a server (`http://gpu:8000`) that answers 404 is tried
+        once more under the API's version (`api_version`, `/v1`), where OpenAI, vLLM and most servers copying
+        an API serve it: the URL that answered is the one used, and fingerprinted, from then on. When both say
+        404, the error gives both answers (one may be "no such route", the other "no such model")."""
+        try:
+            return self._embed_batch([PROBE_TEXT], query=False, waited_on=True)
+        except EmbeddingError as exc:
+            bare = urlsplit(self.base_url).path in ("", "/")
+            if getattr(exc, "status", None) != 404 or not bare or not self.api_version:
+                raise
+            first = exc
+        self.base_url += self.api_version
+        self._client.base_url = self.base_url
+        try:
+            return self._embed_batch([PROBE_TEXT], query=False, waited_on=True)
+        except EmbeddingError as exc:
+            if getattr(exc, "status", None) != 404:
+                raise
+            raise EmbeddingError(f"{first}; then {str(exc).removeprefix(self.provider + ': ')}") from None
+
     # -- the wire format, per provider -----------------------------------------------------------------
+
+    @staticmethod
+    def catalogue_name(model: str) -> str:
+        """The model's name in `model_tokens`, `model_dims` and `model_prefixes`, where the API has more than
+        one name for it (Ollama's `nomic-embed-text:latest`, Gemini's `models/gemini-embedding-001`)."""
+        return model
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         """(path relative to the base URL, JSON body) for one batch."""

@@ -1,4 +1,5 @@
-"""A local or remote Ollama server's `/api/embed`. No key; no input types, so the models' own prefixes."""
+"""A local or remote Ollama server's `/api/embed`. No key; no input types, so the models' own prefixes;
+`dimensions` for shorter vectors of the models that allow it (Matryoshka-trained ones)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,17 @@ class OllamaEmbedder(HostedEmbedder):
         "mxbai-embed-large": ("Represent this sentence for searching relevant passages: ", ""),
     }
 
+    @staticmethod
+    def catalogue_name(model: str) -> str:
+        """Without its tag: `nomic-embed-text:latest` and `:v1.5` are nomic-embed-text, and need its prefixes."""
+        name, colon, tag = model.rpartition(":")
+        return name if colon and "/" not in tag else model
+
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
-        return "/api/embed", {"model": self.model, "input": texts}
+        body: dict[str, Any] = {"model": self.model, "input": texts}
+        if self._requested_dims:
+            body["dimensions"] = self._requested_dims
+        return "/api/embed", body
 
     def _vectors(self, payload: Any) -> list[list[float]]:
         return payload["embeddings"]

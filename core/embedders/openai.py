@@ -17,6 +17,8 @@ class OpenAIEmbedder(HostedEmbedder):
     key_env = "OPENAI_API_KEY"
     model_tokens = {"text-embedding-3-small": 8191, "text-embedding-3-large": 8191, "text-embedding-ada-002": 8191}
     model_dims = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
+    max_inputs = 2048
+    api_version = "/v1"
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         body: dict[str, Any] = {"model": self.model, "input": texts}
@@ -37,6 +39,7 @@ class MistralEmbedder(OpenAIEmbedder):
     key_env = "MISTRAL_API_KEY"
     model_tokens = {"mistral-embed": 8192, "codestral-embed": 8192}
     model_dims = {"mistral-embed": 1024, "codestral-embed": 1536}
+    max_inputs = 512  # "Too many inputs in request, split into more batches" past it
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         path, body = super()._request(texts, query)

@@ -15,6 +15,8 @@ class VoyageEmbedder(HostedEmbedder):
     model_tokens = {"voyage-3.5": 32000, "voyage-3.5-lite": 32000, "voyage-3-large": 32000, "voyage-code-3": 32000}
     model_dims = {"voyage-3.5": 1024, "voyage-3.5-lite": 1024, "voyage-3-large": 1024, "voyage-code-3": 1024}
     input_scheme = "input_type"
+    max_inputs = 1000
+    api_version = "/v1"
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         body: dict[str, Any] = {"input": texts, "model": self.model, "input_type": "query" if query else "document"}
