@@ -35,6 +35,7 @@ from core import Config, MemsiftError, load_config
 
 MAX_KEPT = 1000
 PROBE_SECONDS = 2.0  # a Prefect server that does not answer this fast is treated as absent
+FLOW_RUN_FAILED = "Flow run encountered an exception: "  # how Prefect's engine opens a failed run's message
 SERVED_WITHIN = 60.0  # Prefect's own bound before it marks a deployment not ready; runners poll every 10 s
 
 
@@ -101,6 +102,8 @@ class IndexRuns:
         if run is not None and run.deployment is not None and run.state not in FINAL:
             if not _refresh_from_prefect(run):
                 return None  # deleted on the server
+            if run.state in FINAL:
+                _set_done(run)  # its end is known when asked: whoever waits on `done` (the watcher's report) hears
         return run
 
     def wait(self, run_id: str, timeout: float) -> Run:
@@ -162,6 +165,14 @@ class IndexRuns:
 
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
+_done_lock = threading.Lock()
+
+
+def _set_done(run: Run) -> None:
+    """Resolve `run.done` once, whichever of two requests reading the run's end comes first."""
+    with _done_lock:
+        if not run.done.done():
+            run.done.set_result(None)
 
 
 def served_deployment(agent: str) -> str | None:
@@ -276,6 +287,6 @@ def _refresh_from_prefect(run: Run) -> bool:
     except httpx.HTTPError as exc:
         raise PrefectUnavailable(f"run {run.id}: the Prefect server does not answer ({exc})") from exc
     if state in ("FAILED", "CRASHED", "CANCELLED") and flow_run.state and flow_run.state.message:
-        run.error = flow_run.state.message
+        run.error = flow_run.state.message.removeprefix(FLOW_RUN_FAILED)  # `LockTimeout: ...`, as a run here says
     run.state = state
     return True

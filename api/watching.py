@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from api.runs import FINAL, IndexRuns, Run
+from api.runs import FINAL, IndexRuns, PrefectUnavailable, Run
 from core import Config
 from core.errors import LockTimeout
 from core.watching import CoalescedRuns, Configs, MemoryWatching, Phase, reported
@@ -40,6 +40,20 @@ class WatchedSyncs(CoalescedRuns[Run]):
         run = self._runs.start(self._config(agent), force=False)
         run.done.add_done_callback(lambda _: self._report(run))
         return run
+
+    def poll(self) -> list[Run]:
+        """As CoalescedRuns.poll, after asking the Prefect server how the runs through a deployment stand (a
+        run here ends in this process; one there is known to have ended only when asked): an ended one is then
+        reported as a run here is. Before, a rebuild held for `--force` or a failed sync through a worker's
+        deployment was said nowhere."""
+        with self._lock:
+            elsewhere = [r for r in self._last.values() if r.deployment is not None and not r.done.done()]
+        for run in elsewhere:
+            try:
+                self._runs.get(run.id)
+            except PrefectUnavailable:
+                pass  # asked again at the next tick, rather than a line a second while the server is away
+        return super().poll()
 
     def _report(self, run: Run) -> None:
         """A line for a sync that failed, changed something or holds a rebuild back (a catch-up with nothing to

@@ -34,8 +34,14 @@ class SyncRuns(EmbedderChoice):
 
     def needs_rebuild(self) -> bool:
         """True when a sync would rebuild: the index is new, or its identity (model, chunking, tokenizer...)
-        no longer matches and `sync.autoRebuild` lets the rebuild run without `--force`."""
-        embedder = self.embedder()
+        no longer matches and `sync.autoRebuild` lets the rebuild run without `--force`. Judged with the
+        embedder the sync would use: while the provider is down, the stand-in that keeps the index taking text
+        keyword-only (the sync flow asked with none, took the index for another model's, and handed over to a
+        rebuild that failed on the provider, where `memsift index --no-prefect` indexed the text)."""
+        try:
+            embedder = self.require_embedder()
+        except EmbedderUnavailable:
+            return False  # the sync itself stops with the reason: no rebuild to start in its place
         identity = self.store.identity()
         if identity is None or identity_matches(identity, index_identity(self.config, embedder)):
             return False  # a first index is a sync into the live file (its batches answer searches at once)

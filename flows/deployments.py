@@ -8,6 +8,7 @@ Entrypoints are module paths (`flows.sync.sync_flow`), importable wherever memsi
 
 from __future__ import annotations
 
+import shlex
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +29,18 @@ def flow_parameters(config: Config) -> dict[str, Any]:
         "workspace": str(config.workspace),
         "config_path": str(config.source.absolute()) if config.source else None,
     }
+
+
+def forced_index_command(config: Config) -> str:
+    """`memsift index --force` for this agent as a command that works in another terminal, from any folder: with
+    the workspace and, unless it is the workspace's own `memsift.toml`, the file its deployments pin (a bare
+    `memsift --agent main index --force` indexed the folder it was typed in)."""
+    words = ["memsift", "--workspace", str(config.workspace)]
+    if config.source is not None and config.source.resolve() != (config.workspace / "memsift.toml").resolve():
+        words += ["--config", str(config.source.absolute())]
+    if config.agent != "main":
+        words += ["--agent", config.agent]
+    return shlex.join([*words, "index", "--force"])
 
 
 def sync_deployment_name(agent: str) -> str:

@@ -19,6 +19,7 @@ see; the run is started here directly, without the automation service's evaluati
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,7 @@ from prefect.runner import Runner
 
 from core import Config, MemoryIndex
 from core.identity import identity_changes, identity_matches, index_identity
-from flows.deployments import agent_deployments, rebuild_deployment_name, sync_deployment_name
+from flows.deployments import agent_deployments, forced_index_command, rebuild_deployment_name, sync_deployment_name
 from flows.watch import SyncRuns
 
 CONFIG_CHANGE = "config-change"  # the rebuild run's reason: `rebuild-<agent>-config-change-<time>`
@@ -90,7 +91,8 @@ def rebuild_if_stale(config: Config, rebuilds: SyncRuns, say: Callable[[str], No
         say(
             f"agent {agent}: the index identity changed ({what}); a rebuild on the hosted provider {provider} "
             f"embeds up to {chunks} chunks again (texts already in its cache are free) and is NOT started: "
-            f"`prefect deployment run '{rebuild_deployment_name(agent)}'` or `memsift --agent {agent} index --force`"
+            f"`{_prefect_env()}prefect deployment run '{rebuild_deployment_name(agent)}'` or "
+            f"`{forced_index_command(config)}`"
         )
         return True
     started = rebuilds.request([agent])
@@ -99,6 +101,13 @@ def rebuild_if_stale(config: Config, rebuilds: SyncRuns, say: Callable[[str], No
     else:
         say(f"agent {agent}: the index identity changed ({what}); a rebuild follows the one running")
     return True
+
+
+def _prefect_env() -> str:
+    """`PREFECT_API_URL=... ` for a `prefect` command typed in another terminal, which knows no server (a bare
+    `prefect deployment run` there started a temporary one and answered "Deployment ... not found!")."""
+    url = os.environ.get("PREFECT_API_URL")
+    return f"PREFECT_API_URL={url} " if url else ""
 
 
 def publish_state(state: dict[str, Any]) -> None:

@@ -262,6 +262,48 @@ def test_a_hosted_providers_rebuild_is_announced_not_started(workspace, memsift_
     assert "prefect deployment run 'memsift-rebuild/main'" in line
 
 
+def test_the_commands_a_held_rebuild_names_work_in_another_terminal(
+    workspace, memsift_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """`up` says how to start the rebuild it holds; the user types that in another terminal, in another folder.
+    `memsift --agent main index --force` there indexed that folder, and `prefect deployment run ...` without
+    `PREFECT_API_URL` started a temporary server and answered "Deployment 'memsift-rebuild/main' not found!"."""
+    import json
+    import re
+    import shlex
+
+    from api.cli import main
+    from core import MemoryIndex, load_config
+    from flows.reload import rebuild_if_stale
+    from flows.watch import SyncRuns
+    from tests.fake_provider import FakeProvider
+
+    fake = FakeProvider()
+    try:
+        hosted = f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake"\n'
+        ws = workspace({**NOTES, "memsift.toml": hosted})
+        with MemoryIndex(load_config(workspace=ws)) as index:
+            index.sync()
+        (ws / "memsift.toml").write_text(hosted + "[chunking]\ntokens = 48\noverlap = 0\n")
+        never = SyncRuns(deployment=lambda agent: pytest.fail(f"a rebuild of {agent} was started"))
+        lines: list[str] = []
+        monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4242/api")  # `up` sets it to its server's
+        assert rebuild_if_stale(load_config(workspace=ws), never, lines.append, "ui") is True
+        monkeypatch.delenv("PREFECT_API_URL")
+        (line,) = lines
+        assert "`PREFECT_API_URL=http://127.0.0.1:4242/api prefect deployment run 'memsift-rebuild/main'`" in line
+        (command,) = re.findall(r"`(memsift [^`]*)`", line)
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        capsys.readouterr()
+        assert main([*shlex.split(command)[1:], "--dry-run", "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        assert plan["provider"] == "openai" and plan["rebuild"] and plan["filesToRead"] == len(NOTES), plan
+    finally:
+        fake.close()
+
+
 def test_a_config_folder_replaced_is_followed_again(workspace, tmp_path: Path) -> None:
     """inotify watches the folder, not its name: once the workspace holding memsift.toml was replaced by a copy
     renamed over it (a restore, a fresh clone swapped in), its file's edits were followed no more."""

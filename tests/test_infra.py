@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import io
 import itertools
 import os
 import shlex
@@ -48,6 +49,21 @@ def test_prefect_yaml_deploys_the_sync_and_rebuild_flows() -> None:
         else:
             assert not deployment.schedules
     assert names == {"memsift-sync/main", "memsift-rebuild/main"}
+
+
+def test_prefect_deploy_in_a_terminal_asks_nothing(monkeypatch) -> None:
+    """`prefect deploy --all --prefect-file infra/prefect.yaml` typed in a terminal (infra/README.md): for a
+    deployment without a `schedules` key Prefect asks "Would you like to configure schedules for this
+    deployment? (y)", and Enter gave the on-demand rebuild a schedule. Prefect's own step, as interactive."""
+    from prefect.cli.deploy._schedules import _construct_schedules
+    from rich.console import Console
+
+    def asked(*args: object, **kwargs: object) -> str:
+        raise AssertionError(f"prefect deploy asks: {args}")
+
+    monkeypatch.setattr("builtins.input", asked)
+    for deployment in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]:
+        _construct_schedules(deployment, {}, console=Console(file=io.StringIO()), is_interactive=lambda: True)
 
 
 # ---------------------------------------------------------------- compose.yaml, Dockerfile, k8s/: lint

@@ -125,6 +125,29 @@ def test_a_provider_down_when_the_process_starts_gives_the_same_keyword_only_syn
     assert status["vectorsPending"] is None and status["embedderError"] is None and not status["dirty"]
 
 
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_sync_flow_run_with_the_provider_down_is_the_same_keyword_only_sync(
+    config: Config, provider: Switchable
+) -> None:
+    """The run a schedule, the watcher of `memsift up` or `memsift index` with a Prefect server starts: the flow
+    asks whether to hand over to the rebuild flow before it syncs. Asked with no embedder, it took the index
+    for another model's and started a `memsift-rebuild` subflow, which failed on the provider: every sync
+    during the outage failed and the new note was not indexed, where `--no-prefect` indexed it keyword-only."""
+    from flows.sync import run_sync
+    from tests.test_flows import Runs
+
+    with MemoryIndex(config) as index:
+        index.sync()
+    (config.workspace / "memory" / "2026-11-30.md").write_text(NEW_NOTE)
+    provider.down = True
+    runs = Runs()
+    report = run_sync(workspace=str(config.workspace))
+    assert report.added == 1 and report.vectorsPending and not report.rebuilt
+    assert any("503" in w and "keyword search only" in w for w in report.warnings)
+    assert runs.one().state.is_completed() and runs.new("memsift-rebuild") == []
+    assert chunks_without_vectors(config.db_path) == 1
+
+
 def test_a_search_with_the_provider_down_finds_a_note_written_since_the_last_sync(
     config: Config, provider: Switchable, capsys
 ) -> None:

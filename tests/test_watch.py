@@ -258,6 +258,52 @@ def test_serve_syncs_an_agent_whose_settings_changed(workspace, memsift_home) ->
         fake.close()
 
 
+def test_serve_says_how_a_sync_through_a_served_deployment_ended(workspace, memsift_home, applied) -> None:
+    """`memsift serve` next to a Prefect server whose worker (or `up`) serves `memsift-sync/main`: the watcher's
+    syncs go through that deployment. Their end was reported only for a run of this process (its `done`
+    future): through the deployment, a rebuild held for `--force`, or a failed sync, was said nowhere. The
+    watcher's tick asks the server, and says it as for a run here (a failed run's error too: `ConfigError:
+    ...`, not Prefect's `Flow run encountered an exception: ConfigError: ...`)."""
+    from uuid import UUID
+
+    from prefect.flow_engine import run_flow
+
+    from api.runs import IndexRuns
+    from api.watching import WatchedSyncs
+    from core import load_config
+    from flows.sync import sync_flow
+    from tests.fake_provider import FakeProvider
+
+    fake = FakeProvider()
+    runs = IndexRuns()
+    said: list[str] = []
+    try:
+        hosted = f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake"\n'
+        notes = "# Memory\n" + "".join(f"- Note {i}: Dana moved meeting {i} to room {i * 7}.\n" for i in range(20))
+        ws = workspace({"MEMORY.md": notes, "memsift.toml": hosted})  # 48-token chunks: other texts to embed
+        with MemoryIndex(load_config(workspace=ws)) as index:
+            index.sync()
+        (ws / "memsift.toml").write_text(hosted + "[chunking]\ntokens = 48\noverlap = 0\n")
+        config = load_config(workspace=ws)
+        applied.extend(deployment.apply() for deployment in agent_deployments(config))
+        syncs = WatchedSyncs(runs, lambda agent: config, said.append)
+        with get_client(sync_client=True) as client:
+            for expected in ("sync of main: the index identity changed (chunking)", "sync of main failed: ConfigError"):
+                client.get_scheduled_flow_runs_for_deployments(applied[:1])  # a worker's poll: it is served
+                (run,) = syncs.request(["main"])
+                assert run.deployment == "memsift-sync/main"
+                flow_run = client.read_flow_run(UUID(run.id))
+                # What the worker does with the run, in this process: the same engine call.
+                run_flow(sync_flow, flow_run=flow_run, parameters=flow_run.parameters, return_type="state")
+                assert not [line for line in said if line.startswith(expected)]
+                syncs.poll()  # the watcher's tick
+                assert [line for line in said if line.startswith(expected)], said
+                (ws / "memsift.toml").write_text("[chunking]\ntokens = -1\n")  # the next run fails
+    finally:
+        runs.close()
+        fake.close()
+
+
 # ---------------------------------------------------------------- a server's search and its watcher
 
 
