@@ -4,7 +4,7 @@ A chunk is a run of whole lines whose weighted length stays within `tokens * 4`;
 characters weigh 4 (one such character is roughly one token, four Latin characters are). The next chunk
 starts with whole lines carried back from the end of the previous one, up to `overlap * 4`. A line longer
 than the budget is cut into budget-sized pieces that keep its line number, between words where it can. Line
-numbers are 1-based and inclusive.
+numbers are 1-based and inclusive; a chunk starts and ends on a line that is not blank (blank chunks are dropped).
 """
 
 from __future__ import annotations
@@ -102,9 +102,14 @@ def chunk_text(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
     size = 0
 
     def flush() -> None:
-        body = "\n".join(s[1] for s in current)
-        if body.strip():
-            chunks.append(Chunk(current[0][0], current[-1][0], body, hashlib.sha256(body.encode()).hexdigest()))
+        # Blank lines at either end are left out of the chunk (its range and text), not out of the carry: a run
+        # of blank lines before the budget ran out made a hit's range start or end hundreds of blank lines away
+        # from its text, and its citation and `get` read them.
+        filled = [i for i, s in enumerate(current) if s[1].strip()]
+        if filled:
+            inner = current[filled[0] : filled[-1] + 1]
+            body = "\n".join(s[1] for s in inner)
+            chunks.append(Chunk(inner[0][0], inner[-1][0], body, hashlib.sha256(body.encode()).hexdigest()))
 
     for seg in segments:
         cost = seg[2] + 1  # +1 for the newline
@@ -120,7 +125,11 @@ def chunk_text(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
                 kept_size += prev[2] + 1
             while kept and kept_size + cost > budget:
                 kept_size -= kept.pop(0)[2] + 1
+            if not any(s[1].strip() for s in kept):
+                kept, kept_size = [], 0  # blank lines alone carry nothing
             current, size = kept, kept_size
+        if not current and not seg[1].strip():
+            continue  # blank lines before a chunk's first text: in neither its range nor its budget
         current.append(seg)
         size += cost
     if current:
