@@ -17,14 +17,13 @@ sequence). The ellipses count toward the budget.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections import defaultdict
 from itertools import accumulate
 
+from .chunking import character_start
 from .ranker_features import stems_of, term_lines
 
 ELLIPSIS = "…"
-_JOINER = "\u200d"  # zero-width joiner: the emoji on both sides of it are one
 _KEEP_AT_LEAST = 0.8  # of the budget, when backing off to a word boundary
 _WORDS = re.compile(r"\w+")  # as the features split a line into words (core.ranker_features)
 _WORD_START = re.compile(r"(?<!\S)\S")  # where a snippet may open: never inside a word, nor on a space
@@ -46,29 +45,8 @@ def _cut(text: str, limit: int) -> str:
     cut = text[:room]
     if not text[room].isspace():  # the budget ends inside a word: back off to the space before it
         space = max(cut.rfind(" "), cut.rfind("\n"), cut.rfind("\t"))
-        cut = cut[:space] if space >= room * _KEEP_AT_LEAST else cut[: _character_start(text, room)]
+        cut = cut[:space] if space >= room * _KEEP_AT_LEAST else cut[: character_start(text, room)]
     return cut.rstrip() + ELLIPSIS
-
-
-def _character_start(text: str, at: int) -> int:
-    """`at`, or the start of the character a reader sees there when `at` falls inside one: a letter and its
-    combining accents (`e` + U+0301 is one `é`, as macOS spells file text), an emoji and its skin tone or
-    variation selector, emoji joined by U+200D (👩‍💻). A cut at the budget kept `e` and dropped the accent, or
-    ended a snippet on a dangling joiner. `at` itself when the whole budget is one such character."""
-    i = at
-    while i > 0 and _continues(text[i - 1], text[i]):
-        i -= 1
-    return i or at
-
-
-def _continues(before: str, ch: str) -> bool:
-    """Whether `ch` belongs to the character that `before` is part of."""
-    return (
-        unicodedata.category(ch) in ("Mn", "Mc", "Me")  # combining marks, variation selectors
-        or ch == _JOINER
-        or before == _JOINER
-        or "\U0001f3fb" <= ch <= "\U0001f3ff"  # emoji skin tones
-    )
 
 
 def _window_start(text: str, limit: int, query: str) -> int:

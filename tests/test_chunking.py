@@ -114,6 +114,18 @@ def test_a_chunk_starts_and_ends_on_text_not_in_a_run_of_blank_lines():
             assert [(c.start_line, c.end_line) for c in chunks[-1:]] == [(11 + gap, 17 + gap)]
 
 
+def test_a_long_line_without_spaces_is_cut_between_characters_as_a_reader_sees_them():
+    """A long line with no space to back off to is cut at the budget, and the cut fell between a letter and its
+    accent (`e` + U+0301, as macOS writes decomposed text) or inside an emoji joined by U+200D: one piece ended
+    on a bare `e` or a dangling joiner, the next (and its snippet) began with the stray accent or half an emoji."""
+    whole = {"x" + "e\u0301" * 1000: "e\u0301", "\U0001f469\u200d\U0001f4bb\U0001f3fd" * 500: "\U0001f469"}
+    for line, unit in whole.items():
+        chunks = chunk_text(line, tokens=400, overlap=0)
+        assert len(chunks) > 1 and "".join(c.text for c in chunks) == line
+        for c in chunks[1:]:
+            assert c.text.startswith(unit) and weight(c.text) <= 1600, repr(c.text[:3])
+
+
 def test_crlf_lines_are_split_without_carriage_returns():
     assert split_lines("a\r\nb\r\n\r\nc") == ["a", "b", "", "c"]
     assert split_lines("a\nb\n") == ["a", "b"]
