@@ -3,14 +3,16 @@
 A chunk is a run of whole lines whose weighted length stays within `tokens * 4`; CJK, kana and Hangul
 characters weigh 4 (one such character is roughly one token, four Latin characters are). The next chunk
 starts with whole lines carried back from the end of the previous one, up to `overlap * 4`. A line longer
-than the budget is cut into budget-sized pieces that keep its line number, between words where it can. Line
-numbers are 1-based and inclusive.
+than the budget is cut into budget-sized pieces that keep its line number, between words where it can, and
+never inside a character as a reader sees it (a letter and its accents, an emoji sequence). Line numbers are
+1-based and inclusive; a chunk starts and ends on a line that is not blank (blank chunks are dropped).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -36,6 +38,7 @@ WIDE = re.compile(
 
 
 _KEEP_AT_LEAST = 0.8  # of a long line's piece, when it backs off to a space (as a snippet's cut does)
+_JOINER = "\u200d"  # zero-width joiner: the emoji on both sides of it are one
 
 
 def _is_wide(ch: str) -> bool:
@@ -52,7 +55,8 @@ def weight(text: str) -> int:
 def _split_long(line: str, budget: int) -> Iterator[str]:
     """Pieces of at most `budget` weight that join back into `line`. A piece ends after the last whitespace
     that fits, so no word is cut in two (a word in no piece whole is lost to the keyword leg), unless that
-    would drop more than a fifth of the piece (a URL, a blob, CJK text without spaces): then at the budget."""
+    would drop more than a fifth of the piece (a URL, a blob, CJK text without spaces): then at the budget,
+    or just before it when the budget ends inside a character (`character_start`)."""
     piece: list[str] = []
     w = 0
     for ch in line:
@@ -60,7 +64,7 @@ def _split_long(line: str, budget: int) -> Iterator[str]:
         if piece and w + cw > budget:
             space = next((i for i in range(len(piece) - 1, -1, -1) if piece[i].isspace()), -1)
             if ch.isspace() or space + 1 < len(piece) * _KEEP_AT_LEAST:
-                space = len(piece) - 1
+                space = character_start("".join(piece) + ch, len(piece)) - 1
             yield "".join(piece[: space + 1])
             piece = piece[space + 1 :]
             w = weight("".join(piece))
@@ -68,6 +72,27 @@ def _split_long(line: str, budget: int) -> Iterator[str]:
         w += cw
     if piece:
         yield "".join(piece)
+
+
+def character_start(text: str, at: int) -> int:
+    """`at`, or the start of the character a reader sees there when `at` falls inside one: a letter and its
+    combining accents (`e` + U+0301 is one `é`, as macOS spells file text), an emoji and its skin tone or
+    variation selector, emoji joined by U+200D (👩‍💻). A cut there kept `e` and moved the accent to the next
+    piece or snippet, or left a joiner dangling. `at` itself when everything before it is one such character."""
+    i = at
+    while i > 0 and _continues(text[i - 1], text[i]):
+        i -= 1
+    return i or at
+
+
+def _continues(before: str, ch: str) -> bool:
+    """Whether `ch` belongs to the character that `before` is part of."""
+    return (
+        unicodedata.category(ch) in ("Mn", "Mc", "Me")  # combining marks, variation selectors
+        or ch == _JOINER
+        or before == _JOINER
+        or "\U0001f3fb" <= ch <= "\U0001f3ff"  # emoji skin tones
+    )
 
 
 def split_lines(text: str) -> list[str]:
@@ -102,9 +127,14 @@ def chunk_text(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
     size = 0
 
     def flush() -> None:
-        body = "\n".join(s[1] for s in current)
-        if body.strip():
-            chunks.append(Chunk(current[0][0], current[-1][0], body, hashlib.sha256(body.encode()).hexdigest()))
+        # Blank lines at either end are left out of the chunk (its range and text), not out of the carry: a run
+        # of blank lines before the budget ran out made a hit's range start or end hundreds of blank lines away
+        # from its text, and its citation and `get` read them.
+        filled = [i for i, s in enumerate(current) if s[1].strip()]
+        if filled:
+            inner = current[filled[0] : filled[-1] + 1]
+            body = "\n".join(s[1] for s in inner)
+            chunks.append(Chunk(inner[0][0], inner[-1][0], body, hashlib.sha256(body.encode()).hexdigest()))
 
     for seg in segments:
         cost = seg[2] + 1  # +1 for the newline
@@ -120,7 +150,11 @@ def chunk_text(text: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
                 kept_size += prev[2] + 1
             while kept and kept_size + cost > budget:
                 kept_size -= kept.pop(0)[2] + 1
+            if not any(s[1].strip() for s in kept):
+                kept, kept_size = [], 0  # blank lines alone carry nothing
             current, size = kept, kept_size
+        if not current and not seg[1].strip():
+            continue  # blank lines before a chunk's first text: in neither its range nor its budget
         current.append(seg)
         size += cost
     if current:

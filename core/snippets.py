@@ -10,7 +10,8 @@ holds as many as any window, or a question none of whose words is in it (a parap
 A snippet that starts past the chunk's first line begins with an ellipsis, and a cut one ends with one, so
 a reader knows there is more (`get` reads it). A cut is after the last whole word that fits, unless that
 throws away more than a fifth of the budget (one long token, a URL, CJK text without spaces): then it is
-where the budget ends. The ellipses count toward the budget.
+where the budget ends, never inside a character as a reader sees it (a letter and its accents, an emoji
+sequence). The ellipses count toward the budget.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 from collections import defaultdict
 from itertools import accumulate
 
+from .chunking import character_start
 from .ranker_features import stems_of, term_lines
 
 ELLIPSIS = "…"
@@ -43,8 +45,7 @@ def _cut(text: str, limit: int) -> str:
     cut = text[:room]
     if not text[room].isspace():  # the budget ends inside a word: back off to the space before it
         space = max(cut.rfind(" "), cut.rfind("\n"), cut.rfind("\t"))
-        if space >= room * _KEEP_AT_LEAST:
-            cut = cut[:space]
+        cut = cut[:space] if space >= room * _KEEP_AT_LEAST else cut[: character_start(text, room)]
     return cut.rstrip() + ELLIPSIS
 
 

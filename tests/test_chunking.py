@@ -94,6 +94,38 @@ def test_blank_only_chunks_are_dropped():
     assert chunks[0].start_line == 1 and chunks[-1].end_line == 52
 
 
+def test_a_chunk_starts_and_ends_on_text_not_in_a_run_of_blank_lines():
+    """A run of blank lines (a note padded between sections, a paste) ended up inside the chunks on either
+    side of it: the one before ended 199 blank lines after its text, the one after started 199 blank lines
+    before its own (the overlap carried the blanks back), and a search hit's range and citation, and the
+    `get` of it, were mostly empty lines. Blank lines at a chunk's ends are in neither its range nor its
+    budget, and blank lines alone are no overlap."""
+    para = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa " * 2
+    for gap in (1, 5, 200, 2000):
+        text = "\n" * 3 + "\n".join([para] * 7) + "\n" * (gap + 1) + "\n".join([para] * 7) + "\n\n\n"
+        lines = split_lines(text)
+        chunks = chunk_text(text)
+        for c in chunks:
+            assert c.text == "\n".join(lines[c.start_line - 1 : c.end_line])
+            assert lines[c.start_line - 1].strip() and lines[c.end_line - 1].strip(), (gap, c.start_line, c.end_line)
+        assert chunks[0].start_line == 4 and chunks[-1].end_line == len(lines) - 2
+        assert covered_lines(chunks) >= {n for n, line in enumerate(lines, start=1) if line.strip()}
+        if gap > 80 * 4:  # the seven lines after the gap fit one budget: blank lines took none of it
+            assert [(c.start_line, c.end_line) for c in chunks[-1:]] == [(11 + gap, 17 + gap)]
+
+
+def test_a_long_line_without_spaces_is_cut_between_characters_as_a_reader_sees_them():
+    """A long line with no space to back off to is cut at the budget, and the cut fell between a letter and its
+    accent (`e` + U+0301, as macOS writes decomposed text) or inside an emoji joined by U+200D: one piece ended
+    on a bare `e` or a dangling joiner, the next (and its snippet) began with the stray accent or half an emoji."""
+    whole = {"x" + "e\u0301" * 1000: "e\u0301", "\U0001f469\u200d\U0001f4bb\U0001f3fd" * 500: "\U0001f469"}
+    for line, unit in whole.items():
+        chunks = chunk_text(line, tokens=400, overlap=0)
+        assert len(chunks) > 1 and "".join(c.text for c in chunks) == line
+        for c in chunks[1:]:
+            assert c.text.startswith(unit) and weight(c.text) <= 1600, repr(c.text[:3])
+
+
 def test_crlf_lines_are_split_without_carriage_returns():
     assert split_lines("a\r\nb\r\n\r\nc") == ["a", "b", "", "c"]
     assert split_lines("a\nb\n") == ["a", "b"]
@@ -134,7 +166,7 @@ def test_every_non_blank_line_is_in_a_chunk_whose_range_contains_it(text, tokens
     chunks = chunk_text(text, tokens=tokens, overlap=overlap)
     for c in chunks:
         assert 1 <= c.start_line <= c.end_line <= len(lines)
-        assert c.text.strip()
+        assert c.text.split("\n")[0].strip() and c.text.split("\n")[-1].strip()  # no blank line at either end
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

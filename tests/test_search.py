@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from datetime import date, timedelta
 
 import pytest
@@ -212,6 +213,28 @@ def test_snippet_is_cut_to_snippet_chars(workspace, make_config, open_index, cou
     [hit] = index.search("quarterly budget spreadsheet").results
     assert len(hit.snippet) <= 50 and hit.snippet.endswith("…")  # the ellipsis counts toward the budget
     assert long.startswith(hit.snippet[:-1])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Menu " + "Phe\u0302\u0301" * 60,  # Vietnamese decomposed, as macOS writes it: `ế` is e + two accents
+        "Standup " + "\U0001f469\u200d\U0001f4bb\U0001f3fd" * 40,  # woman technologist, skin tone: one emoji
+    ],
+)
+def test_a_snippet_cut_at_the_budget_keeps_whole_characters(workspace, make_config, open_index, line):
+    """A line with no space near the budget is cut there, and the cut fell between a letter and its accent
+    (`Phế` shown as `Phe…`) or inside an emoji joined by U+200D: the snippet showed another word, or a stray
+    joiner. It now ends before the character the budget would split."""
+    ws = workspace({"MEMORY.md": line + "\n"})
+    for limit in range(20, 60):
+        index = open_index(make_config(ws, **{"search.snippetChars": limit}), embedder=None)
+        [hit] = index.search(line.split()[0], min_score=0.0).results
+        body = hit.snippet.removesuffix("…")
+        assert len(hit.snippet) <= limit and hit.snippet.endswith("…") and line.startswith(body)
+        after = line[len(body)]
+        assert not unicodedata.category(after).startswith("M"), (limit, hit.snippet)
+        assert after not in "\u200d\U0001f3fd" and not body.endswith("\u200d"), (limit, hit.snippet)
 
 
 def test_result_shape_and_citation(index):
