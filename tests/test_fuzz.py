@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from core import GetError, load_config
@@ -79,6 +79,7 @@ def fts(tmp_path_factory: pytest.TempPathFactory) -> Store:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=_query)
+@example(text="\u093a")  # a lone Devanagari vowel sign
 def test_the_query_builder_never_raises_and_lets_no_operator_through(fts: Store, text: str) -> None:
     match = fts_match(text)
     if match is None:
@@ -86,7 +87,9 @@ def test_the_query_builder_never_raises_and_lets_no_operator_through(fts: Store,
         return
     assert _SAFE_MATCH.fullmatch(match), match
     phrases = [p.replace('""', '"') for p in re.findall(r'"((?:[^"]|"")*)"', match)]
-    assert all(re.fullmatch(r"[\w ]+", p) for p in phrases)  # word characters only: no operator survives
+    # Word characters only, no operator survives; an Indic vowel sign is written as a private-use character
+    # (core/query.py), which unicode61 reads as a word character too.
+    assert all(re.fullmatch(r"[\w\ue000-\ue4ff ]+", p) for p in phrases)
     fts.fts_search(match, 10)  # and FTS5 accepts it
     fts.fts_search(match, 10, paths=["memory/a.md"])
 
