@@ -172,15 +172,24 @@ def summary(plan: dict[str, Any]) -> str:
     cost = plan["estimatedCost"]
     return ", ".join(
         [
-            f"{plan['chunksToEmbed']} chunks to embed ({plan['cacheHits']} cached)",
-            f"~{plan['estimatedTokens']} tokens in {plan['estimatedRequests']} requests",
+            f"{_counted(plan['chunksToEmbed'], 'chunk')} to embed ({plan['cacheHits']} cached)",
+            f"~{_counted(plan['estimatedTokens'], 'token')} in {_counted(plan['estimatedRequests'], 'request')}",
             f"~{seconds:g} s" if seconds is not None else "time unknown (no rate limit set, speed not measured yet)",
             f"~{cost:.4f} in the price's currency"
+            if cost is not None and cost >= 0.0001
+            else "under 0.0001 in the price's currency"
             if cost is not None
             else "no cost (local)"
-            if plan["provider"] in ("local", "none")
+            if plan["provider"] == "local"
+            else "no cost (no embedder)"
+            if plan["provider"] == "none"
             else "no cost (nothing to embed)"
             if not plan["chunksToEmbed"]  # a run the caches serve whole costs nothing, whatever the price
             else "cost unknown (set embedding.pricePerMillionTokens)",
         ]
     )
+
+
+def _counted(n: int, noun: str) -> str:
+    """`1 request`, `3 requests`: the plan line is read by people."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

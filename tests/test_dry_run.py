@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from api.cli import main
+from core.estimate import Estimate, summary
 from core.limiter import request_tokens
 from tests.fake_provider import FakeProvider
 from tests.index_checks import written_earlier
@@ -149,3 +150,15 @@ def test_a_keyword_only_run_reads_each_file_once_and_its_dry_run_still_counts(wo
     assert report["plan"]["chunks"] is None
     assert report["plan"]["filesToRead"] == planned["filesToRead"] == 30
     assert (report["plan"]["chunksToEmbed"], report["plan"]["estimatedTokens"]) == (0, 0)
+
+
+def test_the_plan_line_counts_in_words_a_person_reads() -> None:
+    """'1 requests', '~0.0000' for a cost of 9e-06 and 'no cost (local)' with no embedder at all were printed."""
+    plan = Estimate("openai", False, 1, 1, 1, 1, 0, 1, 1, None, 9e-06, None).to_dict()
+    assert summary(plan).startswith("1 chunk to embed (0 cached), ~1 token in 1 request, time unknown")
+    assert summary(plan).endswith(", under 0.0001 in the price's currency")
+    plan.update(chunksToEmbed=2, estimatedTokens=300, estimatedRequests=2, estimatedCost=0.25)
+    assert summary(plan).startswith("2 chunks to embed (0 cached), ~300 tokens in 2 requests")
+    assert summary(plan).endswith(", ~0.2500 in the price's currency")
+    plan.update(provider="none", estimatedCost=None)
+    assert summary(plan).endswith(", no cost (no embedder)")
