@@ -55,7 +55,8 @@ MAX_CANDIDATES = 200
 LEARNED_FETCH = 40
 
 NO_WORDS = "the query holds no word to search for (only punctuation or symbols)"
-ONE_COMMON_WORD = "the query is one common word ({!r}), found in most notes: add words that say what to find"
+# Said whether or not the notes hold the word ("no", "IT"): a stop word alone is not searched for.
+ONE_STOP_WORD = "the query is one stop word ({!r}), too common to tell notes apart: add words that say what to find"
 
 
 def search(
@@ -210,7 +211,7 @@ def search(
         elif calibrated and cands and floor > 0 and len(terms := query_terms(query)) == 1 and terms[0] in STOP_WORDS:
             # One stop word ("the", "and"): every note holds it, so calibration read it as fully held ("the"
             # scored 0.95 over examples/workspace). A question made of stop words ("who am I") is searched.
-            cands, abstained = [], ONE_COMMON_WORD.format(terms[0])
+            cands, abstained = [], ONE_STOP_WORD.format(terms[0])
         elif calibrated and cands:
             head = cands[:reach]
             maxsim = [c.rerank if is_maxsim(config.rerank) else None for c in head]

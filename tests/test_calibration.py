@@ -479,12 +479,12 @@ def test_a_query_of_one_common_word_abstains(index, query: str) -> None:
     word = query.lower().split()[0].strip("?")
     assert (response.results, response.abstained) == (
         [],
-        f"the query is one common word ({word!r}), found in most notes: add words that say what to find",
+        f"the query is one stop word ({word!r}), too common to tell notes apart: add words that say what to find",
     )
     assert index.search(query, min_score=0).results
     # Several stop words are searched: whatever the floor then says, it is not this rule's reason (the best hit
     # scores ~0.01, under the default floor, and which side of 0.01 depends on the CPU's float kernels).
-    assert "one common word" not in (index.search("who am I").abstained or "")
+    assert "one stop word" not in (index.search("who am I").abstained or "")
 
 
 @pytest.mark.parametrize("query", ["—", "## ...", "🚀", "?!"])
