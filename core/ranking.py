@@ -13,6 +13,7 @@ from datetime import date
 from functools import lru_cache
 
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})[^/]*\.md$", re.IGNORECASE)
+_DATE_LIKE = re.compile(r"(?:^|/)(\d{4}-\d{1,2}-\d{1,2})(?!\d)[^/]*\.md$", re.IGNORECASE)  # 2026-1-5.md
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -159,11 +160,15 @@ def note_date(path: str) -> date | None:
 
 
 def false_date(path: str) -> str | None:
-    """The `YYYY-MM-DD` of a name shaped like a daily note's that is no calendar day (`memory/2026-02-30.md`),
-    or None: such a note is undated, and the sync says so (core/sources/memory.py)."""
-    m = _DATED.search(path)
-    if m and path.startswith("memory/") and note_date(path) is None:
-        return f"{m[1]}-{m[2]}-{m[3]}"
+    """What is wrong with the date in a name shaped like a daily note's that dates nothing: no calendar day
+    (`memory/2026-02-30.md`), or not written YYYY-MM-DD (`memory/2026-1-5.md`); None for any other name. Such a
+    note is undated, and the sync says so (core/sources/memory.py)."""
+    if not path.startswith("memory/"):
+        return None
+    if m := _DATED.search(path):
+        return None if note_date(path) else f"{m[1]}-{m[2]}-{m[3]} in its name is not a calendar date"
+    if m := _DATE_LIKE.search(path):
+        return f"{m[1]} in its name is not written YYYY-MM-DD"
     return None
 
 

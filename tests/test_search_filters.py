@@ -164,13 +164,16 @@ def test_a_daily_note_whose_name_is_no_calendar_date_is_said_to_be_undated(works
             "memory/2026-02-30.md": "The ibex climbed the north cliff.\n",
             "memory/2026-13-01-meeting.md": "The ibex meeting moved to the annex.\n",
             "memory/2026-05-14.md": "The ibex was seen again near the lake.\n",
+            "memory/2026-5-7.md": "The ibex slept all day.\n",  # a day, written unpadded: not a daily note's name
+            "memory/2026-05-14-2.md": "The ibex again.\n",  # dated, and a number after: no warning
         }
     )
     index = open_index(make_config(ws))
-    warnings = [w for w in index.sync().warnings if "calendar date" in w]
-    assert len(warnings) == 2, warnings
+    warnings = [w for w in index.sync().warnings if "in its name" in w]
+    assert len(warnings) == 3, warnings
     assert warnings[0].startswith("memory/2026-02-30.md: 2026-02-30 in its name is not a calendar date")
     assert warnings[1].startswith("memory/2026-13-01-meeting.md: 2026-13-01 in its name is not a calendar date")
+    assert warnings[2].startswith("memory/2026-5-7.md: 2026-5-7 in its name is not written YYYY-MM-DD")
     assert all("undated" in w for w in warnings)
     kept = paths(index.search("ibex", after="2026-05-01", min_score=0))
     assert "memory/2026-02-30.md" in kept  # as the warning says: undated, kept as evergreen

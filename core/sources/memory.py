@@ -60,9 +60,9 @@ class MemorySource:
         return external_file(self.config, rel) or self.config.workspace / rel
 
     def chunk(self, rel: str, text: str, warnings: list[str]) -> list[Chunk]:
-        if day := false_date(rel):  # a typo in a daily note's name: said when the note is read, not left to guess
+        if wrong := false_date(rel):  # a typo in a daily note's name: said when the note is read, not left to guess
             warnings.append(
-                f"{rel}: {day} in its name is not a calendar date: the note is undated (evergreen: kept by "
+                f"{rel}: {wrong}: the note is undated (evergreen: kept by "
                 "--after and --before, dropped by --no-evergreen, never decayed); rename it to date it"
             )
         return chunk_text(text, self.config.chunking.tokens, self.config.chunking.overlap)
