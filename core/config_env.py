@@ -55,7 +55,7 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
         key = _ENV_KEYS.get(_env_key(rest))
         if key is not None:
             _found(found, key, value, name)
-        elif rest.lower().startswith("agents_"):  # agents.<id>.workspace, as MEMSIFT_AGENTS_<ID>_WORKSPACE
+        elif rest.lower().partition("_")[0] == "agents":  # agents.<id>.workspace: MEMSIFT_AGENTS_<ID>_WORKSPACE
             agent = re.fullmatch(r"agents_(\w+)_workspace", rest, re.IGNORECASE)
             if agent is None or agent_id_problem(agent[1]):
                 raise ConfigError(f"{name}: no such configuration key (MEMSIFT_AGENTS_<ID>_WORKSPACE)")

@@ -523,7 +523,7 @@ def test_an_agent_from_the_environment(ws: Path, workspace, monkeypatch: pytest.
     assert c.workspace == work.resolve() and set(c.agents) == {"Research", "my_notes"}
     with pytest.raises(ConfigError, match=r"^MEMSIFT_AGENTS_WORK_WORKSPACE \(agents\.work\.workspace\): .*gone"):
         load_config(agent="work", env={"MEMSIFT_AGENTS_WORK_WORKSPACE": str(ws / "gone")})
-    for name in ("MEMSIFT_AGENTS_WORK", "MEMSIFT_AGENTS_WORK_FOLDER", "MEMSIFT_AGENTS__WORKSPACE"):
+    for name in ("MEMSIFT_AGENTS_WORK", "MEMSIFT_AGENTS_WORK_FOLDER", "MEMSIFT_AGENTS__WORKSPACE", "MEMSIFT_AGENTS"):
         with pytest.raises(ConfigError, match=f"^{name}: no such configuration key"):
             load_config(workspace=ws, env={name: str(work)})
 
