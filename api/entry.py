@@ -9,6 +9,10 @@ import sys
 
 
 def main() -> int:
+    if sys.stdout is None:  # started with its standard output closed (`>&-`): as `cat` says, not an AttributeError
+        if sys.stderr is not None:
+            print("memsift: error: standard output is closed: nowhere to write the answer", file=sys.stderr)
+        return 1
     try:
         from api.cli import main as cli
     except KeyboardInterrupt:

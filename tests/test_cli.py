@@ -975,6 +975,23 @@ def test_ctrl_c_while_memsift_loads_is_one_line_and_130() -> None:
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "memsift: error: interrupted\n")
 
 
+def test_a_closed_standard_output_is_one_line_and_1(ws: Path, memsift_home: Path) -> None:
+    """`memsift search x >&-` (a supervisor that closes stdout) failed with "AttributeError: 'NoneType' object
+    has no attribute 'isatty'"; it now says what is wrong, as `cat` does, before any work."""
+    done = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "search", "flat white"],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert (done.returncode, done.stderr) == (
+        1,
+        "memsift: error: standard output is closed: nowhere to write the answer\n",
+    )
+    assert not list((memsift_home / "memory").glob("*.sqlite"))  # nothing indexed for an answer nobody reads
+
+
 # A real SIGINT while the embedder's runtime loads, ending as a C extension's module init ends when a
 # KeyboardInterrupt cuts it: an ImportError ("initialization failed"), which the search takes for a failed
 # embedder and answers from keywords.
