@@ -21,7 +21,7 @@ from typing import Any
 from api.arguments import parser
 from api.schemas import MAX_LINES
 from core import Config, MemoryIndex, MemsiftError, load_config
-from core.config_home import home_problem, memsift_home
+from core.config_home import home_error, home_problem, memsift_home
 from core.estimate import summary
 from core.sources.memory import nothing_found
 
@@ -116,25 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 128 + signal.SIGPIPE
     except Exception as exc:  # anything else is a bug or an environment problem: one line unless --debug
-        return _fail(args, _in_home(exc, home) or f"{type(exc).__name__}: {exc}")
+        return _fail(args, home_error(exc, home) or f"{type(exc).__name__}: {exc}")
 
 
 _AFTER_INTERRUPT = {"index": "the index is as the last completed step left it; the next `memsift index` completes it"}
-
-
-def _in_home(exc: Exception, home: Path) -> str | None:
-    """An OS error on a file of MEMSIFT_HOME, said as the home's problem: a read-only home failed every command
-    with "OSError: [Errno 30] Read-only file system: '<home>/memory/main.ws-<hash>.sqlite.swap'", one that cannot
-    be made with "FileNotFoundError: [Errno 2] ...", naming neither the variable nor what to change."""
-    if not isinstance(exc, OSError) or not exc.filename or not exc.strerror:
-        return None
-    path = Path(os.fsdecode(exc.filename)).absolute()
-    home = home.absolute()
-    if path == home:
-        return f"MEMSIFT_HOME: {home} cannot be created: {exc.strerror}"
-    if home in path.parents:
-        return f"MEMSIFT_HOME: {home}: {path}: {exc.strerror} (memsift writes its indexes and locks there)"
-    return None
 
 
 def _exit_now(code: int) -> None:

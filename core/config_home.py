@@ -42,6 +42,21 @@ def home_problem(home: Path) -> str | None:
     return None if ancestor.is_dir() else f"cannot be created: {ancestor} is a file"
 
 
+def home_error(exc: Exception, home: Path) -> str | None:
+    """An OS error on a file of MEMSIFT_HOME, said as the home's problem: a read-only home failed every command
+    with "OSError: [Errno 30] Read-only file system: '<home>/memory/main.ws-<hash>.sqlite.swap'", one that cannot
+    be made with "FileNotFoundError: [Errno 2] ...", naming neither the variable nor what to change."""
+    if not isinstance(exc, OSError) or not exc.filename or not exc.strerror:
+        return None
+    path = Path(os.fsdecode(exc.filename)).absolute()
+    home = home.absolute()
+    if path == home:
+        return f"MEMSIFT_HOME: {home} cannot be created: {exc.strerror}"
+    if home in path.parents:
+        return f"MEMSIFT_HOME: {home}: {path}: {exc.strerror} (memsift writes its indexes and locks there)"
+    return None
+
+
 #: An agent id, as a JSON Schema `pattern` too (the OpenAPI document gives it, so a client learns the rule).
 AGENT_ID_PATTERN = "^[A-Za-z0-9_-]{1,64}$"
 
