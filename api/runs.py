@@ -23,7 +23,8 @@ import functools
 import threading
 import uuid
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -165,14 +166,12 @@ class IndexRuns:
 
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
-_done_lock = threading.Lock()
 
 
 def _set_done(run: Run) -> None:
     """Resolve `run.done` once, whichever of two requests reading the run's end comes first."""
-    with _done_lock:
-        if not run.done.done():
-            run.done.set_result(None)
+    with suppress(InvalidStateError):  # the other one did
+        run.done.set_result(None)
 
 
 def served_deployment(agent: str) -> str | None:
