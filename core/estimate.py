@@ -169,25 +169,25 @@ def summary(plan: dict[str, Any]) -> str:
     """An estimate (`Estimate.to_dict()`) in one line: chunks, tokens, requests, time and cost; what is unknown
     says how to know it. The CLI and the flow's log open a run's report with it."""
     seconds = plan["estimatedSeconds"]
-    cost = plan["estimatedCost"]
     return ", ".join(
         [
             f"{_counted(plan['chunksToEmbed'], 'chunk')} to embed ({plan['cacheHits']} cached)",
             f"~{_counted(plan['estimatedTokens'], 'token')} in {_counted(plan['estimatedRequests'], 'request')}",
             f"~{seconds:g} s" if seconds is not None else "time unknown (no rate limit set, speed not measured yet)",
-            f"~{cost:.4f} in the price's currency"
-            if cost is not None and cost >= 0.0001
-            else "under 0.0001 in the price's currency"
-            if cost is not None
-            else "no cost (local)"
-            if plan["provider"] == "local"
-            else "no cost (no embedder)"
-            if plan["provider"] == "none"
-            else "no cost (nothing to embed)"
-            if not plan["chunksToEmbed"]  # a run the caches serve whole costs nothing, whatever the price
-            else "cost unknown (set embedding.pricePerMillionTokens)",
+            _cost(plan),
         ]
     )
+
+
+def _cost(plan: dict[str, Any]) -> str:
+    cost = plan["estimatedCost"]
+    if cost is not None:
+        return f"~{cost:.4f} in the price's currency" if cost >= 0.0001 else "under 0.0001 in the price's currency"
+    if plan["provider"] in ("local", "none"):
+        return "no cost (local)" if plan["provider"] == "local" else "no cost (no embedder)"
+    if not plan["chunksToEmbed"]:  # a run the caches serve whole costs nothing, whatever the price
+        return "no cost (nothing to embed)"
+    return "cost unknown (set embedding.pricePerMillionTokens)"
 
 
 def _counted(n: int, noun: str) -> str:
