@@ -364,15 +364,22 @@ def test_runs_started_in_the_same_minute_have_distinct_names(workspace) -> None:
 # ---------------------------------------------------------------- runs of a killed process
 
 
-def test_a_run_whose_process_was_killed_is_marked_crashed_and_a_live_one_is_not(workspace, memsift_home: Path) -> None:
-    """`kill -9` of the process running a sync (`memsift up` with its Runner, or `memsift index`), or a machine
-    that stops: nothing reported on the run, Running in the UI for good. Each run records its process (`host:pid`),
-    and the next `up` (flows.orphans.crash_orphans, at its start) marks it Crashed once that process is gone."""
-    provider = FakeProvider(hold_at=2)  # the run's start-up probe, then its embedding request: held
+def _held_index(workspace, memsift_home: Path) -> tuple[FakeProvider, Path, dict[str, str]]:
+    """A workspace of three notes on a hosted provider whose second request (the run's embedding, after its
+    start-up probe) is held, and the environment of a `memsift index` that records its run on the server."""
+    provider = FakeProvider(hold_at=2)
     toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
     ws = workspace(notes(3) | {"memsift.toml": toml})
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSIFT_")}
     env.update(MEMSIFT_HOME=str(memsift_home), PREFECT_API_URL=_api_url(), OPENAI_API_KEY="sk-test")
+    return provider, ws, env
+
+
+def test_a_run_whose_process_was_killed_is_marked_crashed_and_a_live_one_is_not(workspace, memsift_home: Path) -> None:
+    """`kill -9` of the process running a sync (`memsift up` with its Runner, or `memsift index`), or a machine
+    that stops: nothing reported on the run, Running in the UI for good. Each run records its process (`host:pid`),
+    and the next `up` (flows.orphans.crash_orphans, at its start) marks it Crashed once that process is gone."""
+    provider, ws, env = _held_index(workspace, memsift_home)
     runs = Runs()
     proc = subprocess.Popen(
         [MEMSIFT, "--workspace", ws, "index"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
@@ -411,11 +418,7 @@ def test_the_next_memsift_index_marks_the_run_of_a_killed_one_crashed(workspace,
     `kill -9`: its run stayed Running in the UI until the next `up` started, which while an `up` runs on means
     for days. The next `memsift index` marks it Crashed before its own run, says so, and completes the index
     with what the killed run had embedded."""
-    provider = FakeProvider(hold_at=2)  # the run's start-up probe, then its embedding request: held
-    toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
-    ws = workspace(notes(3) | {"memsift.toml": toml})
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSIFT_")}
-    env.update(MEMSIFT_HOME=str(memsift_home), PREFECT_API_URL=_api_url(), OPENAI_API_KEY="sk-test")
+    provider, ws, env = _held_index(workspace, memsift_home)
     runs = Runs()
     args = [MEMSIFT, "--workspace", ws, "index"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
