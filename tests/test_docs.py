@@ -127,3 +127,24 @@ def test_the_key_table_is_the_schema() -> None:
             assert SCHEMA[key][0] is (shown == "true"), key
         elif re.fullmatch(r"`[\w.]+`", shown):
             assert str(SCHEMA[key][0]) == shown.strip("`"), key
+
+
+def _range(parse) -> str:
+    """A number key's accepted values as the table writes them (`integer 1-100`, `number ≥ 0.001`), read from its
+    parser's bounds (core/config_values.number); "" for any other key."""
+    kind, lo, hi = getattr(getattr(parse, "inner", parse), "bounds", (None, None, None))
+    if kind is None:
+        return ""
+    shown = [str(int(x)) if float(x).is_integer() else repr(float(x)) for x in (lo, hi) if x is not None]
+    word = "integer" if kind is int else "number"
+    return f"{word} {shown[0]}-{shown[1]}" if hi is not None else f"{word} ≥ {shown[0]}"
+
+
+def test_the_key_table_gives_each_number_its_range() -> None:
+    """The "range" column is what the loader accepts: a number key's bounds, a user reading `timeoutSeconds` or
+    `snippetChars` learns them here rather than from an error (only 4 of 34 number keys said any before)."""
+    table = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8").split("## Every key", 1)[1]
+    rows = dict(re.findall(r"^\| `([^`]+)` \| [^|]* \| ([^|]*) \|", table, re.M))
+    shown = {key: rows[key].strip() for key in SCHEMA}
+    assert shown == {key: _range(parse) for key, (_, parse) in SCHEMA.items()}
+    assert shown["search.maxResults"] == "integer 1-100" and shown["embedding.requestsPerMinute"] == "number ≥ 0.001"
