@@ -94,6 +94,17 @@ def test_the_layout_counts_the_errors() -> None:
     assert f"`MemsiftError` and the {words[len(under) - 2]} errors under it" in _layout_sections()["core"]
 
 
+def test_a_module_s_length_the_docs_give_is_its_length() -> None:
+    """architecture.md said "see `ollama.py`, 26 lines" (how small a hosted provider is) of 36: a length
+    the docs quote (`x.py`, N lines) is the file's."""
+    quoted = re.findall(r"`([\w/]+\.py)`, (\d+) lines", DOCS)
+    assert quoted, "the docs quote no module length"
+    for name, lines in quoted:
+        found = [p for folder in ("core", "flows", "api", "bench", "infra") for p in (ROOT / folder).rglob(name)]
+        assert len(found) == 1, name
+        assert len(found[0].read_text(encoding="utf-8").splitlines()) == int(lines), name
+
+
 def _toml_examples() -> list[tuple[str, str]]:
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     return [
