@@ -51,6 +51,56 @@ def test_every_rest_route_is_documented(workspace, make_config) -> None:
     assert [route for route in routes if not re.search(rf"(?<![\w/]){re.escape(route)}(?![\w/{{])", DOCS)] == []
 
 
+def _options(parser: argparse.ArgumentParser) -> dict[str, set[str]]:
+    """Each command's options, nested commands' own included (`model build --rebuild`), by command name."""
+    found: dict[str, set[str]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[name] = {o for a in sub._actions for o in a.option_strings}
+                for nested in _options(sub).values():
+                    found[name] |= nested
+    return found
+
+
+def _command_spans() -> list[tuple[str, str]]:
+    """`memsift ...` as the docs and READMEs write it, inline or on a line of a shell block (to a comment or `--`)."""
+    pages = [
+        ROOT / "README.md",
+        ROOT / "infra" / "README.md",
+        ROOT / "bench" / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+    ]
+    spans = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        found = re.findall(r"`+(memsift [^`\n]+)`+", text)
+        for block in re.findall(r"^```(?:sh|bash|shell)?\n(.*?)^```", text, re.M | re.S):
+            found += [
+                line[line.index("memsift ") :].split(" #")[0] for line in block.splitlines() if "memsift " in line
+            ]
+        spans += [(page.name, span.split(" -- ")[0]) for span in found]
+    return spans
+
+
+def test_every_option_the_docs_give_a_command_exists() -> None:
+    """A flag the docs put after `memsift <command>` is one of that command's options (or a global one), so a
+    copied command is not a usage error: README's commands are parsed whole (tests/test_readme.py), the docs'
+    inline ones hold placeholders (`--workers N`), so their options are checked instead."""
+    parser = arguments.parser()
+    commands, everywhere = _options(parser), {o for a in parser._actions for o in a.option_strings}
+    checked, unknown = 0, []
+    for page, span in _command_spans():
+        command = next((word for word in span.split()[1:] if word in commands), None)
+        if command is None:
+            continue
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", span):
+            checked += 1
+            if flag not in commands[command] | everywhere:
+                unknown.append(f"{page}: {span} ({flag})")
+    assert unknown == [] and checked > 50
+
+
 def test_the_commands_and_routes_are_found():
     """The lists the tests walk are the real ones (a parser or app change cannot empty them silently)."""
     commands = _commands(arguments.parser())
