@@ -11,6 +11,7 @@ run --mode vector --no-rerank
 run --fusion rrf --no-rerank
 run --fusion weighted --no-rerank
 run --no-rerank
-run                                   # the default: minmax fusion + MaxSim rerank, weight 0.5
-run --set rerank.weight=1.0           # MaxSim replacing the fused order
-run --set rerank.candidates=10
+run --set rerank.method=blend         # minmax fusion + MaxSim rerank, blend weight 0.4 (the default before the learned ranker)
+run --set rerank.method=blend --set rerank.weight=1.0      # MaxSim replacing the fused order
+run --set rerank.method=blend --set rerank.candidates=10
+run                                   # the default: the learned ranker (in-sample on locomo-dev)

@@ -254,12 +254,12 @@ def _not_a_key(key: str) -> str:
 
 def _meant(key: str) -> str | None:
     """The key an unknown one likely means: spelled as the environment may (`max_results`), the only key of
-    that name in another table (`maxResults` at the top, `store.tokenizer`), or a near spelling in its table
-    (`lamda`) or of the whole key (`embeding.provider`). None when it could be several (`search.enabled`)."""
+    that name in another table (`maxResults` or `max_results` at the top, `store.tokenizer`), or a near spelling in its
+    table (`lamda`) or of the whole key (`embeding.provider`). None when it could be several (`search.enabled`)."""
     if meant := loose_key(key):
         return meant
     table, _, name = key.rpartition(".")
-    same_name = [k for k in SCHEMA if k.rpartition(".")[2].lower() == name.lower()]
+    same_name = [k for k in SCHEMA if k.rpartition(".")[2].lower() == name.replace("_", "").lower()]
     if len(same_name) == 1:
         return same_name[0]
     names = {k.rpartition(".")[2]: k for k in SCHEMA if k.rpartition(".")[0] == table}

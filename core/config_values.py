@@ -105,11 +105,16 @@ def number(kind: type, lo: float | None = None, hi: float | None = None) -> Pars
             raise ConfigError(f"{key}: {n} is out of range [{lo}, {hi if hi is not None else '∞'}]")
         return n
 
+    parse.bounds = (kind, lo, hi)  # type: ignore[attr-defined]  # docs/configuration.md's range column is checked against it
     return parse
 
 
 def optional(parse: Parser) -> Parser:
-    return lambda key, v: None if v is None or v == "" else parse(key, v)
+    def parse_optional(key: str, v: Any) -> Any:
+        return None if v is None or v == "" else parse(key, v)
+
+    parse_optional.inner = parse  # type: ignore[attr-defined]  # what a set value takes (its bounds, for the docs' check)
+    return parse_optional
 
 
 def choice(*options: str) -> Parser:

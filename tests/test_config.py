@@ -290,6 +290,8 @@ def test_unknown_toml_key_is_named(ws: Path, toml: str, key: str) -> None:
         ("[embedding]\nbatch_max_bytes = 9\n", "embedding.batch_max_bytes: no such configuration key; did you mean "
          "embedding.batchMaxBytes?"),
         ("maxResults = 3\n", "maxResults: no such configuration key; did you mean search.maxResults?"),
+        # configuration.md's example, written at the top as a newcomer does: it got no suggestion
+        ("max_results = 3\n", "max_results: no such configuration key; did you mean search.maxResults?"),
         ('[store]\ntokenizer = "trigram"\n', "store.tokenizer: no such configuration key; did you mean "
          "store.fts.tokenizer?"),
         ("[search.mmr]\nlamda = 0.5\n", "search.mmr.lamda: no such configuration key; did you mean search.mmr.lambda?"),

@@ -51,6 +51,56 @@ def test_every_rest_route_is_documented(workspace, make_config) -> None:
     assert [route for route in routes if not re.search(rf"(?<![\w/]){re.escape(route)}(?![\w/{{])", DOCS)] == []
 
 
+def _options(parser: argparse.ArgumentParser) -> dict[str, set[str]]:
+    """Each command's options, nested commands' own included (`model build --rebuild`), by command name."""
+    found: dict[str, set[str]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[name] = {o for a in sub._actions for o in a.option_strings}
+                for nested in _options(sub).values():
+                    found[name] |= nested
+    return found
+
+
+def _command_spans() -> list[tuple[str, str]]:
+    """`memsift ...` as the docs and READMEs write it, inline or on a line of a shell block (to a comment or `--`)."""
+    pages = [
+        ROOT / "README.md",
+        ROOT / "infra" / "README.md",
+        ROOT / "bench" / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+    ]
+    spans = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        found = re.findall(r"`+(memsift [^`\n]+)`+", text)
+        for block in re.findall(r"^```(?:sh|bash|shell)?\n(.*?)^```", text, re.M | re.S):
+            found += [
+                line[line.index("memsift ") :].split(" #")[0] for line in block.splitlines() if "memsift " in line
+            ]
+        spans += [(page.name, span.split(" -- ")[0]) for span in found]
+    return spans
+
+
+def test_every_option_the_docs_give_a_command_exists() -> None:
+    """A flag the docs put after `memsift <command>` is one of that command's options (or a global one), so a
+    copied command is not a usage error: README's commands are parsed whole (tests/test_readme.py), the docs'
+    inline ones hold placeholders (`--workers N`), so their options are checked instead."""
+    parser = arguments.parser()
+    commands, everywhere = _options(parser), {o for a in parser._actions for o in a.option_strings}
+    checked, unknown = 0, []
+    for page, span in _command_spans():
+        command = next((word for word in span.split()[1:] if word in commands), None)
+        if command is None:
+            continue
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", span):
+            checked += 1
+            if flag not in commands[command] | everywhere:
+                unknown.append(f"{page}: {span} ({flag})")
+    assert unknown == [] and checked > 50
+
+
 def test_the_commands_and_routes_are_found():
     """The lists the tests walk are the real ones (a parser or app change cannot empty them silently)."""
     commands = _commands(arguments.parser())
@@ -94,6 +144,17 @@ def test_the_layout_counts_the_errors() -> None:
     assert f"`MemsiftError` and the {words[len(under) - 2]} errors under it" in _layout_sections()["core"]
 
 
+def test_a_module_s_length_the_docs_give_is_its_length() -> None:
+    """architecture.md said "see `ollama.py`, 26 lines" (how small a hosted provider is) of 36: a length
+    the docs quote (`x.py`, N lines) is the file's."""
+    quoted = re.findall(r"`([\w/]+\.py)`, (\d+) lines", DOCS)
+    assert quoted, "the docs quote no module length"
+    for name, lines in quoted:
+        found = [p for folder in ("core", "flows", "api", "bench", "infra") for p in (ROOT / folder).rglob(name)]
+        assert len(found) == 1, name
+        assert len(found[0].read_text(encoding="utf-8").splitlines()) == int(lines), name
+
+
 def _toml_examples() -> list[tuple[str, str]]:
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     return [
@@ -127,3 +188,24 @@ def test_the_key_table_is_the_schema() -> None:
             assert SCHEMA[key][0] is (shown == "true"), key
         elif re.fullmatch(r"`[\w.]+`", shown):
             assert str(SCHEMA[key][0]) == shown.strip("`"), key
+
+
+def _range(parse) -> str:
+    """A number key's accepted values as the table writes them (`integer 1-100`, `number ≥ 0.001`), read from its
+    parser's bounds (core/config_values.number); "" for any other key."""
+    kind, lo, hi = getattr(getattr(parse, "inner", parse), "bounds", (None, None, None))
+    if kind is None:
+        return ""
+    shown = [str(int(x)) if float(x).is_integer() else repr(float(x)) for x in (lo, hi) if x is not None]
+    word = "integer" if kind is int else "number"
+    return f"{word} {shown[0]}-{shown[1]}" if hi is not None else f"{word} ≥ {shown[0]}"
+
+
+def test_the_key_table_gives_each_number_its_range() -> None:
+    """The "range" column is what the loader accepts: a number key's bounds, a user reading `timeoutSeconds` or
+    `snippetChars` learns them here rather than from an error (only 4 of 34 number keys said any before)."""
+    table = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8").split("## Every key", 1)[1]
+    rows = dict(re.findall(r"^\| `([^`]+)` \| [^|]* \| ([^|]*) \|", table, re.M))
+    shown = {key: rows[key].strip() for key in SCHEMA}
+    assert shown == {key: _range(parse) for key, (_, parse) in SCHEMA.items()}
+    assert shown["search.maxResults"] == "integer 1-100" and shown["embedding.requestsPerMinute"] == "number ≥ 0.001"
