@@ -54,6 +54,7 @@ def test_changed_agents_follows_the_discovery_rules(two_agents) -> None:
     assert agents(Change.modified, f"{s}/memory/s.md") == {"side"}
     assert agents(Change.added, f"{m}/memory/2025") == {"main"}  # a folder moved in: its files are not reported
     assert agents(Change.deleted, f"{m}/memory/2024") == {"main"}  # a folder moved away (or a file without suffix)
+    assert agents(Change.deleted, f"{m}/memory/acme.com") == {"main"}  # a dotted folder moved away, too
     # ignored: not Markdown, excluded folders, outside memory/ and extraPaths, editor droppings, other folders
     assert agents(Change.added, f"{m}/memory/picture.png") == set()
     assert agents(Change.deleted, f"{m}/memory/.2026-01-01.md.swp") == set()
@@ -136,6 +137,19 @@ def test_ignored_changes_start_nothing(two_agents, watcher: Watcher) -> None:
 def test_moving_a_folder_of_notes_is_a_change(two_agents, watcher: Watcher) -> None:
     main, _ = two_agents
     (main.workspace / "memory" / "2025").rename(main.workspace / "memory" / "archive-2025")
+    assert watcher.next_batch()[1] == {"main"}
+
+
+def test_moving_a_dotted_folder_out_of_the_workspace_is_a_change(two_agents, watcher: Watcher, tmp_path) -> None:
+    """`memory/acme.com/` moved to the trash reports its own name alone, a deleted name with a suffix: it was
+    taken for a file, and its notes stayed hits of a watching server until some other change."""
+    main, _ = two_agents
+    folder = main.workspace / "memory" / "acme.com"
+    folder.mkdir()
+    (folder / "n.md").write_text("acme\n")
+    assert watcher.next_batch()[1] == {"main"}
+    watcher.quiet()
+    folder.rename(tmp_path / "trash-acme.com")
     assert watcher.next_batch()[1] == {"main"}
 
 
