@@ -30,6 +30,7 @@ class WatchedSyncs(CoalescedRuns[Run]):
         self._config = config
         self._say = say
         self._waiting: set[str] = set()  # agents whose sync waits for another process's: said once
+        self._held: dict[str, str] = {}  # agent: the reason its rebuild waits for `--force`, said once
 
     def request(self, agents: Iterable[str]) -> list[Run]:
         """As CoalescedRuns.request, for the agents indexed already: a first index is its first search's (a
@@ -58,17 +59,22 @@ class WatchedSyncs(CoalescedRuns[Run]):
     def _report(self, run: Run) -> None:
         """A line for a sync that failed, changed something or holds a rebuild back (a catch-up with nothing to
         do stays quiet); one that changed something is followed by its warnings, as `memsift index` prints them
-        (a note written with invalid UTF-8, indexed with U+FFFD, was otherwise said nowhere)."""
+        (a note written with invalid UTF-8, indexed with U+FFFD, was otherwise said nowhere). A held rebuild is
+        said once per reason: an agent appending every few seconds while it waited for `--force` got the same
+        400-character line after every sync (15 in 30 s); `status` and every search's `degraded` still say it."""
         s = run.summary
         if run.state == "FAILED" and (run.error or "").startswith(f"{LockTimeout.__name__}: "):
             self._wait_for_lock(run)
             return
         self._waiting.discard(run.agent)
+        held_before = self._held.pop(run.agent, None)
         if run.state != "COMPLETED" or s is None:
             self._say(f"sync of {run.agent} {run.state.lower()}: {run.error}")
         elif s["rebuildHeld"]:
-            held = next((w for w in s["warnings"] if w.startswith(s["rebuildHeld"])), s["rebuildHeld"])  # + its cost
-            self._say(f"sync of {run.agent}: {held}")
+            self._held[run.agent] = s["rebuildHeld"]
+            if s["rebuildHeld"] != held_before:
+                held = next((w for w in s["warnings"] if w.startswith(s["rebuildHeld"])), s["rebuildHeld"])  # + cost
+                self._say(f"sync of {run.agent}: {held}")
         elif s["added"] or s["changed"] or s["removed"] or s["rebuilt"]:
             chunks = s["chunksEmbedded"]
             kind = "first index" if s.get("firstIndex") else "rebuild" if s["rebuilt"] else "sync"

@@ -53,11 +53,14 @@ def changed_agents(configs: Iterable[Config], change: watchfiles.Change, path: s
 
 
 def _may_hold_memory(config: Config, change: watchfiles.Change, path: str, rel: str) -> bool:
-    """A folder (or, once deleted, a name that was perhaps one) under which memory files would be found."""
-    if change == watchfiles.Change.deleted:
-        if os.path.splitext(rel)[1]:  # a deleted file with an extension (an editor's .swp) was no folder
-            return False
-    elif not os.path.isdir(path) or os.path.islink(path):
+    """A folder (or, once deleted, a name that was perhaps one) under which memory files would be found.
+
+    A deleted name counts whatever it looks like: the event does not say whether it was a folder, and a folder
+    moved out of the workspace (to the trash, elsewhere) reports its own name alone. Deleted names with an
+    extension were taken for files, so `memory/acme.com/` or `memory/2026.q4/` moved away stayed hits until
+    some other change. Editors' droppings stay ignored by the discovery rules (`.x.md.swp` is hidden); another
+    file deleted in `memory/` costs a sync that finds nothing (a stat of each note)."""
+    if change != watchfiles.Change.deleted and (not os.path.isdir(path) or os.path.islink(path)):
         return False
     return is_memory_path(config, f"{rel}/x.md")
 

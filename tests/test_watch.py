@@ -54,6 +54,7 @@ def test_changed_agents_follows_the_discovery_rules(two_agents) -> None:
     assert agents(Change.modified, f"{s}/memory/s.md") == {"side"}
     assert agents(Change.added, f"{m}/memory/2025") == {"main"}  # a folder moved in: its files are not reported
     assert agents(Change.deleted, f"{m}/memory/2024") == {"main"}  # a folder moved away (or a file without suffix)
+    assert agents(Change.deleted, f"{m}/memory/acme.com") == {"main"}  # a dotted folder moved away, too
     # ignored: not Markdown, excluded folders, outside memory/ and extraPaths, editor droppings, other folders
     assert agents(Change.added, f"{m}/memory/picture.png") == set()
     assert agents(Change.deleted, f"{m}/memory/.2026-01-01.md.swp") == set()
@@ -136,6 +137,19 @@ def test_ignored_changes_start_nothing(two_agents, watcher: Watcher) -> None:
 def test_moving_a_folder_of_notes_is_a_change(two_agents, watcher: Watcher) -> None:
     main, _ = two_agents
     (main.workspace / "memory" / "2025").rename(main.workspace / "memory" / "archive-2025")
+    assert watcher.next_batch()[1] == {"main"}
+
+
+def test_moving_a_dotted_folder_out_of_the_workspace_is_a_change(two_agents, watcher: Watcher, tmp_path) -> None:
+    """`memory/acme.com/` moved to the trash reports its own name alone, a deleted name with a suffix: it was
+    taken for a file, and its notes stayed hits of a watching server until some other change."""
+    main, _ = two_agents
+    folder = main.workspace / "memory" / "acme.com"
+    folder.mkdir()
+    (folder / "n.md").write_text("acme\n")
+    assert watcher.next_batch()[1] == {"main"}
+    watcher.quiet()
+    folder.rename(tmp_path / "trash-acme.com")
     assert watcher.next_batch()[1] == {"main"}
 
 
@@ -254,6 +268,51 @@ def test_serve_syncs_an_agent_whose_settings_changed(workspace, memsift_home) ->
     finally:
         if watch is not None:
             watch.stop()
+        runs.close()
+        fake.close()
+
+
+def test_serve_says_a_held_rebuild_once_not_after_every_sync(workspace, memsift_home) -> None:
+    """A new chunking on a hosted provider holds the rebuild for `--force`; an agent writing on meanwhile
+    starts a sync per note, and each said the same 400-character line (15 in 30 s of a real `serve`). Once per
+    reason now: again after a sync that was not held, then held anew."""
+    from api.runs import IndexRuns
+    from api.watching import WatchedSyncs
+    from core import load_config
+    from tests.fake_provider import FakeProvider
+
+    fake = FakeProvider()
+    runs = IndexRuns()
+    said: queue.Queue[str] = queue.Queue()
+    try:
+        hosted = f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake"\n'
+        notes = "# Memory\n" + "".join(f"- Note {i}: Dana moved meeting {i} to room {i * 7}.\n" for i in range(20))
+        ws = workspace({"MEMORY.md": notes, "memsift.toml": hosted})
+        with MemoryIndex(load_config(workspace=ws)) as index:
+            index.sync()
+        rechunked = hosted + "[chunking]\ntokens = 48\noverlap = 0\n"
+        syncs = WatchedSyncs(runs, lambda agent: load_config(workspace=ws), said.put)
+
+        def sync_after_a_note(n: int, toml: str) -> list[str]:
+            """The lines said once the watcher's sync of a new note ended (`last` marks the end of the run)."""
+            (ws / "memsift.toml").write_text(toml)
+            (ws / "memory").mkdir(exist_ok=True)
+            (ws / "memory" / f"2026-01-{n:02d}.md").write_text(f"- The heron count was {n}.\n")
+            (run,) = syncs.request(["main"])
+            runs.wait(run.id, WAIT)
+            (last,) = syncs.request(["main"])  # runs after the first one's report, on the one index thread
+            runs.wait(last.id, WAIT)
+            lines = []
+            while not said.empty():
+                lines.append(said.get_nowait())
+            return [line for line in lines if "waits for `memsift index --force`" in line]
+
+        assert len(sync_after_a_note(1, rechunked)) == 1
+        assert sync_after_a_note(2, rechunked) == []
+        assert sync_after_a_note(3, rechunked) == []
+        assert sync_after_a_note(4, hosted) == []  # the chunking back: synced, nothing held
+        assert len(sync_after_a_note(5, rechunked)) == 1  # held anew: said again
+    finally:
         runs.close()
         fake.close()
 
