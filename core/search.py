@@ -118,6 +118,16 @@ def search(
 
     phrases = fts_phrases(query)
     period = dates.only_period(query, date.fromtimestamp(now))
+
+    def leg_fetch() -> int:
+        """Candidates a leg fetches. A keyword- or vector-only order (asked for, or degraded to) is the leg's
+        own (a rerank blends a head of fixed length), so a longer list of it has the same first hits: it
+        fetches all that `maxResults` asks for (`maxResults` 100 over 100 matching notes gave the pool's 40).
+        Decay, MMR and a period's notes move hits up from deeper in the pool, and hybrid's ranker and fusion
+        read the whole pool: there the pool must not depend on maxResults."""
+        own_order = mode != "hybrid" and not (s.decayEnabled or s.mmrEnabled or period)
+        return max(fetch, limit) if own_order else fetch
+
     scope = _scope(store, path_prefix, timefilter.window(after, before, evergreen=evergreen, now=now))
 
     def keyword_leg() -> list[tuple[int, float]]:
@@ -126,7 +136,7 @@ def search(
         with clock.stage("keyword"):
             # Keyword-only: Lucene's idf, which FTS5 floors to 1e-6 in tiny indexes (every hit scored 0.000).
             # Hybrid keeps FTS5's bm25: the learned ranker and the calibration were trained on it.
-            return store.keyword_search(phrases, fetch, scope, positive_idf=mode == "keyword")
+            return store.keyword_search(phrases, leg_fetch(), scope, positive_idf=mode == "keyword")
 
     text_hits = keyword_leg() if mode != "vector" else []
 
@@ -146,7 +156,7 @@ def search(
             text_hits = keyword_leg()  # scored as keyword-only (a hybrid search's leg had FTS5's idf)
         if mode != "keyword":
             with clock.stage("vector"):
-                vector_hits = store.vec_search(qvec, fetch, cache_key(embedder), scope)
+                vector_hits = store.vec_search(qvec, leg_fetch(), cache_key(embedder), scope)
                 if period:
                     vector_hits = _with_period(store, vector_hits, qvec, fetch, cache_key(embedder), scope, period)
 
