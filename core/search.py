@@ -25,7 +25,7 @@ from .embedders import Embedder
 from .errors import SearchError
 from .identity import cache_key, identity_key
 from .indexer import REBUILD_HELD
-from .query import STOP_WORDS, fts_phrases, query_terms
+from .query import STOP_WORDS, fts_phrases, query_terms, used_as_name
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim, token_capture
 from .search_order import (
@@ -220,9 +220,12 @@ def search(
             cands, abstained = [], NO_WORDS
         elif calibrated and cands and floor > 0 and len(terms := query_terms(query)) == 1 and terms[0] in STOP_WORDS:
             # One stop word ("the", "and"): every note holds it, so calibration read it as fully held ("the"
-            # scored 0.95 over examples/workspace). A question made of stop words ("who am I") is searched.
-            cands, abstained = [], ONE_STOP_WORD.format(terms[0])
-        elif calibrated and cands:
+            # scored 0.95 over examples/workspace). A question made of stop words ("who am I") is searched. One
+            # typed as a name ("IT", "US", "Will") is searched among the hits whose notes write it so.
+            cands = [c for c in cands if used_as_name(query, rows[c.id].text)]
+            if not cands:
+                abstained = ONE_STOP_WORD.format(terms[0])
+        if calibrated and cands:
             head = cands[:reach]
             maxsim = [c.rerank if is_maxsim(config.rerank) else None for c in head]
             if maxsim[0] is None and token_capture(config, embedder) is not None:

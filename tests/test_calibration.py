@@ -487,6 +487,26 @@ def test_a_query_of_one_common_word_abstains(index, query: str) -> None:
     assert "one stop word" not in (index.search("who am I").abstained or "")
 
 
+def test_a_stop_word_the_notes_write_as_a_name_is_searched(workspace) -> None:
+    """ "IT", "WHO", "Will" are stop words ("it", "who", "will"), and a query of one abstained as too common even
+    over notes about the IT desk, the WHO and a colleague named Will. Typed as a name, it is searched among the notes
+    that write it so; typed lower-case, or where no note uses it as a name, it still abstains."""
+    notes = {
+        "memory/2026-12-01.md": "# 2026-12-01\n\n- Asked the IT desk for a new laptop; IT says Tuesday.\n",
+        "memory/2026-12-02.md": "# 2026-12-02\n\n- Lunch with Will from accounting; he read the WHO report.\n",
+        "memory/2026-12-03.md": "# 2026-12-03\n\n- It rained, so we will stay in and watch it with us all.\n",
+        "MEMORY.md": "# Memory\n\n- Will it matter? It is what it is, who knows.\n",
+    }
+    with MemoryIndex(load_config(workspace=workspace(notes))) as index:
+        index.sync()
+        for query, note in [("IT", "2026-12-01"), ("WHO", "2026-12-02"), ("Will", "2026-12-02")]:
+            response = index.search(query)
+            assert [h.path for h in response.results] == [f"memory/{note}.md"], query
+            assert response.abstained is None
+        for query in ("it", "will", "It", "who"):  # "It" starts sentences only: no note writes it as a name
+            assert index.search(query).abstained.startswith("the query is one stop word"), query
+
+
 @pytest.mark.parametrize("query", ["—", "## ...", "🚀", "?!"])
 def test_a_query_of_punctuation_or_symbols_abstains(index, query: str) -> None:
     """No word in it: nothing to match. Calibration read a question of no words as fully held by the notes
