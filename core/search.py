@@ -288,11 +288,13 @@ def _with_period(
 def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:
     """The files a filtered search may answer from (None: every file). Both legs take it inside their
     candidate selection, so filtering never leaves a search short of hits that exist."""
-    if not path_prefix and window is None:
-        return None
     # `--path-prefix ./memory/`, as a shell completes it; `memory/café` in either Unicode normal form, as `get`
     # takes a path (Linux keeps names byte for byte: an NFD prefix matched no NFC name, "No matches.")
     path_prefix = path_prefix and unicodedata.normalize("NFC", as_typed(path_prefix))
+    if path_prefix == ".":  # the workspace itself, as `find .` reads it (it matched no path: "No matches.")
+        path_prefix = ""
+    if not path_prefix and window is None:
+        return None
     return [
         path
         for path, mtime_ns in store.file_mtimes().items()

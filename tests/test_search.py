@@ -294,6 +294,10 @@ def test_path_prefix_filters_every_leg(index):
         assert all(h.path.startswith("memory/2026-11-2") for h in response.results), mode
     assert paths(index.search("Dana flat white", path_prefix="memory/", min_score=0)).count("MEMORY.md") == 0
     assert paths(index.search("Dana flat white", path_prefix="MEMORY.md")) == ["MEMORY.md"]
+    # `.` and `./` are the workspace, as a shell names it: every hit (`.` matched no path, "No matches.")
+    everything = paths(index.search("Dana flat white", min_score=0))
+    assert paths(index.search("Dana flat white", path_prefix=".", min_score=0)) == everything
+    assert paths(index.search("Dana flat white", path_prefix="./", min_score=0)) == everything
 
 
 def test_search_on_a_never_indexed_agent_syncs_first(workspace, make_config, open_index, counting_embedder):
