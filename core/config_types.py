@@ -57,7 +57,8 @@ class SearchConfig:
     def fetch(self) -> int:
         """Candidates each leg fetches: SPEC's `maxResults x candidateMultiplier` on the *configured* maxResults
         (never a request's), at least `candidatePool`, at most 200. A request's maxResults does not move it, so
-        top-k is monotonic: the first j hits of maxResults k are those of maxResults j."""
+        top-k is monotonic: the first j hits of maxResults k are those of maxResults j. A keyword- or vector-only
+        search fetches more when a request asks for more (`core.search`: its order does not depend on the pool)."""
         return min(200, max(self.candidatePool, self.maxResults * self.candidateMultiplier))
 
     decayEnabled: bool

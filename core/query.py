@@ -129,6 +129,25 @@ def query_terms(text: str) -> list[str]:
     return (kept or tokens)[:MAX_TERMS]
 
 
+def used_as_name(query: str, text: str) -> bool:
+    """Whether `text` writes a word of the query as a name, in the case the query types it: a word in capitals
+    ("IT", "US") anywhere, a capitalised one ("Will") inside a sentence (after a lower-case word, a digit or a
+    comma), where it is no sentence's first word. Lower-case words and one letter ("I") are never names. A query
+    of one stop word abstains unless its notes use it so (`core.search`): "IT" over notes on the IT desk."""
+    text = unicodedata.normalize("NFC", text)
+    for word in dict.fromkeys(_TOKEN.findall(unicodedata.normalize("NFC", query))):
+        if len(word) < 2 or word == word.lower():
+            continue
+        capitals = word == word.upper()
+        for m in re.finditer(rf"(?<!\w){re.escape(word)}(?!\w)", text):
+            before = text[max(0, m.start() - 2) : m.start()]
+            if capitals or (
+                len(before) == 2 and before[1] == " " and (before[0].islower() or before[0] in "0123456789,;")
+            ):
+                return True
+    return False
+
+
 def is_hex_prefix(term: str) -> bool:
     """Whether a (lower-case) query term is matched as the start of longer words too: a hex id's prefix, 7 or more
     hex digits with a digit and a letter among them (a short git SHA, a full one, another hex id). String methods,

@@ -25,7 +25,7 @@ from .embedders import Embedder
 from .errors import SearchError
 from .identity import cache_key, identity_key
 from .indexer import REBUILD_HELD
-from .query import STOP_WORDS, fts_phrases, query_terms
+from .query import STOP_WORDS, fts_phrases, query_terms, used_as_name
 from .rerankers import shortlist
 from .rerankers.local import is_maxsim, token_capture
 from .search_order import (
@@ -118,6 +118,16 @@ def search(
 
     phrases = fts_phrases(query)
     period = dates.only_period(query, date.fromtimestamp(now))
+
+    def leg_fetch() -> int:
+        """Candidates a leg fetches. A keyword- or vector-only order (asked for, or degraded to) is the leg's
+        own (a rerank blends a head of fixed length), so a longer list of it has the same first hits: it
+        fetches all that `maxResults` asks for (`maxResults` 100 over 100 matching notes gave the pool's 40).
+        Decay, MMR and a period's notes move hits up from deeper in the pool, and hybrid's ranker and fusion
+        read the whole pool: there the pool must not depend on maxResults."""
+        own_order = mode != "hybrid" and not (s.decayEnabled or s.mmrEnabled or period)
+        return max(fetch, limit) if own_order else fetch
+
     scope = _scope(store, path_prefix, timefilter.window(after, before, evergreen=evergreen, now=now))
 
     def keyword_leg() -> list[tuple[int, float]]:
@@ -126,7 +136,7 @@ def search(
         with clock.stage("keyword"):
             # Keyword-only: Lucene's idf, which FTS5 floors to 1e-6 in tiny indexes (every hit scored 0.000).
             # Hybrid keeps FTS5's bm25: the learned ranker and the calibration were trained on it.
-            return store.keyword_search(phrases, fetch, scope, positive_idf=mode == "keyword")
+            return store.keyword_search(phrases, leg_fetch(), scope, positive_idf=mode == "keyword")
 
     text_hits = keyword_leg() if mode != "vector" else []
 
@@ -146,7 +156,7 @@ def search(
             text_hits = keyword_leg()  # scored as keyword-only (a hybrid search's leg had FTS5's idf)
         if mode != "keyword":
             with clock.stage("vector"):
-                vector_hits = store.vec_search(qvec, fetch, cache_key(embedder), scope)
+                vector_hits = store.vec_search(qvec, leg_fetch(), cache_key(embedder), scope)
                 if period:
                     vector_hits = _with_period(store, vector_hits, qvec, fetch, cache_key(embedder), scope, period)
 
@@ -210,9 +220,12 @@ def search(
             cands, abstained = [], NO_WORDS
         elif calibrated and cands and floor > 0 and len(terms := query_terms(query)) == 1 and terms[0] in STOP_WORDS:
             # One stop word ("the", "and"): every note holds it, so calibration read it as fully held ("the"
-            # scored 0.95 over examples/workspace). A question made of stop words ("who am I") is searched.
-            cands, abstained = [], ONE_STOP_WORD.format(terms[0])
-        elif calibrated and cands:
+            # scored 0.95 over examples/workspace). A question made of stop words ("who am I") is searched. One
+            # typed as a name ("IT", "US", "Will") is searched among the hits whose notes write it so.
+            cands = [c for c in cands if used_as_name(query, rows[c.id].text)]
+            if not cands:
+                abstained = ONE_STOP_WORD.format(terms[0])
+        if calibrated and cands:
             head = cands[:reach]
             maxsim = [c.rerank if is_maxsim(config.rerank) else None for c in head]
             if maxsim[0] is None and token_capture(config, embedder) is not None:
@@ -275,11 +288,13 @@ def _with_period(
 def _scope(store: Store, path_prefix: str | None, window: TimeWindow | None) -> list[str] | None:
     """The files a filtered search may answer from (None: every file). Both legs take it inside their
     candidate selection, so filtering never leaves a search short of hits that exist."""
-    if not path_prefix and window is None:
-        return None
     # `--path-prefix ./memory/`, as a shell completes it; `memory/café` in either Unicode normal form, as `get`
     # takes a path (Linux keeps names byte for byte: an NFD prefix matched no NFC name, "No matches.")
     path_prefix = path_prefix and unicodedata.normalize("NFC", as_typed(path_prefix))
+    if path_prefix == ".":  # the workspace itself, as `find .` reads it (it matched no path: "No matches.")
+        path_prefix = ""
+    if not path_prefix and window is None:
+        return None
     return [
         path
         for path, mtime_ns in store.file_mtimes().items()

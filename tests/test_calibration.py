@@ -163,6 +163,35 @@ def test_only_hits_far_below_the_first_by_the_ranker_are_outranked() -> None:
     assert ranked[2] < plain[2] and ranked[2] <= calibration.ABSENT_IDENTIFIER * plain[0]
 
 
+def test_without_the_ranker_notes_found_by_a_distant_meaning_alone_fall_under_the_floor(workspace) -> None:
+    """`rerank: false`: nothing rated a hit against the first, and the 3/4 lift kept the four notes that do not
+    mention the Zeppelin (cosine under 0.1, no word of the query) at 0.75-0.77 under the museum's 1.000. A hit
+    below the first that only the vector leg found, with a cosine under `FAR_COSINE`, now scores as an absent
+    identifier does; a hit that holds a word of the query keeps its lift."""
+    notes = dict(NOTES)
+    notes["memory/2026-05-20.md"] = "# 2026-05-20\n\n- Visited the Zeppelin museum in Friedrichshafen.\n"
+    with MemoryIndex(load_config(workspace=workspace(notes))) as index:
+        index.sync()
+        assert [h.path for h in index.search("zeppelin", rerank=False).results] == ["memory/2026-05-20.md"]
+        everything = index.search("zeppelin", rerank=False, min_score=0, explain=True).results
+        assert len(everything) > 1 and everything[0].score > 0.9
+        assert all("text" not in h.scores and h.scores["vector"] < calibration.FAR_COSINE for h in everything[1:])
+        assert all(h.score <= calibration.ABSENT_IDENTIFIER * everything[0].score for h in everything[1:])
+
+
+def test_only_meaning_only_hits_below_the_first_under_the_cosine_are_far() -> None:
+    inp = calibration.Inputs(
+        query="zeppelin museum",
+        terms=("zeppelin", "museum"),
+        df=(0, 0),
+        chunks=5,
+        vector=(0.1, 0.5, 0.2, 0.1, None),
+        bm25=(None, None, 1.0, None, None),
+        texts=("a", "b", "museum", "c", "d"),
+    )
+    assert list(calibration.far_by_meaning(inp)) == [False, False, False, True, True]
+
+
 def test_a_holder_below_a_note_without_the_identifier_keeps_its_lift() -> None:
     """Only the hits past the last one (of the head) holding the identifier are lowered: a floor keeps a
     prefix of the order, so lowering a hit above a holder would cut the holder too."""
@@ -485,6 +514,26 @@ def test_a_query_of_one_common_word_abstains(index, query: str) -> None:
     # Several stop words are searched: whatever the floor then says, it is not this rule's reason (the best hit
     # scores ~0.01, under the default floor, and which side of 0.01 depends on the CPU's float kernels).
     assert "one stop word" not in (index.search("who am I").abstained or "")
+
+
+def test_a_stop_word_the_notes_write_as_a_name_is_searched(workspace) -> None:
+    """ "IT", "WHO", "Will" are stop words ("it", "who", "will"), and a query of one abstained as too common even
+    over notes about the IT desk, the WHO and a colleague named Will. Typed as a name, it is searched among the notes
+    that write it so; typed lower-case, or where no note uses it as a name, it still abstains."""
+    notes = {
+        "memory/2026-12-01.md": "# 2026-12-01\n\n- Asked the IT desk for a new laptop; IT says Tuesday.\n",
+        "memory/2026-12-02.md": "# 2026-12-02\n\n- Lunch with Will from accounting; he read the WHO report.\n",
+        "memory/2026-12-03.md": "# 2026-12-03\n\n- It rained, so we will stay in and watch it with us all.\n",
+        "MEMORY.md": "# Memory\n\n- Will it matter? It is what it is, who knows.\n",
+    }
+    with MemoryIndex(load_config(workspace=workspace(notes))) as index:
+        index.sync()
+        for query, note in [("IT", "2026-12-01"), ("WHO", "2026-12-02"), ("Will", "2026-12-02")]:
+            response = index.search(query)
+            assert [h.path for h in response.results] == [f"memory/{note}.md"], query
+            assert response.abstained is None
+        for query in ("it", "will", "It", "who"):  # "It" starts sentences only: no note writes it as a name
+            assert index.search(query).abstained.startswith("the query is one stop word"), query
 
 
 @pytest.mark.parametrize("query", ["—", "## ...", "🚀", "?!"])

@@ -141,7 +141,7 @@ def test_temporal_decay_end_to_end(workspace, make_config, open_index):
             "notes/undated.md": NOTE,
         }
     )
-    now = time.mktime(date(2026, 11, 29).timetuple()) + 12 * 3600  # noon local time, 1.5 days after 11-28
+    now = time.mktime(date(2026, 11, 29).timetuple()) + 12 * 3600  # noon local time on 11-29
     os.utime(ws / "notes/undated.md", (now - 60 * 86400, now - 60 * 86400))
     overrides = {
         "extraPaths": ["notes"],
@@ -159,10 +159,18 @@ def test_temporal_decay_end_to_end(workspace, make_config, open_index):
     assert got["MEMORY.md"].score == pytest.approx(1.0)
     assert got["memory/people.md"].score == pytest.approx(1.0)
     assert "decay" not in got["MEMORY.md"].scores and "decay" not in got["memory/people.md"].scores
-    assert got["memory/2026-11-28.md"].score == pytest.approx(0.5 ** (1.5 / 30), abs=1e-5)
-    assert got["notes/undated.md"].score == pytest.approx(0.25, abs=1e-5)  # by mtime: 60 days
-    old_age = (now - time.mktime(date(2024, 1, 15).timetuple())) / 86400
-    assert got["memory/2024-01-15.md"].score == pytest.approx(0.5 ** (old_age / 30), abs=1e-5)
+    # Ages in whole days, today's date minus the note's: 11-28 is 1 day old all through 11-29.
+    assert got["memory/2026-11-28.md"].score == pytest.approx(0.5 ** (1 / 30), abs=1e-6)
+    assert got["notes/undated.md"].score == pytest.approx(0.25, abs=1e-6)  # by mtime: 60 days
+    old_age = (date(2026, 11, 29) - date(2024, 1, 15)).days
+    assert got["memory/2024-01-15.md"].score == pytest.approx(0.5 ** (old_age / 30), abs=1e-6)
+    # The same request an hour later, and a second later, scores alike to the last digit (ages in seconds
+    # from now drifted in the sixth decimal between identical requests).
+    for later in (1, 3600):
+        again = index.search("staging cluster blue database replica", now=now + later, explain=True)
+        assert [(h.path, h.score, h.scores) for h in again.results] == [
+            (h.path, h.score, h.scores) for h in response.results
+        ]
     order = [h.path for h in response.results]
     assert order.index("memory/2026-11-28.md") < order.index("notes/undated.md") < order.index("memory/2024-01-15.md")
     assert order[-1] == "memory/2024-01-15.md"  # decayed, yet kept: it is keyword-backed

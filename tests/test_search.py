@@ -274,6 +274,19 @@ def test_max_results_is_respected(workspace, make_config, open_index):
     assert len(index.search("roadmap", max_results=10).results) == 10
 
 
+@pytest.mark.parametrize("mode", ["keyword", "vector"])
+def test_a_long_list_past_the_candidate_pool_is_complete_in_one_leg_modes(workspace, make_config, open_index, mode):
+    """`maxResults` 100 over 120 notes gave the pool's 40 hits in keyword and vector mode; a leg's own order does
+    not depend on how many it fetches, so it now fetches what is asked for, and the first 40 are still those of
+    `maxResults` 40."""
+    notes = {f"memory/n{i:03d}.md": f"Standup {i}: the roadmap review of team {i}.\n" for i in range(120)}
+    index = open_index(make_config(workspace(notes), **{"rerank.enabled": False}))
+    long = index.search("roadmap review", mode=mode, max_results=100, min_score=0).results
+    assert len(long) == 100
+    short = index.search("roadmap review", mode=mode, max_results=40, min_score=0).results
+    assert [(h.path, h.score) for h in short] == [(h.path, h.score) for h in long[:40]]
+
+
 def test_path_prefix_filters_every_leg(index):
     for mode in ("hybrid", "keyword", "vector"):
         response = index.search("proxy ssl deploy certificates", mode=mode, path_prefix="memory/2026-11-2", min_score=0)
@@ -281,6 +294,10 @@ def test_path_prefix_filters_every_leg(index):
         assert all(h.path.startswith("memory/2026-11-2") for h in response.results), mode
     assert paths(index.search("Dana flat white", path_prefix="memory/", min_score=0)).count("MEMORY.md") == 0
     assert paths(index.search("Dana flat white", path_prefix="MEMORY.md")) == ["MEMORY.md"]
+    # `.` and `./` are the workspace, as a shell names it: every hit (`.` matched no path, "No matches.")
+    everything = paths(index.search("Dana flat white", min_score=0))
+    assert paths(index.search("Dana flat white", path_prefix=".", min_score=0)) == everything
+    assert paths(index.search("Dana flat white", path_prefix="./", min_score=0)) == everything
 
 
 def test_search_on_a_never_indexed_agent_syncs_first(workspace, make_config, open_index, counting_embedder):
