@@ -7,8 +7,8 @@ Tables
   chunks_fts       FTS5, contentless (the text lives in chunks), rows deletable
   chunks_vec       vec0 cosine index, created once the embedder's dimensions are known
   embedding_cache  this index's vectors by (provider, model, fingerprint, text hash): those its chunks use
-                   (and, until the next rebuild, those of text it held before); vec0 is refilled from it and
-                   the numpy scan reads it. Embeddings shared across indexes and runs live in
+                   (a sync that changed or removed files drops the others, StoreCaches.prune_caches); vec0 is
+                   refilled from it and the numpy scan reads it. Embeddings shared across indexes and runs live in
                    core.shared_cache, which a sync consults before embedding.
 
 Here: the migration to the current schema, transactions and read snapshots, the meta table (identity and the

@@ -251,3 +251,28 @@ def test_cached_vectors_are_read_when_their_use_cannot_be_marked(tmp_path: Path)
         other.execute("ROLLBACK")
         cache.put(key, {"b": np.zeros(4, dtype=np.float32)})
         assert cache.count() == 2
+
+
+def test_a_note_edited_many_times_leaves_no_stale_vectors_in_the_index(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """Each edit's old text kept its vector in the index until a rebuild: 20 edits of one note left 20 stale
+    rows (200 edits: the index grew from 4.0 to 6.5 MiB for 14 more chunks). The shared cache still holds
+    them: going back to an old text embeds nothing."""
+    ws = agent_workspace(workspace, provider, notes("n", 6), "ws")
+    index(capsys, ws)
+    note = ws / "memory" / "n-000.md"
+    first = note.read_text()
+    for n in range(20):
+        note.write_text(f"{first}- revision {n} of the relay plan.\n")
+        assert index(capsys, ws)["chunksEmbedded"] == 1
+    db = db_path(memsift_home, "main", ws.resolve())
+    with Store(db, readonly=True) as store:
+        hashes = {h for (h,) in store.conn.execute("SELECT hash FROM chunks")}
+        cached = [h for (h,) in store.conn.execute("SELECT hash FROM embedding_cache")]
+    assert len(hashes) == 6 and sorted(cached) == sorted(hashes)
+    provider.embedded.clear()
+    note.write_text(first)
+    report = index(capsys, ws)
+    assert report["chunksEmbedded"] == len(embedded(provider)) == 0 and report["cacheHits"] == 1
+    assert integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
