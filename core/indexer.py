@@ -191,6 +191,8 @@ def sync(
             r = report
             measured = (r.chunksEmbedded, r.inputChars, r.embeddingCalls, r.embedSeconds)
             keep(r, cache.record_throughput, cache_key(embedder), *measured)
+    if report.changed or report.removed or report.skipped:  # their old text's vectors are in no chunk now
+        store.prune_caches()
     if embedder is not None and embedder.dims and store.vec_needs_refill():
         store.rebuild_vec(cache_key(embedder), embedder.dims)
     with store.transaction():

@@ -1,6 +1,7 @@
 """The two caches inside an index: each text's vector by (provider, model, fingerprint, text hash), and the
 MaxSim reranker's token bits by (reranker fingerprint, text hash). What a sync looks up before it embeds,
-and what it has left to embed; kept apart from the chunks they serve, which they outlive until a rebuild."""
+and what it has left to embed; kept apart from the chunks they serve, and pruned to them after a sync that changed
+or removed files."""
 
 from __future__ import annotations
 
@@ -50,6 +51,18 @@ class StoreCaches(StoreSchema):
             [(*key, h, np.asarray(v, dtype=np.float32).tobytes(), now) for h, v in items.items()],
         )
         self._vectors_changed()
+
+    def prune_caches(self) -> int:
+        """Drop the vectors and token bits of text no chunk holds any more; the vectors dropped. Before, only a
+        rebuild dropped them: a note edited 200 times (a sync after each) left 544 stale vectors, the index
+        growing from 4.0 to 6.5 MiB for 14 more chunks. A text that comes back is found in the shared cache
+        (core.shared_cache), which every embedding goes to, or embedded again: a cost, never a wrong answer.
+        No chunk's vector changes, so the in-memory copies keep their tag."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM embedding_cache WHERE hash NOT IN (SELECT hash FROM chunks)")
+            dropped = self.conn.changes()
+            self.conn.execute("DELETE FROM token_cache WHERE hash NOT IN (SELECT hash FROM chunks)")
+        return dropped
 
     # -- token cache (MaxSim reranker) ----------------------------------------------------------------
 

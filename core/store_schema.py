@@ -7,8 +7,8 @@ Tables
   chunks_fts       FTS5, contentless (the text lives in chunks), rows deletable
   chunks_vec       vec0 cosine index, created once the embedder's dimensions are known
   embedding_cache  this index's vectors by (provider, model, fingerprint, text hash): those its chunks use
-                   (and, until the next rebuild, those of text it held before); vec0 is refilled from it and
-                   the numpy scan reads it. Embeddings shared across indexes and runs live in
+                   (a sync that changed or removed files drops the others, StoreCaches.prune_caches); vec0 is
+                   refilled from it and the numpy scan reads it. Embeddings shared across indexes and runs live in
                    core.shared_cache, which a sync consults before embedding.
 
 Here: the migration to the current schema, transactions and read snapshots, the meta table (identity and the
@@ -30,7 +30,9 @@ import apsw
 
 from .errors import StoreError
 
-SCHEMA_VERSION = 3  # 2: index chunks(hash); 3: token_cache
+# 2: index chunks(hash); 3: token_cache; 4: the two caches are rowid tables (see _migrate). The version is part of
+# the index identity: an index of an older one is rebuilt from the caches (nothing is embedded) into the new layout.
+SCHEMA_VERSION = 4
 
 # Each chunk with its vector from the cache of one (provider, model, fingerprint). CROSS JOIN makes chunks the
 # outer loop (SQLite's own choice was to walk every cache row of the model and probe chunks(hash): 50-100 ms
@@ -97,6 +99,9 @@ class StoreSchema:
                 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
                 -- joins with embedding_cache (vectors_for, the numpy scan, rebuild_vec) go chunk -> cache
                 CREATE INDEX IF NOT EXISTS chunks_by_hash ON chunks(hash);
+                -- Rowid tables (before schema 4: WITHOUT ROWID, which the same statements read and write): a
+                -- WITHOUT ROWID row keeps at most ~1 KB on its b-tree page and spills the rest of a 1.5 KB vector
+                -- onto an overflow page of its own, 60% of it empty (5.2 MiB for 1.9 MiB of vectors; 2.5 here).
                 CREATE TABLE IF NOT EXISTS embedding_cache (
                     provider TEXT NOT NULL,
                     model TEXT NOT NULL,
@@ -104,15 +109,15 @@ class StoreSchema:
                     hash TEXT NOT NULL,
                     embedding BLOB NOT NULL,
                     created_at REAL NOT NULL,
-                    PRIMARY KEY (provider, model, fingerprint, hash)
-                ) WITHOUT ROWID;
+                    UNIQUE (provider, model, fingerprint, hash)
+                );
                 -- token bits for the MaxSim reranker (core/rerankers/maxsim.py), by reranker fingerprint and text hash
                 CREATE TABLE IF NOT EXISTS token_cache (
                     fingerprint TEXT NOT NULL,
                     hash TEXT NOT NULL,
                     tokens BLOB NOT NULL,
-                    PRIMARY KEY (fingerprint, hash)
-                ) WITHOUT ROWID;
+                    UNIQUE (fingerprint, hash)
+                );
                 """
             )
             self.set_meta("schema_version", str(SCHEMA_VERSION))

@@ -28,6 +28,7 @@ from core.indexer import UNFINISHED
 from core.query import FTS_TEXT_VERSION
 from core.shared_cache import SharedCache, cache_path
 from core.store import Store
+from core.store_schema import SCHEMA_VERSION
 from tests.fake_provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -251,3 +252,118 @@ def test_cached_vectors_are_read_when_their_use_cannot_be_marked(tmp_path: Path)
         other.execute("ROLLBACK")
         cache.put(key, {"b": np.zeros(4, dtype=np.float32)})
         assert cache.count() == 2
+
+
+def test_a_note_edited_many_times_leaves_no_stale_vectors_in_the_index(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """Each edit's old text kept its vector in the index until a rebuild: 20 edits of one note left 20 stale
+    rows (200 edits: the index grew from 4.0 to 6.5 MiB for 14 more chunks). The shared cache still holds
+    them: going back to an old text embeds nothing."""
+    ws = agent_workspace(workspace, provider, notes("n", 6), "ws")
+    index(capsys, ws)
+    note = ws / "memory" / "n-000.md"
+    first = note.read_text()
+    for n in range(20):
+        note.write_text(f"{first}- revision {n} of the relay plan.\n")
+        assert index(capsys, ws)["chunksEmbedded"] == 1
+    db = db_path(memsift_home, "main", ws.resolve())
+    with Store(db, readonly=True) as store:
+        hashes = {h for (h,) in store.conn.execute("SELECT hash FROM chunks")}
+        cached = [h for (h,) in store.conn.execute("SELECT hash FROM embedding_cache")]
+    assert len(hashes) == 6 and sorted(cached) == sorted(hashes)
+    provider.embedded.clear()
+    note.write_text(first)
+    report = index(capsys, ws)
+    assert report["chunksEmbedded"] == len(embedded(provider)) == 0 and report["cacheHits"] == 1
+    assert integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
+
+
+# The two caches of an index as schema 3 (memsift before rowid caches) wrote them.
+SCHEMA_3_CACHES = """
+CREATE TABLE old_vectors (provider TEXT NOT NULL, model TEXT NOT NULL, fingerprint TEXT NOT NULL,
+    hash TEXT NOT NULL, embedding BLOB NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (provider, model, fingerprint, hash)) WITHOUT ROWID;
+INSERT INTO old_vectors SELECT * FROM embedding_cache;
+DROP TABLE embedding_cache;
+ALTER TABLE old_vectors RENAME TO embedding_cache;
+CREATE TABLE old_tokens (fingerprint TEXT NOT NULL, hash TEXT NOT NULL, tokens BLOB NOT NULL,
+    PRIMARY KEY (fingerprint, hash)) WITHOUT ROWID;
+INSERT INTO old_tokens SELECT * FROM token_cache;
+DROP TABLE token_cache;
+ALTER TABLE old_tokens RENAME TO token_cache;
+UPDATE meta SET value = '3' WHERE key = 'schema_version';
+"""
+
+
+def test_an_index_of_schema_3_answers_then_is_rebuilt_into_rowid_caches_embedding_nothing(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """Schema 4 stores the caches in rowid tables (a 1.5 KB vector in a WITHOUT ROWID row spilled onto an
+    overflow page of its own, mostly empty). An index written before keeps answering, and its first sync
+    rebuilds it into the new layout from its own vectors: nothing embedded, not even with the shared cache gone."""
+    ws = agent_workspace(workspace, provider, notes("old", 8), "ws")
+    index(capsys, ws)
+    db = db_path(memsift_home, "main", ws.resolve())
+    with Store(db) as store, store.transaction():
+        store.conn.execute(SCHEMA_3_CACHES)
+        store.set_identity({**store.identity(), "schema": 3})
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cache_path(memsift_home)}{suffix}").unlink(missing_ok=True)
+    provider.embedded.clear()
+
+    capsys.readouterr()
+    assert main(["--workspace", str(ws), "search", "old3 relay bay 3", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)["results"]
+    assert hits and hits[0]["path"] == "memory/old-003.md"
+    provider.embedded.clear()  # the query's embedding
+    report = index(capsys, ws)
+    assert report["rebuilt"] is True and report["chunksEmbedded"] == 0 and report["cacheHits"] == 8
+    assert embedded(provider) == [] and integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
+    with Store(db, readonly=True) as store:
+        assert store.identity()["schema"] == SCHEMA_VERSION == 4
+        layouts = store.conn.execute("SELECT sql FROM sqlite_master WHERE name IN ('embedding_cache', 'token_cache')")
+        assert [sql for (sql,) in layouts if "WITHOUT ROWID" in sql] == []
+        assert store.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0] == 8
+    assert index(capsys, ws)["chunksEmbedded"] == 0
+
+
+def test_a_shared_cache_of_without_rowid_tables_moves_into_rowid_ones_and_shrinks(tmp_path: Path) -> None:
+    """The cache's tables were WITHOUT ROWID: each 1.5 KB vector spilled onto an overflow page of its own."""
+    path = tmp_path / "embeddings.sqlite"
+    conn = apsw.Connection(str(path))
+    conn.execute(
+        "CREATE TABLE embeddings (provider TEXT NOT NULL, model TEXT NOT NULL, fingerprint TEXT NOT NULL, "
+        "hash TEXT NOT NULL, embedding BLOB NOT NULL, created_at REAL NOT NULL, used_at REAL NOT NULL, "
+        "PRIMARY KEY (provider, model, fingerprint, hash)) WITHOUT ROWID;"
+        "CREATE INDEX embeddings_by_use ON embeddings(used_at);"
+        "CREATE TABLE tokens (fingerprint TEXT NOT NULL, hash TEXT NOT NULL, tokens BLOB NOT NULL, "
+        "PRIMARY KEY (fingerprint, hash)) WITHOUT ROWID;"
+    )
+    key = ("openai", "fake-model", "fp")
+    vectors = {f"h{n:04d}": np.random.default_rng(n).standard_normal(384).astype(np.float32) for n in range(600)}
+    rows = [(*key, h, v.tobytes(), float(n), float(n)) for n, (h, v) in enumerate(vectors.items())]
+    conn.executemany("INSERT INTO embeddings VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.executemany("INSERT INTO tokens VALUES (?, ?, ?)", [("t", h, b"\x01" * 3000) for h in vectors])
+    conn.close()
+    before = path.stat().st_size
+
+    with SharedCache(path) as cache:
+        tables = "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
+        assert [(n, "WITHOUT ROWID" in sql) for n, sql in cache.conn.execute(tables)] == [
+            ("embeddings", False),
+            ("indexes", False),
+            ("throughput", False),
+            ("tokens", False),
+        ]
+        got = cache.get(key, ["h0007", "h0599"])
+        assert np.array_equal(got["h0007"], vectors["h0007"]) and np.array_equal(got["h0599"], vectors["h0599"])
+        assert cache.count() == 600 and len(cache.tokens_get("t", list(vectors))) == 600
+        plan = cache.conn.execute("EXPLAIN QUERY PLAN SELECT * FROM embeddings ORDER BY used_at").fetchall()
+        assert "embeddings_by_use" in str(plan)
+        cache.put(key, {"h0007": vectors["h0001"]})  # INSERT OR REPLACE still replaces by the key
+        assert cache.count() == 600 and np.array_equal(cache.get(key, ["h0007"])["h0007"], vectors["h0001"])
+        cache.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert path.stat().st_size < before * 0.75
+    with SharedCache(path) as cache:  # once only: the second open finds the new tables
+        assert cache.count() == 600
