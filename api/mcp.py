@@ -19,16 +19,19 @@ next search a debounce later.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from http import HTTPStatus
 from importlib.metadata import version
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import mcp_types as types
 from anyio.abc import ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -308,11 +311,12 @@ def run_mcp(
 
             from api.terminal import whole_lines
 
-            with whole_lines() as terminal:  # a terminal on stdin: lines over 4 KiB, whole
+            # a terminal on stdin: lines over 4 KiB, whole
+            with whole_lines() as terminal, _claimed_stdin(terminal) as stdin:
 
                 async def serve_stdio() -> None:
-                    stdin = None if terminal is None else anyio.wrap_file(terminal)
-                    async with stdio_server(stdin) as streams, _answering_before_eof(*streams) as (read, write):
+                    lines: Any = DaemonLines(stdin)  # an async iterable of lines is all stdio_server reads
+                    async with stdio_server(lines) as streams, _answering_before_eof(*streams) as (read, write):
                         await server.run(read, write, server.create_initialization_options())
 
                 anyio.run(serve_stdio)
@@ -461,6 +465,62 @@ def _surrogate_request_id(line: Any) -> str | int | None:
         return None
     request_id = message.get("id") if isinstance(message, dict) else None
     return request_id if type(request_id) in (str, int) else None
+
+
+@contextmanager
+def _claimed_stdin(terminal: TextIO | None) -> Iterator[TextIO]:
+    """The requests' text stream: `terminal` if stdin is one (api.terminal), else fd 0's pipe read through a
+    descriptor of its own while fd 0 points at the null device, as the `mcp` package claims it (a child process
+    reads EOF, never the protocol); fd 0 is restored on exit. That descriptor is never closed: a reader thread
+    may still be blocked on it (DaemonLines)."""
+    if terminal is not None:
+        yield terminal
+        return
+    own = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        yield open(own, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 - see above
+    finally:
+        os.dup2(own, 0)
+
+
+class DaemonLines:
+    """The lines of `stream`, each read by a daemon thread. The `mcp` package reads stdin in an AnyIO worker
+    thread, which a stop cannot cancel and the interpreter's exit waits for: SIGINT or SIGTERM to a server whose
+    client kept stdin open (a service manager, a client stopping it by signal) left it waiting for a line that
+    never came, idle for minutes until killed. A daemon thread is left blocked in its read: the server ends."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> DaemonLines:
+        return self
+
+    async def __anext__(self) -> str:
+        token = anyio.lowlevel.current_token()
+        read = anyio.Event()
+        got: list[str | BaseException] = []
+
+        def readline() -> None:
+            try:
+                got.append(self._stream.readline())
+            except BaseException as exc:  # handed to the reader, as a read in its own thread would raise it
+                got.append(exc)
+            try:
+                anyio.from_thread.run_sync(read.set, token=token)
+            except RuntimeError:  # the event loop has ended: nobody waits for this line
+                pass
+
+        threading.Thread(target=readline, name="memsift-stdin", daemon=True).start()
+        await read.wait()
+        line = got[0]
+        if isinstance(line, BaseException):
+            raise line
+        if not line:
+            raise StopAsyncIteration
+        return line
 
 
 def _say(line: str) -> None:

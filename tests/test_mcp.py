@@ -599,3 +599,30 @@ def test_a_call_names_another_configured_agent(workspace, memsift_home: Path) ->
                 assert failed and answer["status"] == status and reason in answer["reason"], (name, args, answer)
     finally:
         tools.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stopped_while_idle_with_stdin_open_it_exits_with_0(ws: Path, memsift_home: Path, sig: signal.Signals) -> None:
+    """A client (or a service manager) that stops the server by a signal keeps its end of stdin open: the
+    server exits with 0 all the same. It waited for a line that never came (the `mcp` package reads stdin in a
+    thread that neither a stop nor the interpreter's exit would leave), still running 180 s later."""
+    opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
+    # No watcher: its start-up sync, if still running at the signal, ends the process at once (exit_mid_step)
+    env = _env(memsift_home) | {"MEMSIFT_SYNC_WATCH": "false"}
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "mcp"], env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening}) + "\n")
+        proc.stdin.flush()  # and stays open: the client is still there
+        assert json.loads(proc.stdout.readline())["id"] == 1  # serving, idle
+        proc.send_signal(sig)
+        code = proc.wait(60)  # a deadline, not a measure: before, it never ended
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, err
+    assert "Traceback" not in err
