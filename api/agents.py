@@ -53,11 +53,14 @@ class InvalidAgent(MemsiftError, ValueError):
 
 
 class Agents:
-    def __init__(self, config: Config, default: str = DEFAULT_AGENT) -> None:
+    def __init__(
+        self, config: Config, default: str = DEFAULT_AGENT, configs: Mapping[str, Config] | None = None
+    ) -> None:
         """`config` is the main agent's; the others come from its `agents.<id>.workspace` keys, read from the
-        same file as `memsift --agent ID` would. `default` answers a request that names no agent (`memsift
-        --agent ID serve`); it must be one of them."""
-        self.configs: dict[str, Config] = every_agent(config)
+        same file as `memsift --agent ID` would, unless `configs` says which agents to serve (`memsift mcp` for an
+        agent no file names). `default` answers a request that names no agent (`memsift --agent ID serve`); it
+        must be one of them."""
+        self.configs: dict[str, Config] = every_agent(config) if configs is None else dict(configs)
         if default not in self.configs:
             known = ", ".join(self.configs)
             raise ConfigError(

@@ -480,11 +480,29 @@ _COMMANDS["serve"] = cmd_serve
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     from api.mcp import run_mcp
+    from core.config import every_agent
+
+    # Every agent is served, as by `serve`; --agent chooses the one a call without an `agent` argument is for.
+    main_config = load_config(args.config, workspace=args.workspace)
+    configs = every_agent(main_config)
+    if args.agent not in configs:  # no file names it: --workspace's folder under that name, alone (as before)
+        configs = {args.agent: _config(args)}
+
+    def run(ready: Any = None) -> int:
+        return run_mcp(
+            main_config,
+            transport=args.transport,
+            host=args.host,
+            port=args.port,
+            agent=args.agent,
+            configs=configs,
+            ready=ready,
+        )
 
     if args.transport == "stdio":  # stdout carries the protocol
-        return run_mcp(_config(args), transport=args.transport, host=args.host, port=args.port)
+        return run()
     with _addresses_as_json(args) as ready:
-        return run_mcp(_config(args), transport=args.transport, host=args.host, port=args.port, ready=ready)
+        return run(ready)
 
 
 _COMMANDS["mcp"] = cmd_mcp

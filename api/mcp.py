@@ -7,24 +7,31 @@ and a `reason`, so the agent reads why and carries on. Results have the REST sha
 search answer `{results, mode, provider, model, tookMs, degraded?, abstained?, warning?}` and the get answer
 `{path, from, lines, text, totalLines, warning?}`, as structured content and as JSON text.
 
-One `MemoryIndex` serves every call (the embedder loads once); calls run in a worker thread, one at a time.
-With `sync.watch` on, memory files the agent writes are synced as they change (api.watching), so a note
-written now is found by the next search a debounce later.
+The calls run in worker threads on indexes leased from the agents REST serves (api.agents: the embedder loads
+once, each thread has its own connection), so a `memory_get` or a second search does not wait for a search's
+first index (minutes for thousands of notes): the get reads the file, the search answers from the batches
+committed so far and says so in `degraded`. Each tool takes an optional `agent`, as REST's bodies do: the
+default is `memsift --agent ID mcp`'s, the others are the configuration's `agents.<id>`. With `sync.watch` on,
+memory files the agents write are synced as they change (api.watching), so a note written now is found by the
+next search a debounce later.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from http import HTTPStatus
 from importlib.metadata import version
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import mcp_types as types
 from anyio.abc import ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -34,10 +41,10 @@ from mcp.shared.message import SessionMessage
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.agents import DEFAULT_AGENT, Agents
 from api.catch_up import CatchUps
 from api.schemas import MAX_LINES, has_lone_surrogate, query_too_large
 from core import Config, ConfigError, MemsiftError
-from core.memory import MemoryIndex
 
 SERVER_NAME = "memsift"
 HTTP_PATH = "/mcp"
@@ -76,6 +83,7 @@ SEARCH_SCHEMA: dict[str, Any] = {
             "type": "boolean",
             "description": "keep undated files (MEMORY.md, undated notes) when filtering by date (default true)",
         },
+        "agent": {"type": "string", "description": "whose memory (set per server: the configured agents)"},
     },
     "required": ["query"],
     "additionalProperties": False,
@@ -91,24 +99,39 @@ GET_SCHEMA: dict[str, Any] = {
             "maximum": MAX_LINES,
             "description": f"number of lines (default: the rest, at most {MAX_LINES})",
         },
+        "agent": {"type": "string", "description": "whose memory (set per server: the configured agents)"},
     },
     "required": ["path"],
     "additionalProperties": False,
 }
-TOOLS = [
-    types.Tool(
-        name="memory_search",
-        description=SEARCH_DESCRIPTION,
-        input_schema=SEARCH_SCHEMA,
-        annotations=types.ToolAnnotations(title="Search memory", read_only_hint=True, open_world_hint=False),
-    ),
-    types.Tool(
-        name="memory_get",
-        description=GET_DESCRIPTION,
-        input_schema=GET_SCHEMA,
-        annotations=types.ToolAnnotations(title="Read memory lines", read_only_hint=True, open_world_hint=False),
-    ),
-]
+
+
+def tools_for(agents: list[str], default: str) -> list[types.Tool]:
+    """The two tools, their `agent` argument listing the configured agents (an `enum`, so that a model picks
+    one rather than inventing a name) and naming the default."""
+
+    def schema(base: dict[str, Any]) -> dict[str, Any]:
+        agent = {
+            "type": "string",
+            "enum": agents,
+            "description": f"whose memory: one of the configured agents (default {default}, this server's own)",
+        }
+        return {**base, "properties": {**base["properties"], "agent": agent}}
+
+    return [
+        types.Tool(
+            name="memory_search",
+            description=SEARCH_DESCRIPTION,
+            input_schema=schema(SEARCH_SCHEMA),
+            annotations=types.ToolAnnotations(title="Search memory", read_only_hint=True, open_world_hint=False),
+        ),
+        types.Tool(
+            name="memory_get",
+            description=GET_DESCRIPTION,
+            input_schema=schema(GET_SCHEMA),
+            annotations=types.ToolAnnotations(title="Read memory lines", read_only_hint=True, open_world_hint=False),
+        ),
+    ]
 
 
 class ToolArgumentError(MemsiftError, ValueError):
@@ -144,50 +167,44 @@ def _check_names(args: dict[str, Any], schema: dict[str, Any]) -> None:
 
 
 class MemoryTools:
-    """The two tools over one agent's index; `call` never raises."""
+    """The two tools over the agents of one configuration; `call` never raises."""
 
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self._index: MemoryIndex | None = None
-        self._lock = threading.Lock()
-        self.catch_ups = CatchUps()
+    def __init__(self, config: Config, agent: str = DEFAULT_AGENT, configs: Mapping[str, Config] | None = None) -> None:
+        """`config` is the main agent's (its `agents.<id>` are served too, or `configs`); `agent` answers a call
+        naming none. An unknown `agent` is a ConfigError, before anything is served."""
+        self.agents = Agents(config, agent, configs)
+        self._running = 0  # calls in flight, for `settled`
+        self._changed = threading.Condition()
 
     @property
-    def index(self) -> MemoryIndex:
-        if self._index is None:
-            self._index = MemoryIndex(self.config)
-        return self._index
+    def catch_ups(self) -> CatchUps:
+        return self.agents.catch_ups
 
     def settled(self, timeout: float) -> bool:
-        """Whether the call running, if any, has ended within `timeout` s (a search's first index or its
+        """Whether the calls running, if any, have ended within `timeout` s (a search's first index or its
         catch-up sync may take minutes)."""
-        if not self._lock.acquire(timeout=timeout):
-            return False
-        self._lock.release()
-        return True
+        with self._changed:
+            return self._changed.wait_for(lambda: self._running == 0, timeout)
 
     def close(self) -> None:
-        if self._index is not None:
-            self._index.close()
+        self.agents.close()
 
     def memory_search(self, args: dict[str, Any]) -> dict[str, Any]:
         _check_names(args, SEARCH_SCHEMA)
         query = _argument(args, SEARCH_SCHEMA, "query")
         if why := query_too_large(query):  # REST's 413: the same bound
             raise ToolArgumentError(why)
-        max_results = _argument(args, SEARCH_SCHEMA, "maxResults")
         min_score = _argument(args, SEARCH_SCHEMA, "minScore")
         evergreen = _argument(args, SEARCH_SCHEMA, "evergreen")
-        caught = self.catch_ups.before_search(self.index)  # a note the agent just wrote, before the watcher's debounce
-        response = self.index.search(
-            query,
-            max_results=max_results,
-            min_score=None if min_score is None else float(min_score),
-            after=_argument(args, SEARCH_SCHEMA, "after"),
-            before=_argument(args, SEARCH_SCHEMA, "before"),
-            evergreen=evergreen is not False,
-        )
-        caught.tell(response)
+        options = {
+            "max_results": _argument(args, SEARCH_SCHEMA, "maxResults"),
+            "min_score": None if min_score is None else float(min_score),
+            "after": _argument(args, SEARCH_SCHEMA, "after"),
+            "before": _argument(args, SEARCH_SCHEMA, "before"),
+            "evergreen": evergreen is not False,
+        }
+        # REST's path: a leased index, the notes changed since the last sync synced first (api.catch_up)
+        _, response = self.agents.search(_argument(args, SEARCH_SCHEMA, "agent"), query, options)
         return response.to_dict()
 
     def memory_get(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -197,7 +214,8 @@ class MemoryTools:
         count = _argument(args, GET_SCHEMA, "lines")
         if count is not None and count > MAX_LINES:  # the REST bound: one answer never carries a whole 8 MiB file
             raise ToolArgumentError(f"lines: at most {MAX_LINES}, got {count}; read on with `from`")
-        return self.index.get(path, 1 if start is None else start, MAX_LINES if count is None else count)
+        with self.agents.lease(_argument(args, GET_SCHEMA, "agent")) as index:
+            return index.get(path, 1 if start is None else start, MAX_LINES if count is None else count)
 
     def call(self, name: str, args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """(the tool's answer, whether it is an error); errors are `{unavailable: true, reason}`."""
@@ -206,11 +224,12 @@ class MemoryTools:
             "memory_get": self.memory_get,
         }
         handler = handlers.get(name)
+        with self._changed:
+            self._running += 1
         try:
             if handler is None:
                 raise ToolArgumentError(f"no tool named {name!r}; the tools are {', '.join(handlers)}")
-            with self._lock:
-                return handler(args), False
+            return handler(args), False
         except Exception as exc:  # the agent gets the reason as data; nothing escapes as a protocol error
             reason = str(exc) if isinstance(exc, MemsiftError) else f"{type(exc).__name__}: {exc}"
             answer: dict[str, Any] = {"unavailable": True, "reason": reason}
@@ -220,11 +239,17 @@ class MemoryTools:
             if status is not None:
                 answer["status"] = status
             return answer, True
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
 
 
 def build_server(tools: MemoryTools) -> Server:
+    listed = tools_for(tools.agents.names, tools.agents.default)
+
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOLS)
+        return types.ListToolsResult(tools=listed)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         # abandoned when cancelled (Ctrl-C, SIGTERM): a first index would otherwise hold the server's exit
@@ -246,14 +271,25 @@ def build_server(tools: MemoryTools) -> Server:
 
 
 def run_mcp(
-    config: Config, *, transport: str, host: str, port: int, ready: Callable[[dict[str, str]], None] | None = None
+    config: Config,
+    *,
+    transport: str,
+    host: str,
+    port: int,
+    agent: str = DEFAULT_AGENT,
+    configs: Mapping[str, Config] | None = None,
+    ready: Callable[[dict[str, str]], None] | None = None,
 ) -> int:
-    """Serve until stdin closes (stdio) or the process is interrupted (HTTP), syncing the agent's memory files
-    as they change (api.watching). Over HTTP, `ready` gets the address once the socket listens (`--json`)."""
+    """Serve `config` (the main agent's) and its `agents.<id>` until stdin closes (stdio) or the process is
+    interrupted (HTTP), syncing the agents' memory files as they change (api.watching); a call that names no
+    agent is answered for `agent` (`memsift --agent ID mcp`); `configs`, when given, are the agents served instead.
+    Over HTTP, `ready` gets the address once the
+    socket listens (`--json`)."""
     from api.runs import IndexRuns
     from api.serve import STOP_SECONDS, exit_mid_step, http_address, interrupt, is_loopback, listen_socket
     from api.watching import Watch
 
+    tools = MemoryTools(config, agent, configs)  # every agent's configuration is read here, an unknown --agent refused
     sock = None
     if transport != "stdio":  # refused before anything starts
         if not config.api.key and not is_loopback(host):
@@ -262,10 +298,9 @@ def run_mcp(
                 "MEMSIFT_API_KEY, or bind to 127.0.0.1"
             )
         sock = listen_socket(host, port, choose="--port")  # a port in use: one line, not uvicorn's exit 3
-    tools = MemoryTools(config)
     server = build_server(tools)
     runs = IndexRuns()
-    watch = Watch({config.agent: config}, runs, lambda agent: config, _say)
+    watch = Watch(tools.agents.configs, runs, tools.agents.config, _say)
     tools.catch_ups.watching = watch.watching
     # Both raise KeyboardInterrupt at once, as in `serve`: SIGTERM then ends in exit 0, not death by signal, and
     # SIGINT no longer goes through asyncio's cancellation, which waited for the thread reading stdin.
@@ -276,11 +311,12 @@ def run_mcp(
 
             from api.terminal import whole_lines
 
-            with whole_lines() as terminal:  # a terminal on stdin: lines over 4 KiB, whole
+            # a terminal on stdin: lines over 4 KiB, whole
+            with whole_lines() as terminal, _claimed_stdin(terminal) as stdin:
 
                 async def serve_stdio() -> None:
-                    stdin = None if terminal is None else anyio.wrap_file(terminal)
-                    async with stdio_server(stdin) as streams, _answering_before_eof(*streams) as (read, write):
+                    lines: Any = DaemonLines(stdin)  # an async iterable of lines is all stdio_server reads
+                    async with stdio_server(lines) as streams, _answering_before_eof(*streams) as (read, write):
                         await server.run(read, write, server.create_initialization_options())
 
                 anyio.run(serve_stdio)
@@ -429,6 +465,62 @@ def _surrogate_request_id(line: Any) -> str | int | None:
         return None
     request_id = message.get("id") if isinstance(message, dict) else None
     return request_id if type(request_id) in (str, int) else None
+
+
+@contextmanager
+def _claimed_stdin(terminal: TextIO | None) -> Iterator[TextIO]:
+    """The requests' text stream: `terminal` if stdin is one (api.terminal), else fd 0's pipe read through a
+    descriptor of its own while fd 0 points at the null device, as the `mcp` package claims it (a child process
+    reads EOF, never the protocol); fd 0 is restored on exit. That descriptor is never closed: a reader thread
+    may still be blocked on it (DaemonLines)."""
+    if terminal is not None:
+        yield terminal
+        return
+    own = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        yield open(own, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 - see above
+    finally:
+        os.dup2(own, 0)
+
+
+class DaemonLines:
+    """The lines of `stream`, each read by a daemon thread. The `mcp` package reads stdin in an AnyIO worker
+    thread, which a stop cannot cancel and the interpreter's exit waits for: SIGINT or SIGTERM to a server whose
+    client kept stdin open (a service manager, a client stopping it by signal) left it waiting for a line that
+    never came, idle for minutes until killed. A daemon thread is left blocked in its read: the server ends."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> DaemonLines:
+        return self
+
+    async def __anext__(self) -> str:
+        token = anyio.lowlevel.current_token()
+        read = anyio.Event()
+        got: list[str | BaseException] = []
+
+        def readline() -> None:
+            try:
+                got.append(self._stream.readline())
+            except BaseException as exc:  # handed to the reader, as a read in its own thread would raise it
+                got.append(exc)
+            try:
+                anyio.from_thread.run_sync(read.set, token=token)
+            except RuntimeError:  # the event loop has ended: nobody waits for this line
+                pass
+
+        threading.Thread(target=readline, name="memsift-stdin", daemon=True).start()
+        await read.wait()
+        line = got[0]
+        if isinstance(line, BaseException):
+            raise line
+        if not line:
+            raise StopAsyncIteration
+        return line
 
 
 def _say(line: str) -> None:

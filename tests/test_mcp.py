@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from api.mcp import MemoryTools
+from api.mcp import MemoryTools, tools_for
 from core import load_config
 from core.memory import MemoryIndex
 from tests.fake_provider import FakeProvider
@@ -59,7 +59,7 @@ async def _exercise(client: Client) -> None:
     for word in ("before answering", "decisions", "dates", "people", "preferences", "to-dos"):
         assert word in search_text
     assert tools["memory_search"].input_schema["required"] == ["query"]
-    assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
+    assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines", "agent"}
     assert {"after", "before", "evergreen"} <= set(tools["memory_search"].input_schema["properties"])
 
     answer, failed = await _call(client, "memory_search", {"query": "flat white", "maxResults": 3, "minScore": 0})
@@ -531,3 +531,98 @@ def test_http_on_any_loopback_address_refuses_a_web_page(ws: Path, memsift_home:
             assert r.status_code == status, (headers, r.status_code, r.text)
     finally:
         stop_process(proc)
+
+
+def test_a_call_does_not_wait_for_another_call_s_first_index(workspace, memsift_home: Path) -> None:
+    """While a search runs the agent's first index (an embedding request held here; minutes for thousands of
+    notes), a `memory_get` reads its lines and a second search answers from what is indexed so far, saying so,
+    as REST answers them. The calls ran one at a time: on 229 notes both waited 470 s behind the first search,
+    far past an MCP client's request timeout (60 s in the TypeScript SDK)."""
+    provider = FakeProvider(hold_at=3)  # a request of the first index, past the start-up probe
+    notes = {f"memory/pump-{n}.md": f"# pump {n}\n- The pump{n} is in bay {n}.\n" for n in range(8)}
+    root = workspace({"MEMORY.md": "# Memory\n- Dana drinks a flat white.\n", **notes})
+    (root / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\n'
+        "batchMaxInputs = 1\nconcurrency = 1\nretries = 0\ntimeoutSeconds = 600\n"
+    )
+    env = _env(memsift_home) | {"OPENAI_API_KEY": "sk-test"}
+    params = StdioServerParameters(command=str(MEMSIFT), args=["--workspace", str(root), "mcp"], env=env)
+
+    async def main() -> None:
+        async with Client(params, read_timeout_seconds=120) as client, anyio.create_task_group() as tasks:
+            first: dict[str, Any] = {}
+
+            async def first_search() -> None:
+                first["answer"], first["failed"] = await _call(client, "memory_search", {"query": "pump bay"})
+
+            tasks.start_soon(first_search)
+            assert await anyio.to_thread.run_sync(provider.held.wait, 120), "the search never started the first index"
+            with anyio.fail_after(60):  # a deadline, not a measure: before, both waited for the held request
+                got, failed = await _call(client, "memory_get", {"path": "MEMORY.md", "lines": 2})
+                assert not failed and got["text"] == "# Memory\n- Dana drinks a flat white.", got
+                found, failed = await _call(client, "memory_search", {"query": "pump bay", "minScore": 0})
+                assert not failed and "the first index of this agent is running" in found["degraded"], found
+            assert not first, "the first search ended before its first index could"
+            provider.release()
+        assert not first["failed"] and first["answer"]["results"], first
+
+    try:
+        anyio.run(main)
+    finally:
+        provider.close()
+
+
+def test_a_call_names_another_configured_agent(workspace, memsift_home: Path) -> None:
+    """Each tool takes an optional `agent`, as REST's bodies do: one of the configured agents (the schema lists
+    them), the server's own by default; an unknown one is a tool error with REST's 404, an invalid id REST's 400.
+    `memsift mcp` answered for its one agent and refused the argument."""
+    work = workspace({"memory/2026-12-01.md": "# Work\n- The budget review is with Dana on Friday.\n"}, "work")
+    root = workspace({"MEMORY.md": "# Memory\n- Dana drinks a flat white.\n"})
+    (root / "memsift.toml").write_text(f'[agents.work]\nworkspace = "{work}"\n')
+    tools = MemoryTools(load_config(workspace=root))
+    try:
+        listed = {tool.name: tool.input_schema["properties"]["agent"] for tool in tools_for(["main", "work"], "main")}
+        assert listed["memory_search"]["enum"] == listed["memory_get"]["enum"] == ["main", "work"]
+        answer, failed = tools.call("memory_search", {"query": "budget review", "agent": "work", "minScore": 0})
+        assert not failed and [h["path"] for h in answer["results"]] == ["memory/2026-12-01.md"], answer
+        answer, failed = tools.call("memory_search", {"query": "budget review", "minScore": 0})
+        assert not failed and {h["path"] for h in answer["results"]} == {"MEMORY.md"}, answer  # main's own
+        answer, failed = tools.call("memory_get", {"path": "memory/2026-12-01.md", "agent": "work", "lines": 1})
+        assert not failed and answer["text"] == "# Work", answer
+        for args, status, reason in [
+            ({"agent": "play"}, 404, "agent 'play' is not configured (known: main, work)"),
+            ({"agent": "a b"}, 400, "agent: 'a b' is not a valid agent id"),
+            ({"agent": 5}, 400, "agent: expected string, got 5"),
+        ]:
+            for name, base in [("memory_search", {"query": "budget"}), ("memory_get", {"path": "MEMORY.md"})]:
+                answer, failed = tools.call(name, base | args)
+                assert failed and answer["status"] == status and reason in answer["reason"], (name, args, answer)
+    finally:
+        tools.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stopped_while_idle_with_stdin_open_it_exits_with_0(ws: Path, memsift_home: Path, sig: signal.Signals) -> None:
+    """A client (or a service manager) that stops the server by a signal keeps its end of stdin open: the
+    server exits with 0 all the same. It waited for a line that never came (the `mcp` package reads stdin in a
+    thread that neither a stop nor the interpreter's exit would leave), still running 180 s later."""
+    opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
+    # No watcher: its start-up sync, if still running at the signal, ends the process at once (exit_mid_step)
+    env = _env(memsift_home) | {"MEMSIFT_SYNC_WATCH": "false"}
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", ws, "mcp"], env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening}) + "\n")
+        proc.stdin.flush()  # and stays open: the client is still there
+        assert json.loads(proc.stdout.readline())["id"] == 1  # serving, idle
+        proc.send_signal(sig)
+        code = proc.wait(60)  # a deadline, not a measure: before, it never ended
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, err
+    assert "Traceback" not in err
