@@ -230,8 +230,11 @@ class MemoryIndex(SyncRuns):
         # Everything that reads `self.store` first: a rebuild's swap makes the next `self.store` close the
         # connection held below, so once it is taken only `store` is read (one state of the index).
         fallback = self.fallback_record()
-        embedder = self.embedder() or (self._stand_in() if fallback is None else None)
-        embedder_error = self.embedder_error
+        if not deep and (described := self.unprobed()) is not None:  # the probe is --deep's, and a paid request
+            embedder, embedder_error = described, None
+        else:
+            embedder = self.embedder() or (self._stand_in() if fallback is None else None)
+            embedder_error = self.embedder_error
 
         def document(store: Store) -> dict[str, Any]:
             held = partial(self._rebuild_held, embedder)  # asked only when the identity changed
