@@ -206,7 +206,12 @@ class _Version(argparse.Action):
 def parser() -> _Parser:
     """The whole command line: every command, its flags and their types (usage errors exit 2)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document")
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print one JSON document (on failure, REST's problem document)",
+    )
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     # Before the command as SPEC writes them, or after it (`memsift search tea --workspace ~/agent`); their
     # defaults are set by `_Parser.parse_args`, so a subcommand that does not see them keeps what the top
@@ -314,7 +319,11 @@ def parser() -> _Parser:
     )
 
     status = sub.add_parser("status", parents=[common], help="index and embedder state")
-    status.add_argument("--deep", action="store_true", help="also probe the embedder with one request")
+    status.add_argument(
+        "--deep",
+        action="store_true",
+        help="also probe the embedder: a request to a hosted provider (without --deep, status sends none)",
+    )
 
     serve = sub.add_parser(
         "serve",

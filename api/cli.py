@@ -112,10 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args, str(exc), problem_status(exc))
     except Interrupted as exc:
         why = f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}"
-        _fail(args, why, 503)
+        _fail(args, why, None)
         _exit_now(128 + exc.signum)
     except KeyboardInterrupt:  # Ctrl-C outside the guard (a server's start-up, before its own handlers): 130
-        _fail(args, "interrupted", 503)
+        _fail(args, "interrupted", None)
         return 128 + signal.SIGINT
     except BrokenPipeError:  # the reader went away (`memsift get ... | head`): stop quietly, as `cat` would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
@@ -136,17 +136,18 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _fail(args: argparse.Namespace, message: str, status: int = 500) -> int:
+def _fail(args: argparse.Namespace, message: str, status: int | None = 500) -> int:
     """The one-line reason on stderr, and under `--json` the problem document REST would answer with `status`
     on stdout (SPEC section 3: one JSON document there; it was empty, and `json.loads` of it failed). A command
-    that printed its document already (`status --deep` with a failed probe) prints no second one."""
+    that printed its document already (`status --deep` with a failed probe) prints no second one; an interrupt
+    (`status` None) prints none: the command was stopped, not answered, and its exit status (130) says so."""
     if args.debug and sys.exc_info()[1] is not None:  # a failure found without an exception has no traceback
         import traceback
 
         traceback.print_exc()
     message = message.rstrip("; ")
     print(f"memsift: error: {message}", file=sys.stderr)
-    if _json_on_stdout(args) and not _PRINTED:
+    if status is not None and _json_on_stdout(args) and not _PRINTED:
         _print_json(msgspec.to_builtins(Problem.of(status, message)))
     return 1
 

@@ -962,7 +962,11 @@ def test_a_home_memsift_cannot_write_is_named(ws: Path, tmp_path: Path) -> None:
         proc = subprocess.run(
             [*wrap, MEMSIFT, "--workspace", ws, *command], capture_output=True, text=True, env=_env(home), timeout=120
         )
-        assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+        assert proc.returncode == 1, proc.stderr
+        if "--json" in command:  # the problem document of a server's own failure
+            assert_problem(proc.stdout, proc.stderr, 500)
+        else:
+            assert proc.stdout == ""
         assert proc.stderr.startswith(f"memsift: error: MEMSIFT_HOME: {home}: {home / 'memory'}/"), proc.stderr
         assert proc.stderr.count("\n") == 1 and "Read-only file system" in proc.stderr
 
