@@ -27,6 +27,7 @@ from core.config_home import home_error, home_problem, memsift_home
 from core.errors import ConfigError, EmbedderUnavailable, EmbeddingError, QueryFileError
 from core.estimate import summary
 from core.sources.memory import nothing_found
+from core.words import counted
 
 # Prefect's console chatter (its "Crash detected!" and failure tracebacks among it) would interleave with our
 # one-line errors; runs still log everything to the Prefect API and UI.
@@ -263,8 +264,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         # files changed since the last sync: no hit may point at lines they no longer hold (REST's, MCP's too)
         unsynced = CatchUps().before_search(index)
         index.before_first_index = lambda done: print(  # minutes for thousands of notes: not a silent wait
-            f"note: the first index of agent {config.agent} was interrupted after {done} files: completing it "
-            "before searching"
+            f"note: the first index of agent {config.agent} was interrupted after {counted(done, 'file')}: "
+            "completing it before searching"
             if done
             else f"note: agent {config.agent} is not indexed yet: indexing it before searching",
             file=sys.stderr,
@@ -426,7 +427,8 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     else:
         left_out = f" ({data.left_out} left out: no relevant path the index holds)" if data.left_out else ""
         print(
-            f"wrote {args.out}: {doc['questions']} questions{left_out}, {doc['candidates']} candidates; "
+            f"wrote {args.out}: {counted(doc['questions'], 'question')}{left_out}, "
+            f"{counted(doc['candidates'], 'candidate')}; "
             f'use it with rerank.rankerModel = "{args.out.absolute()}"'  # the config file's folder is not the cwd
         )
     return 0

@@ -20,6 +20,7 @@ from ..config_types import EmbeddingConfig
 from ..errors import EmbedderUnavailable, EmbeddingError, ProviderDown
 from ..json_endpoint import JsonEndpoint, public_headers, public_url
 from ..limiter import RateLimiter, request_tokens
+from ..words import counted
 from .base import InputsRejected, keep_answered
 
 REMOTE_TIMEOUT = 120.0
@@ -240,7 +241,8 @@ class HostedEmbedder(JsonEndpoint):
         if rejected:
             vectors[list(rejected)] = 0.0
             raise InputsRejected(
-                f"{self.provider}: {len(rejected)} of {len(texts)} inputs rejected: {next(iter(rejected.values()))}",
+                f"{self.provider}: {len(rejected)} of {counted(len(texts), 'input')} rejected: "
+                f"{next(iter(rejected.values()))}",
                 vectors,
                 rejected,
             )
@@ -284,7 +286,8 @@ class HostedEmbedder(JsonEndpoint):
             ) from None
         if vectors.ndim != 2 or len(vectors) != len(texts):
             raise EmbeddingError(
-                f"{self.provider}: asked for {len(texts)} vectors, got {len(rows)} from {public_url(self.base_url)}"
+                f"{self.provider}: asked for {counted(len(texts), 'vector')}, got {len(rows)} "
+                f"from {public_url(self.base_url)}"
             )
         if self.dims and vectors.shape[1] != self.dims:
             raise EmbeddingError(
