@@ -23,10 +23,11 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from api.catch_up import CatchUps
-from core import Config, ConfigError, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse
+from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse
 from core.config import every_agent
 from core.config_home import agent_id_problem
 from core.embedders import create_embedder, warm_up
+from core.errors import UnknownAgent
 
 
 class SearchPool(Protocol):
@@ -38,12 +39,6 @@ class SearchPool(Protocol):
 
 
 DEFAULT_AGENT = "main"
-
-
-class UnknownAgent(MemsiftError, LookupError):
-    """The request names an agent the configuration does not have (404)."""
-
-    status = 404
 
 
 class InvalidAgent(MemsiftError, ValueError):
@@ -63,7 +58,7 @@ class Agents:
         self.configs: dict[str, Config] = every_agent(config) if configs is None else dict(configs)
         if default not in self.configs:
             known = ", ".join(self.configs)
-            raise ConfigError(
+            raise UnknownAgent(
                 f"--agent: unknown agent {default!r} (known: {known}; configure agents.{default}.workspace)"
             )
         self.default = default

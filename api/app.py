@@ -107,7 +107,7 @@ def _bad_port(scope: Any) -> str | None:
 
 async def _refuse_early(send: Any, status: int, detail: str) -> None:
     """A problem document sent as ASGI messages, for a request Litestar cannot take in."""
-    body = msgspec.json.encode(Problem(status=status, title=HTTPStatus(status).phrase, detail=detail))
+    body = msgspec.json.encode(Problem.of(status, detail))
     headers = [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -206,7 +206,7 @@ def bearer_guard(key: str) -> Guard:
 
 def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> Response[Problem]:
     return Response(
-        Problem(status=status, title=HTTPStatus(status).phrase, detail=detail),
+        Problem.of(status, detail),
         status_code=status,
         media_type=PROBLEM_MEDIA_TYPE,
         headers=headers,

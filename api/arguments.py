@@ -5,12 +5,15 @@ make a bad value a usage error (exit 2, with the usage line) before any work, as
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from api.schemas import MAX_LINES, query_too_large
+import msgspec
+
+from api.schemas import MAX_LINES, Problem, query_too_large
 from core import MemsiftError
 from core.config_home import agent_id_problem
 from core.config_schema import MODES, default
@@ -26,12 +29,18 @@ class _Parser(argparse.ArgumentParser):
     #: The top level's commands, by name: an error about a command's arguments shows that command's usage.
     commands: dict[str, argparse.ArgumentParser]
 
+    #: The whole command line (the top level's arguments; a command's parser sees only what follows its name).
+    command_line: Sequence[str] = ()
+
     def error(self, message: str) -> None:  # usage errors: exit 2 with the usage line
         if message.endswith("required: query") and (dashed := self._unknown_option()):
             message += f" ({dashed!r} was read as an option: a query that starts with '-' comes after '--', as in "
             message += f"memsift search -- {dashed!r})"
         self.print_usage(sys.stderr)
         print(f"memsift: error: {message}", file=sys.stderr)
+        if _asks_json(_Parser.command_line):  # SPEC section 3: stdout holds one JSON document, REST's 400 (or 413)
+            problem = Problem.of(_usage_status(sys.exc_info()[1]), message)
+            print(json.dumps(msgspec.to_builtins(problem), ensure_ascii=False, indent=2))
         raise SystemExit(2)
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
@@ -57,7 +66,7 @@ class _Parser(argparse.ArgumentParser):
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         """The global flags' defaults, set here since they are suppressed where they were not given (they
         may come before the command or after it)."""
-        self.argv = sys.argv[1:] if args is None else list(args)
+        self.argv = _Parser.command_line = sys.argv[1:] if args is None else list(args)
         parsed, extras = self.parse_known_args(self.argv, namespace)
         # A command's arguments are refused with that command's usage; the top level's named no option of it.
         command = self.commands[parsed.command]
@@ -83,6 +92,28 @@ class _Parser(argparse.ArgumentParser):
             except MemsiftError as exc:
                 command.error(str(exc))
         return parsed
+
+
+def _asks_json(argv: Sequence[str]) -> bool:
+    """Whether a command line has `--json` (or an abbreviation argparse takes for it) before any `--`."""
+    options = argv[: list(argv).index("--")] if "--" in argv else argv
+    return any(len(arg) > 2 and "--json".startswith(arg) for arg in options)
+
+
+class _TooLarge(argparse.ArgumentTypeError):
+    """A value refused for its size: REST answers it 413, not 400."""
+
+    status = 413
+
+
+def _usage_status(error: BaseException | None) -> int:
+    """The HTTP status of a usage error: 400, or the `status` of the argparse type's error that caused it
+    (argparse raises its own error while handling the type's, which stays as its `__context__`)."""
+    while error is not None:
+        if isinstance(status := getattr(error, "status", None), int):
+            return status
+        error = error.__context__
+    return 400
 
 
 def _bounded(kind: type, lo: float, hi: float | None = None):
@@ -111,7 +142,7 @@ def _query(text: str) -> str:
     except MemsiftError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("query: ")) from None
     if why := query_too_large(text):
-        raise argparse.ArgumentTypeError(why.removeprefix("query: "))
+        raise _TooLarge(why.removeprefix("query: "))
     return text
 
 
@@ -175,7 +206,12 @@ class _Version(argparse.Action):
 def parser() -> _Parser:
     """The whole command line: every command, its flags and their types (usage errors exit 2)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document")
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print one JSON document (on failure, REST's problem document)",
+    )
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     # Before the command as SPEC writes them, or after it (`memsift search tea --workspace ~/agent`); their
     # defaults are set by `_Parser.parse_args`, so a subcommand that does not see them keeps what the top
@@ -283,7 +319,11 @@ def parser() -> _Parser:
     )
 
     status = sub.add_parser("status", parents=[common], help="index and embedder state")
-    status.add_argument("--deep", action="store_true", help="also probe the embedder with one request")
+    status.add_argument(
+        "--deep",
+        action="store_true",
+        help="also probe the embedder: a request to a hosted provider (without --deep, status sends none)",
+    )
 
     serve = sub.add_parser(
         "serve",

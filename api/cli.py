@@ -18,12 +18,16 @@ from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from api.arguments import parser
-from api.schemas import MAX_LINES
+from api.schemas import MAX_LINES, Problem
 from core import Config, MemoryIndex, MemsiftError, load_config
 from core.config_home import home_error, home_problem, memsift_home
+from core.errors import ConfigError, EmbedderUnavailable, EmbeddingError, QueryFileError
 from core.estimate import summary
 from core.sources.memory import nothing_found
+from core.words import counted
 
 # Prefect's console chatter (its "Crash detected!" and failure tracebacks among it) would interleave with our
 # one-line errors; runs still log everything to the Prefect API and UI.
@@ -88,6 +92,7 @@ _SERVERS = {"serve", "mcp", "up"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _PRINTED.clear()  # a process may run several commands (tests do)
     args = parser().parse_args(argv)
     if not args.debug:
         for key, value in _QUIET_PREFECT.items():
@@ -105,12 +110,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _interruptible():
             return _COMMANDS[args.command](args)
     except MemsiftError as exc:
-        return _fail(args, str(exc))
+        return _fail(args, str(exc), problem_status(exc))
     except Interrupted as exc:
-        _fail(args, f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}")
+        why = f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}"
+        _fail(args, why, None)
         _exit_now(128 + exc.signum)
     except KeyboardInterrupt:  # Ctrl-C outside the guard (a server's start-up, before its own handlers): 130
-        _fail(args, "interrupted")
+        _fail(args, "interrupted", None)
         return 128 + signal.SIGINT
     except BrokenPipeError:  # the reader went away (`memsift get ... | head`): stop quietly, as `cat` would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
@@ -131,20 +137,53 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _fail(args: argparse.Namespace, message: str) -> int:
+def _fail(args: argparse.Namespace, message: str, status: int | None = 500) -> int:
+    """The one-line reason on stderr, and under `--json` the problem document REST would answer with `status`
+    on stdout (SPEC section 3: one JSON document there; it was empty, and `json.loads` of it failed). A command
+    that printed its document already (`status --deep` with a failed probe) prints no second one; an interrupt
+    (`status` None) prints none: the command was stopped, not answered, and its exit status (130) says so."""
     if args.debug and sys.exc_info()[1] is not None:  # a failure found without an exception has no traceback
         import traceback
 
         traceback.print_exc()
-    print(f"memsift: error: {message.rstrip('; ')}", file=sys.stderr)
+    message = message.rstrip("; ")
+    print(f"memsift: error: {message}", file=sys.stderr)
+    if status is not None and _json_on_stdout(args) and not _PRINTED:
+        _print_json(msgspec.to_builtins(Problem.of(status, message)))
     return 1
+
+
+def problem_status(exc: MemsiftError) -> int:
+    """The HTTP status REST answers this error with; for errors REST never meets in a request, the one it would:
+    a configuration or query file that is wrong is the request's fault (400), an embedder that cannot start
+    is unavailable (503), a provider that failed a bad gateway (502), anything else the server's (500)."""
+    if exc.status is not None:
+        return exc.status
+    if isinstance(exc, ConfigError | QueryFileError):
+        return 400
+    if isinstance(exc, EmbedderUnavailable):
+        return 503
+    if isinstance(exc, EmbeddingError):
+        return 502
+    return 500
+
+
+def _json_on_stdout(args: argparse.Namespace) -> bool:
+    """Whether stdout is for one JSON document: `--json`, but for `mcp` over stdio, whose stdout is the protocol."""
+    return getattr(args, "json", False) and getattr(args, "transport", None) != "stdio"
 
 
 def _config(args: argparse.Namespace, **overrides: Any):
     return load_config(args.config, workspace=args.workspace, agent=args.agent, overrides=overrides)
 
 
+#: Set once a JSON document went to stdout: a failure after it (a server's, once its addresses are printed)
+#: prints no second one.
+_PRINTED: list[bool] = []
+
+
 def _print_json(doc: Any) -> None:
+    _PRINTED.append(True)
     sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
 
 
@@ -225,8 +264,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         # files changed since the last sync: no hit may point at lines they no longer hold (REST's, MCP's too)
         unsynced = CatchUps().before_search(index)
         index.before_first_index = lambda done: print(  # minutes for thousands of notes: not a silent wait
-            f"note: the first index of agent {config.agent} was interrupted after {done} files: completing it "
-            "before searching"
+            f"note: the first index of agent {config.agent} was interrupted after {counted(done, 'file')}: "
+            "completing it before searching"
             if done
             else f"note: agent {config.agent} is not indexed yet: indexing it before searching",
             file=sys.stderr,
@@ -363,11 +402,13 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
 
     for path in args.queries:
         if not Path(path).is_file():
-            return _fail(args, f"{path}: no such query file")
+            return _fail(args, f"{path}: no such query file", 400)  # as eval's QueryFileError
     if not args.out.parent.is_dir():  # before the searches and the fit, not when writing their result
-        return _fail(args, f"--out: {args.out.parent} is not a folder")
+        return _fail(args, f"--out: {args.out.parent} is not a folder", 400)
     if args.out.is_dir():  # it was "IsADirectoryError: [Errno 21] Is a directory", after all the work
-        return _fail(args, f"--out: {args.out} is a folder; give the model file's name ({args.out / 'ranker.json'})")
+        return _fail(
+            args, f"--out: {args.out} is a folder; give the model file's name ({args.out / 'ranker.json'})", 400
+        )
     if args.trees:  # it said so after indexing and searching every question
         try:
             require_lightgbm()
@@ -377,8 +418,8 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     try:
         trained_on = [Path(p).name for p in args.queries]
         model = train(data, l2=args.l2, trees=args.trees, meta={"trainedOn": trained_on, "l2": args.l2})
-    except ValueError as exc:
-        return _fail(args, str(exc))
+    except ValueError as exc:  # too few questions or candidates to fit: the query files' fault
+        return _fail(args, str(exc), 400)
     args.out.write_text(model.to_json() + "\n", encoding="utf-8")
     doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta, "leftOut": data.left_out}
     if args.json:
@@ -386,7 +427,8 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     else:
         left_out = f" ({data.left_out} left out: no relevant path the index holds)" if data.left_out else ""
         print(
-            f"wrote {args.out}: {doc['questions']} questions{left_out}, {doc['candidates']} candidates; "
+            f"wrote {args.out}: {counted(doc['questions'], 'question')}{left_out}, "
+            f"{counted(doc['candidates'], 'candidate')}; "
             f'use it with rerank.rankerModel = "{args.out.absolute()}"'  # the config file's folder is not the cwd
         )
     return 0
@@ -402,6 +444,7 @@ def _addresses_as_json(args: argparse.Namespace) -> Iterator[Callable[[dict[str,
     out = sys.stdout
 
     def ready(doc: dict[str, str]) -> None:
+        _PRINTED.append(True)
         out.write(json.dumps(doc) + "\n")
         out.flush()
 

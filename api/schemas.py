@@ -8,6 +8,7 @@ converted into these structs, so the CLI's `--json` and the REST answer stay one
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -346,6 +347,12 @@ class Problem(msgspec.Struct):
     title: str
     detail: str
     type: str = "about:blank"
+
+    @classmethod
+    def of(cls, status: int, detail: str) -> Problem:
+        """The problem of `status` (its title the status's phrase): REST's error answers, and the document the
+        CLI prints under `--json` when a command fails, so that a program reads one shape from either."""
+        return cls(status=status, title=HTTPStatus(status).phrase, detail=detail)
 
 
 class Readiness(msgspec.Struct):

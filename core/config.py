@@ -29,7 +29,7 @@ from .config_types import (
     SyncConfig,
 )
 from .config_values import Text, text
-from .errors import ConfigError
+from .errors import ConfigError, UnknownAgent
 from .ranking import FUSIONS
 
 
@@ -164,7 +164,7 @@ def load_config(
     elif workspace:
         ws = Path(workspace).expanduser()
     elif agent != "main":
-        raise ConfigError(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
+        raise UnknownAgent(f"--agent: unknown agent {agent!r} (configure agents.{agent}.workspace)")
     elif values["workspace"]:
         ws, named_by = _resolve(top_source, values["workspace"]), named("workspace")
     elif "main" in agents:

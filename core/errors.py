@@ -19,6 +19,12 @@ class ConfigError(MemsiftError, ValueError):
     """A configuration key is unknown or has a bad value; the message names the key."""
 
 
+class UnknownAgent(ConfigError, LookupError):
+    """`--agent ID` or a request's `agent` names an agent the configuration does not have (404)."""
+
+    status = 404
+
+
 class QueryFileError(MemsiftError, ValueError):
     """A query file (`memsift eval`, `train-ranker`) is missing, empty, or has a bad line; the message names it."""
 

@@ -26,6 +26,7 @@ from .shared_cache import SharedCache
 from .store import Store
 from .sync_plan import SyncPlan, SyncReport, batches, read_batch
 from .sync_vectors import VECTORS_PENDING, embed_step, request_token_counts
+from .words import counted
 
 #: The local model's speed is measured on this many chunks of the plan when no run has measured it yet (one
 #: step of the default batchMaxInputs), after WARM_UP_INPUTS untimed: the first calls of a fresh process are
@@ -171,8 +172,8 @@ def summary(plan: dict[str, Any]) -> str:
     seconds = plan["estimatedSeconds"]
     return ", ".join(
         [
-            f"{_counted(plan['chunksToEmbed'], 'chunk')} to embed ({plan['cacheHits']} cached)",
-            f"~{_counted(plan['estimatedTokens'], 'token')} in {_counted(plan['estimatedRequests'], 'request')}",
+            f"{counted(plan['chunksToEmbed'], 'chunk')} to embed ({plan['cacheHits']} cached)",
+            f"~{counted(plan['estimatedTokens'], 'token')} in {counted(plan['estimatedRequests'], 'request')}",
             f"~{seconds:g} s" if seconds is not None else "time unknown (no rate limit set, speed not measured yet)",
             _cost(plan),
         ]
@@ -188,8 +189,3 @@ def _cost(plan: dict[str, Any]) -> str:
     if not plan["chunksToEmbed"]:  # a run the caches serve whole costs nothing, whatever the price
         return "no cost (nothing to embed)"
     return "cost unknown (set embedding.pricePerMillionTokens)"
-
-
-def _counted(n: int, noun: str) -> str:
-    """`1 request`, `3 requests`: the plan line is read by people."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -28,6 +28,7 @@ from .memory import MemoryIndex
 from .search_request import check_request
 from .search_response import Hit
 from .sources import as_typed
+from .words import counted
 
 
 def metric_names(k: int) -> tuple[str, ...]:
@@ -264,7 +265,7 @@ def _ranker(config: Config) -> str:
 def format_table(result: dict[str, Any]) -> str:
     head = (
         f"mode {result['mode']}, fusion {result['fusion']}, rerank {result['rerank']}, k {result['k']}, "
-        f"{result['queries']} queries"
+        f"{counted(result['queries'], 'query', 'queries')}"
         + (f" ({result['unscored']} more without a relevant line, not scored)" if result.get("unscored") else "")
     )
     metrics = metric_names(result["k"])

@@ -33,6 +33,7 @@ from .search_response import SearchResponse
 from .status import status_document
 from .store import Store, StoreError
 from .store_recovery import UnreadableIndex, unreadable_as_such
+from .words import counted
 
 _CONFIGURED: Any = object()
 
@@ -193,9 +194,9 @@ class MemoryIndex(SyncRuns):
         if not done:
             return None
         unfinished = json.loads(store.get_meta(UNFINISHED) or "null")
-        of = f" of {unfinished['files']}" if unfinished else ""
+        indexed = f"{done} of {counted(unfinished['files'], 'file')}" if unfinished else counted(done, "file")
         why = f"the first index of this agent is not finished ({error})"
-        return f"{why}: {done}{of} files indexed, the answers come from those"
+        return f"{why}: {indexed} indexed, the answers come from those"
 
     def _partial(self, store: Store) -> str | None:
         """Why a search answers from part of the memory: the first index running elsewhere, and how far it is;
@@ -206,9 +207,10 @@ class MemoryIndex(SyncRuns):
         running = f"the first index of this agent is running (pid {writer_pid(self.config.db_path)})"
         done = sum(store.stats()["files"].values())
         if not done:
-            of = f" of its {unfinished['files']} files" if unfinished else ""
+            of = f" of its {counted(unfinished['files'], 'file')}" if unfinished else ""
             return f"{running} and has indexed none{of} yet: no answer before its first batch is in; try again shortly"
-        return f"{running}: {done} of {unfinished['files']} files indexed so far, the answers come from those"
+        of = counted(unfinished["files"], "file")
+        return f"{running}: {done} of {of} indexed so far, the answers come from those"
 
     def reranker(self, embedder: Embedder | None = _CONFIGURED) -> rerankers.Reranker:
         """The configured reranker, built on first use and kept: a hosted one holds an HTTP client (one per
@@ -230,8 +232,11 @@ class MemoryIndex(SyncRuns):
         # Everything that reads `self.store` first: a rebuild's swap makes the next `self.store` close the
         # connection held below, so once it is taken only `store` is read (one state of the index).
         fallback = self.fallback_record()
-        embedder = self.embedder() or (self._stand_in() if fallback is None else None)
-        embedder_error = self.embedder_error
+        if not deep and (described := self.unprobed()) is not None:  # the probe is --deep's, and a paid request
+            embedder, embedder_error = described, None
+        else:
+            embedder = self.embedder() or (self._stand_in() if fallback is None else None)
+            embedder_error = self.embedder_error
 
         def document(store: Store) -> dict[str, Any]:
             held = partial(self._rebuild_held, embedder)  # asked only when the identity changed

@@ -18,6 +18,7 @@ from .embedders import (
     EmbeddingError,
     create_embedder,
     provisional_stand_in,
+    unprobed,
 )
 from .errors import ProviderDown
 from .store import Store
@@ -62,6 +63,17 @@ class EmbedderChoice:
                 self._retry_at = time.monotonic() + START_RETRY_SECONDS
                 self._provider_down = isinstance(exc.__cause__ or exc, ProviderDown)
         return self._embedder
+
+    def unprobed(self) -> Embedder | None:
+        """For `status` without --deep, which must not pay for a request: the configured hosted provider (or the
+        recorded fallback) described from the configuration and the index's identity (`embedders.unprobed`).
+        None when the embedder in use is loaded already (a server's: asking it costs nothing) or is built
+        without a request anyway (the local model, `none`, a provider lacking its key)."""
+        record = self.fallback_record()
+        if self._fallback_loaded if record else self._embedder_loaded:
+            return None
+        config = self._fallback_config() if record else self.config.embedding
+        return unprobed(config, self.store.identity() if self._indexed() else None)
 
     @property
     def embedder_error(self) -> str | None:

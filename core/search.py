@@ -48,6 +48,7 @@ from .store_search import ChunkRow
 from .sync_vectors import VECTORS_PENDING, vectorless
 from .timefilter import TimeWindow
 from .timings import StageClock
+from .words import counted
 
 MAX_CANDIDATES = 200
 #: The learned ranker sees at least this many candidates from each leg, whatever `maxResults`: its features
@@ -110,9 +111,13 @@ def search(
         elif pending:  # the vector leg runs, but cannot see the chunks a failed sync left without a vector
             lacking, refused = vectorless(store, identity_key(identity))
             degraded = (
-                f"{lacking} chunks have no vector yet, the embedder failed ({pending['reason']}): keyword search "
-                "alone finds those until the next sync embeds them"
-                + (f" ({refused} more the provider refused stay keyword-only)" if refused else "")
+                f"{counted(lacking, 'chunk')} {'has' if lacking == 1 else 'have'} no vector yet, the embedder failed "
+                f"({pending['reason']}): keyword search alone finds those until the next sync embeds them"
+                + (
+                    f" ({refused} more the provider refused {'stays' if refused == 1 else 'stay'} keyword-only)"
+                    if refused
+                    else ""
+                )
             )
             degraded_by.append("vectors_pending")
 

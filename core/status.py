@@ -23,6 +23,7 @@ from .shared_cache import SharedCache, cache_path
 from .store import Store
 from .sync_plan import SyncReport, plan_sync
 from .sync_vectors import VECTORS_PENDING, vectorless
+from .words import counted
 
 
 def status_document(
@@ -46,8 +47,8 @@ def status_document(
     elif unfinished is not None:
         done = sum(stats["files"].values())
         dirty_reason = (
-            f"the first index is not finished: {done} of {unfinished['files']} files indexed (the sync running "
-            "now, or the next one, completes it)"
+            f"the first index is not finished: {done} of {counted(unfinished['files'], 'file')} indexed (the sync "
+            "running now, or the next one, completes it)"
         )
     elif not identity_matches(identity, new := index_identity(config, embedder)):
         held = rebuild_held()
@@ -60,16 +61,21 @@ def status_document(
         plan = plan_sync(store, config, embedder, SyncReport())
         if plan.to_check or plan.removed:
             n = len(plan.to_check)
-            dirty_reason = f"{n} file{'' if n == 1 else 's'} new or modified, {len(plan.removed)} removed"
+            dirty_reason = f"{counted(n, 'file')} new or modified, {len(plan.removed)} removed"
     pending = json.loads(store.get_meta(VECTORS_PENDING) or "null")
     waiting, refused = vectorless(store, identity_key(identity), waiting=bool(pending)) if identity else (0, 0)
     if pending:
         pending["chunks"] = waiting
     if pending and dirty_reason is None:
         dirty_reason = (
-            f"{pending['chunks']} of {sum(stats['chunks'].values())} chunks have no vector: the embedder failed "
+            f"{pending['chunks']} of {counted(sum(stats['chunks'].values()), 'chunk')} "
+            f"{'has' if pending['chunks'] == 1 else 'have'} no vector: the embedder failed "
             f"({pending['reason']}); keyword search finds them, the next sync embeds them"
-            + (f" ({refused} more the provider refused stay keyword-only)" if refused else "")
+            + (
+                f" ({refused} more the provider refused {'stays' if refused == 1 else 'stay'} keyword-only)"
+                if refused
+                else ""
+            )
         )
     last = store.get_meta("last_sync")
     doc: dict[str, Any] = {

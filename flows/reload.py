@@ -30,6 +30,7 @@ from prefect.runner import Runner
 
 from core import Config, MemoryIndex
 from core.identity import identity_changes, identity_matches, index_identity
+from core.words import counted
 from flows.deployments import agent_deployments, forced_index_command, rebuild_deployment_name, sync_deployment_name
 from flows.watch import SyncRuns
 
@@ -90,7 +91,7 @@ def rebuild_if_stale(config: Config, rebuilds: SyncRuns, say: Callable[[str], No
     if provider not in FREE_PROVIDERS:
         say(
             f"agent {agent}: the index identity changed ({what}); a rebuild on the hosted provider {provider} "
-            f"embeds up to {chunks} chunks again (texts already in its cache are free) and is NOT started: "
+            f"embeds up to {counted(chunks, 'chunk')} again (texts already in its cache are free) and is NOT started: "
             f"`{_prefect_env()}prefect deployment run '{rebuild_deployment_name(agent)}'` or "
             f"`{forced_index_command(config)}`"
         )

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from datetime import UTC, datetime
+from http import HTTPStatus
 from pathlib import Path
 
 import pytest
@@ -48,14 +49,31 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str
     return code, out, err
 
 
-def assert_one_line_error(code: int, out: str, err: str, *needles: str) -> None:
+def assert_one_line_error(code: int, out: str, err: str, *needles: str, status: int | None = None) -> None:
+    """`status`: the command had `--json`, so stdout holds the problem document REST answers with that status."""
     assert code == 1, (out, err)
-    assert out == ""
+    if status is None:
+        assert out == ""
+    else:
+        assert_problem(out, err, status)
     assert "Traceback" not in err
     assert err.endswith("\n") and err.count("\n") == 1, err
     assert err.startswith("memsift: error: "), err
     for needle in needles:
         assert needle in err
+
+
+def assert_problem(out: str, err: str, status: int) -> None:
+    """stdout is one RFC 9457 problem document, REST's shape (api.schemas.Problem), whose detail is the reason
+    on stderr's last line."""
+    reason = err.rstrip("\n").splitlines()[-1].removeprefix("memsift: error: ")
+    assert json.loads(out) == {
+        "type": "about:blank",
+        "status": status,
+        "title": HTTPStatus(status).phrase,
+        "detail": reason,
+    }
+    assert out.startswith("{") and out.endswith("}\n")
 
 
 # ---------------------------------------------------------------- index
@@ -324,7 +342,7 @@ def test_get_refused_path_is_a_one_line_error(capsys, lines_ws: Path, path: str)
     code, out, err = run(capsys, "--workspace", lines_ws, "get", path)
     assert_one_line_error(code, out, err, "path")
     code, out, err = run(capsys, "--workspace", lines_ws, "get", path, "--json")
-    assert_one_line_error(code, out, err)
+    assert_one_line_error(code, out, err, status=403)  # REST's answer, as a document
 
 
 def test_get_through_a_symlink_is_refused(capsys, lines_ws: Path) -> None:
@@ -582,7 +600,8 @@ def test_a_query_over_4_kib_of_utf_8_is_refused_as_rest_and_mcp_refuse_it(capsys
     got, out, err = run(capsys, "--workspace", ws, "search", query, "--json")
     assert got == code, err
     if code:
-        assert out == "" and f"{len(query.encode())} bytes, over the limit of 4096" in err, err
+        assert f"{len(query.encode())} bytes, over the limit of 4096" in err, err
+        assert_problem(out, err, 413)  # REST's status for it
 
 
 @pytest.mark.parametrize("query", ["-coffee", "--force-with-lease", "-C++"])
@@ -647,6 +666,68 @@ def test_real_process_json_stdout_is_one_document(ws: Path, memsift_home: Path) 
         [MEMSIFT, "--workspace", ws, "--json", "status"], capture_output=True, text=True, env=_env(memsift_home)
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["files"] == {"memory": 3}
+
+
+BAD_QUERY_LINE = '{"qid": "q1", "query": "deploy", "relevant": [{"path": "MEMORY.md", "line": 1}]}\nnot json\n'
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "status"),
+    [
+        (("search", "x", "--max-results", "abc"), 2, 400),  # argparse's usage errors: REST's 400
+        (("search",), 2, 400),
+        (("bogus",), 2, 400),
+        (("model",), 2, 400),
+        (("get", "MEMORY.md", "--lines", "6000"), 2, 400),  # over REST's MAX_LINES
+        (("search", "x" * 4097), 2, 413),  # REST's 413 for a query over 4 KiB
+        (("--agent", "nope", "search", "x"), 1, 404),  # REST's unknown agent
+        (("--agent", "nope", "status"), 1, 404),
+        (("get", "../x"), 1, 403),
+        (("get", "/etc/passwd"), 1, 403),
+        (("--workspace", "{missing}", "status"), 1, 400),
+        (("--config", "{missing}", "search", "x"), 1, 400),
+        (("--config", "{bad_key}", "index", "--no-prefect"), 1, 400),
+        (("eval", "{bad_line}"), 1, 400),
+        (("eval", "{missing}"), 1, 400),
+        (("--config", "{no_key}", "index", "--no-prefect"), 1, 503),  # the embedder cannot start
+    ],
+)
+def test_a_json_command_that_fails_prints_a_problem_document(
+    capsys, ws: Path, tmp_path: Path, monkeypatch, argv, code: int, status: int
+) -> None:
+    """SPEC section 3: `--json` prints one JSON document on stdout. A failing command left stdout empty, and a
+    program's `json.loads(stdout)` failed on it; now it is the RFC 9457 document REST answers the same problem
+    with, the reason still on stderr and the exit code still 1 (failure) or 2 (usage)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    files = {"missing": tmp_path / "missing", "bad_key": tmp_path / "bad.toml", "bad_line": tmp_path / "q.jsonl"}
+    files["no_key"] = tmp_path / "openai.toml"
+    files["bad_key"].write_text("[search]\nmaxResult = 3\n")
+    files["bad_line"].write_text(BAD_QUERY_LINE)
+    files["no_key"].write_text('[embedding]\nprovider = "openai"\n')
+    argv = [a.format(**files) for a in argv]
+    monkeypatch.chdir(ws)  # the main agent's workspace; `--workspace` would be an unknown agent's (SPEC: its folder)
+    where = [] if argv[0] == "--agent" else ["--workspace", ws]
+    for line in ([*where, "--json", *argv], [*where, *argv, "--json"]):
+        got, out, err = run(capsys, *line)
+        assert got == code, (out, err)
+        assert_problem(out, err, status)
+        assert "Traceback" not in err and err.splitlines()[-1].startswith("memsift: error: ")
+
+
+def test_json_problem_document_from_a_real_process(ws: Path, memsift_home: Path) -> None:
+    """What a program reads: stdout parses as one JSON document for a usage error and for a failure alike,
+    and nothing but a problem document is printed for a `--json` that comes after `--` (a query)."""
+    for argv, code in (
+        (["search", "x", "--max-results", "abc", "--json"], 2),
+        (["--agent", "no", "--json", "status"], 1),
+    ):
+        proc = subprocess.run([MEMSIFT, *argv], capture_output=True, text=True, env=_env(memsift_home), cwd=ws)
+        assert proc.returncode == code and json.loads(proc.stdout)["detail"] in proc.stderr, proc.stderr
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "search", "--max-results", "abc", "--", "--json"],
+        capture_output=True, text=True, env=_env(memsift_home),
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""  # `--json` after `--` is the query, not the flag
 
 
 def test_real_process_errors(ws: Path, memsift_home: Path) -> None:
@@ -881,7 +962,11 @@ def test_a_home_memsift_cannot_write_is_named(ws: Path, tmp_path: Path) -> None:
         proc = subprocess.run(
             [*wrap, MEMSIFT, "--workspace", ws, *command], capture_output=True, text=True, env=_env(home), timeout=120
         )
-        assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+        assert proc.returncode == 1, proc.stderr
+        if "--json" in command:  # the problem document of a server's own failure
+            assert_problem(proc.stdout, proc.stderr, 500)
+        else:
+            assert proc.stdout == ""
         assert proc.stderr.startswith(f"memsift: error: MEMSIFT_HOME: {home}: {home / 'memory'}/"), proc.stderr
         assert proc.stderr.count("\n") == 1 and "Read-only file system" in proc.stderr
 
@@ -916,7 +1001,7 @@ def test_an_unquoted_query_of_several_words_is_told_how_to_ask(capsys, ws: Path)
     with no word of search or of quotes; extra arguments of any command show that command's usage, as the checks
     of several options together do."""
     code, out, err = run(capsys, "--workspace", ws, "search", "deploy", "failure", "now", "--json")
-    assert (code, out) == (2, "")
+    assert code == 2 and json.loads(out)["status"] == 400
     assert err.startswith("usage: memsift search ")
     last = "memsift: error: unrecognized arguments: failure now (a query of several words is one argument, in quotes: "
     assert err.splitlines()[-1] == last + "memsift search 'deploy failure now')"
@@ -925,7 +1010,8 @@ def test_an_unquoted_query_of_several_words_is_told_how_to_ask(capsys, ws: Path)
     assert err.startswith("usage: memsift get ")
     for argv in (("get", "MEMORY.md", "--lines", "6000", "--json"), ("search", "x", "--after", "2d", "--before", "5d")):
         code, out, err = run(capsys, "--workspace", ws, *argv)
-        assert (code, out) == (2, "") and err.startswith(f"usage: memsift {argv[0]} "), err
+        assert code == 2 and err.startswith(f"usage: memsift {argv[0]} "), err
+        assert out == "" if "--json" not in argv else json.loads(out)["status"] == 400
 
 
 def test_an_unreadable_index_is_set_aside_by_a_forced_run(ws: Path, memsift_home: Path) -> None:

@@ -291,3 +291,10 @@ def test_an_eval_option_out_of_range_is_a_usage_error_naming_it(capsys, queries:
         main(["eval", str(queries), flag, value])
     assert exit_.value.code == 2
     assert f"argument {flag}: " in capsys.readouterr().err
+
+
+def test_the_table_of_one_query_says_1_query(capsys, queries: Path):
+    """It said `1 queries`: counts in messages take the noun's number (core.words.counted)."""
+    assert main(["eval", str(queries), "--no-rerank", "--limit", "1"]) == 0
+    out = capsys.readouterr().out
+    assert ", 1 query\n" in out and "1 queries" not in out, out

@@ -109,9 +109,12 @@ def test_a_provider_down_when_the_process_starts_gives_the_same_keyword_only_syn
     answer = json.loads(capsys.readouterr().out)
     assert answer["mode"] == "keyword" and "503" in answer["degraded"]
     assert answer["results"][0]["path"] == "memory/2026-11-30.md"
-    assert main([*cli, "status", "--json"]) == 0
+    assert main([*cli, "status", "--json"]) == 0  # no request (SPEC: the probe is --deep's): what the sync recorded
     status = json.loads(capsys.readouterr().out)
-    assert "503" in status["embedderError"] and "503" in status["vectorsPending"]["reason"] and status["dirty"]
+    assert status["embedderError"] is None and "503" in status["vectorsPending"]["reason"] and status["dirty"]
+    assert main([*cli, "status", "--json", "--deep"]) == 1  # asked: the provider is down
+    status = json.loads(capsys.readouterr().out)
+    assert "503" in status["embedderError"] and status["probe"]["ok"] is False and status["dirty"]
     assert main([*cli, "index", "--no-prefect", "--force"]) == 1  # a rebuild needs the provider: it stops
     assert "503" in capsys.readouterr().err
     assert len(content(config.db_path)[1]) == len(before[1]) + 1  # and the index stays as it was

@@ -199,3 +199,35 @@ def test_a_held_rebuild_of_a_new_base_url_names_what_changed(capsys, workspace, 
         other.close()
     assert found["mode"] == "keyword" and "not openai/model-a" not in found["degraded"]
     assert "built with openai/model-a, under other settings (baseUrl)" in found["degraded"]
+
+
+@pytest.mark.parametrize("prefix", ["", "/v1"])
+def test_status_without_deep_sends_the_provider_nothing_and_still_says_dirty(
+    capsys, workspace, provider: FakeProvider, prefix: str
+) -> None:
+    """SPEC gives the probe to `status --deep`: plain `status` built the embedder, whose start-up probe is a paid
+    request, each time. Now it sends none, and reads what only the probe finds from the index: the dimension of
+    a model memsift does not know (`model-a`), and the `/v1` a bare base URL answers under."""
+    provider.prefix = prefix  # with "/v1", the configured bare URL 404s and the client finds `/v1` itself
+    ws = workspace(NOTES)
+    configure(ws, provider, "model-a")
+
+    def status(*flags: str) -> tuple[dict, int]:
+        before = len(provider.requests)
+        doc = cli_json(capsys, "--workspace", ws, "status", "--json", *flags)
+        return doc, len(provider.requests) - before
+
+    doc, sent = status()  # never indexed: what the configuration says, without asking
+    assert sent == 0 and doc["dirtyReason"] == "never indexed"
+    assert (doc["provider"], doc["model"], doc["dims"]) == ("openai", "model-a", None)
+    cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
+    doc, sent = status()
+    assert sent == 0 and doc["dirty"] is False and doc["dims"] == provider.dims, doc["dirtyReason"]
+    doc, sent = status("--deep")
+    assert sent >= 1 and doc["probe"]["ok"] is True and doc["dirty"] is False
+    configure(ws, provider, "model-b")  # another model: dirty, still without a request
+    doc, sent = status()
+    assert sent == 0 and doc["dirty"] is True and "(model" in doc["dirtyReason"]
+    configure(ws, provider, "model-a", "dimensions = 8\n")  # another dimension of the same model
+    doc, sent = status()
+    assert sent == 0 and doc["dirty"] is True and "dims" in doc["dirtyReason"]

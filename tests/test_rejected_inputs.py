@@ -149,8 +149,8 @@ def test_status_and_search_count_refused_chunks_apart_from_those_waiting_for_a_v
     assert main(["--workspace", str(ws), "status", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["vectorsPending"]["chunks"] == 1 and doc["vector"]["refused"] == 1
-    assert doc["dirtyReason"].startswith("1 of 14 chunks have no vector")
-    assert "(1 more the provider refused stay keyword-only)" in doc["dirtyReason"]
+    assert doc["dirtyReason"].startswith("1 of 14 chunks has no vector")
+    assert "(1 more the provider refused stays keyword-only)" in doc["dirtyReason"]
 
     from litestar.testing import TestClient
 
@@ -164,7 +164,7 @@ def test_status_and_search_count_refused_chunks_apart_from_those_waiting_for_a_v
     provider.fault = lambda n: None  # back: a search embeds its query, the pending chunk is still without one
     assert main(["--workspace", str(ws), "search", "heron", "--json"]) == 0
     degraded = json.loads(capsys.readouterr().out)["degraded"]
-    assert degraded.startswith("1 chunks have no vector yet") and "1 more the provider refused" in degraded
+    assert degraded.startswith("1 chunk has no vector yet") and "1 more the provider refused stays" in degraded
 
     index(capsys, ws)  # the pending chunk gets its vector; the refused one stays refused
     assert main(["--workspace", str(ws), "status", "--json"]) == 0

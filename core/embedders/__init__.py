@@ -11,7 +11,7 @@ and its key is set.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbedderUnavailable, EmbeddingError
 from ..registry import load
@@ -33,6 +33,7 @@ __all__ = [
     "auto_provider",
     "create_embedder",
     "provisional_stand_in",
+    "unprobed",
     "warm_up",
 ]
 
@@ -75,6 +76,26 @@ def create_embedder(config: EmbeddingConfig) -> Embedder | None:
         f"embedding.provider = {config.provider!r} is not available in this version; "
         f"use one of {', '.join(name for name in PROVIDERS if name != 'auto')}"
     )
+
+
+def unprobed(config: EmbeddingConfig, stored: dict[str, Any] | None) -> Embedder | None:
+    """The configured hosted provider without its start-up probe, for `memsift status` without --deep (SPEC gives
+    the probe to --deep; each plain status paid a request): its identity from the configuration, with what only
+    the probe tells taken from `stored`, the index's identity. Its client is closed: it describes, it does not
+    embed. None for the local model and `none` (built as usual, no request), and when it cannot be made (no
+    key: `create_embedder` says why, without a request either)."""
+    provider = auto_provider(config) if config.provider == "auto" else config.provider
+    kind = load(EMBEDDERS[provider]) if provider in EMBEDDERS else None
+    if not isinstance(getattr(kind, "default_model", None), str):  # a hosted kind, as `provisional_stand_in` asks
+        return None
+    try:
+        embedder = kind(config, probe=False, stored=stored)
+    except EmbedderUnavailable:
+        return None
+    embedder.close()
+    if not embedder.dims:  # only an answer tells: a provisional identity (`provisional_stand_in`), not a change
+        embedder.dims, embedder.fingerprint = None, None  # type: ignore[assignment]
+    return embedder
 
 
 def provisional_stand_in(config: EmbeddingConfig, reason: str) -> DownEmbedder | None:

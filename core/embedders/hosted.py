@@ -20,6 +20,7 @@ from ..config_types import EmbeddingConfig
 from ..errors import EmbedderUnavailable, EmbeddingError, ProviderDown
 from ..json_endpoint import JsonEndpoint, public_headers, public_url
 from ..limiter import RateLimiter, request_tokens
+from ..words import counted
 from .base import InputsRejected, keep_answered
 
 REMOTE_TIMEOUT = 120.0
@@ -78,7 +79,10 @@ class HostedEmbedder(JsonEndpoint):
     #: The API's version path (`/v1`), tried when a base URL naming only a server answers 404 (`_probe`).
     api_version: str | None = None
 
-    def __init__(self, config: EmbeddingConfig) -> None:
+    def __init__(self, config: EmbeddingConfig, *, probe: bool = True, stored: dict[str, Any] | None = None) -> None:
+        """`probe=False` skips the start-up probe, a paid request (`memsift status` without --deep makes none);
+        what only the probe tells (the dimension of a model not in `model_dims`, the API's version path) is then
+        taken from `stored`, the identity of the index this provider and model built, when there is one."""
         self.model = config.model or self.default_model
         known = self.catalogue_name(self.model)
         self.base_url = (config.baseUrl or self.default_base_url).rstrip("/")
@@ -101,12 +105,15 @@ class HostedEmbedder(JsonEndpoint):
         self.concurrency = config.concurrency or DEFAULT_CONCURRENCY
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.provider)
         self.dims = config.dimensions or self.model_dims.get(known, 0)
-        try:
-            probe = self._probe()
-        except EmbeddingError as exc:
-            self.close()
-            raise EmbedderUnavailable(str(exc)) from exc
-        self.dims = self.dims or probe.shape[1]
+        if probe:
+            try:
+                answer = self._probe()
+            except EmbeddingError as exc:
+                self.close()
+                raise EmbedderUnavailable(str(exc)) from exc
+            self.dims = self.dims or answer.shape[1]
+        else:
+            self._assume(stored)
         self.fingerprint = json.dumps(
             {
                 "baseUrl": public_url(self.base_url),
@@ -119,6 +126,20 @@ class HostedEmbedder(JsonEndpoint):
             sort_keys=True,
             ensure_ascii=False,
         )
+
+    def _assume(self, stored: dict[str, Any] | None) -> None:
+        """In place of the probe: the dimension and the base URL the probe found when it built the index of
+        identity `stored` (same provider and model), so that an unchanged configuration is not called dirty."""
+        if not stored or (stored.get("provider"), stored.get("model")) != (self.provider, self.model):
+            return
+        try:
+            found = json.loads(stored.get("fingerprint") or "null") or {}
+        except ValueError:
+            return
+        self.dims = self.dims or stored.get("dims") or 0
+        bare = urlsplit(self.base_url).path in ("", "/")
+        if bare and self.api_version and found.get("baseUrl") == public_url(self.base_url + self.api_version):
+            self.base_url += self.api_version
 
     def _probe(self) -> np.ndarray:
         """Embed PROBE_TEXT; a start waits on it (a server's readiness, `status --deep`, a CLI search), so it is
@@ -220,7 +241,8 @@ class HostedEmbedder(JsonEndpoint):
         if rejected:
             vectors[list(rejected)] = 0.0
             raise InputsRejected(
-                f"{self.provider}: {len(rejected)} of {len(texts)} inputs rejected: {next(iter(rejected.values()))}",
+                f"{self.provider}: {len(rejected)} of {counted(len(texts), 'input')} rejected: "
+                f"{next(iter(rejected.values()))}",
                 vectors,
                 rejected,
             )
@@ -264,7 +286,8 @@ class HostedEmbedder(JsonEndpoint):
             ) from None
         if vectors.ndim != 2 or len(vectors) != len(texts):
             raise EmbeddingError(
-                f"{self.provider}: asked for {len(texts)} vectors, got {len(rows)} from {public_url(self.base_url)}"
+                f"{self.provider}: asked for {counted(len(texts), 'vector')}, got {len(rows)} "
+                f"from {public_url(self.base_url)}"
             )
         if self.dims and vectors.shape[1] != self.dims:
             raise EmbeddingError(

@@ -27,6 +27,7 @@ from ..embedders import Embedder
 from ..errors import RerankError
 from ..json_endpoint import JsonEndpoint, public_headers, public_url
 from ..limiter import RateLimiter
+from ..words import counted
 
 #: The key for any dialect; the dialect's own variable (COHERE_API_KEY...) is read when this one is unset.
 KEY_ENV = "MEMSIFT_RERANK_API_KEY"
@@ -84,7 +85,7 @@ def relevance_scores(payload: Any, count: int) -> list[float]:
     missing = [i for i, s in enumerate(scores) if s is None]
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-        raise ValueError(f"no score for {len(missing)} of {count} documents (index {shown})")
+        raise ValueError(f"no score for {len(missing)} of {counted(count, 'document')} (index {shown})")
     return [s for s in scores if s is not None]
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from .. import ranking
 from ..config_types import Config
 from ..embedders import Embedder
+from ..words import counted
 from . import Reranker, RerankError, create_reranker
 from .local import token_capture
 
@@ -120,7 +121,7 @@ def score_shortlist(
             else:
                 fresh = reranker.score(query, documents)
             if len(fresh) != len(todo):
-                raise RerankError(f"{len(fresh)} scores for {len(todo)} documents")
+                raise RerankError(f"{counted(len(fresh), 'score')} for {counted(len(todo), 'document')}")
         except Exception as exc:
             return [], f"reranking failed ({_reason(exc)})"
         new = {hashes[c.id]: float(v) for c, v in zip(todo, fresh)}
