@@ -21,10 +21,9 @@ from typing import Any
 import msgspec
 
 from api.arguments import parser
-from api.schemas import MAX_LINES, Problem
+from api.schemas import MAX_LINES, Problem, status_of
 from core import Config, MemoryIndex, MemsiftError, load_config
 from core.config_home import home_error, home_problem, memsift_home
-from core.errors import ConfigError, EmbedderUnavailable, EmbeddingError, QueryFileError
 from core.estimate import summary
 from core.sources.memory import nothing_found
 from core.words import counted
@@ -110,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _interruptible():
             return _COMMANDS[args.command](args)
     except MemsiftError as exc:
-        return _fail(args, str(exc), problem_status(exc))
+        return _fail(args, str(exc), status_of(exc))
     except Interrupted as exc:
         why = f"interrupted by {signal.Signals(exc.signum).name}; {_AFTER_INTERRUPT.get(args.command, '')}"
         _fail(args, why, None)
@@ -151,21 +150,6 @@ def _fail(args: argparse.Namespace, message: str, status: int | None = 500) -> i
     if status is not None and _json_on_stdout(args) and not _PRINTED:
         _print_json(msgspec.to_builtins(Problem.of(status, message)))
     return 1
-
-
-def problem_status(exc: MemsiftError) -> int:
-    """The HTTP status REST answers this error with; for errors REST never meets in a request, the one it would:
-    a configuration or query file that is wrong is the request's fault (400), an embedder that cannot start
-    is unavailable (503), a provider that failed a bad gateway (502), anything else the server's (500)."""
-    if exc.status is not None:
-        return exc.status
-    if isinstance(exc, ConfigError | QueryFileError):
-        return 400
-    if isinstance(exc, EmbedderUnavailable):
-        return 503
-    if isinstance(exc, EmbeddingError):
-        return 502
-    return 500
 
 
 def _json_on_stdout(args: argparse.Namespace) -> bool:

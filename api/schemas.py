@@ -15,6 +15,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from core.config_home import AGENT_ID_PATTERN
+from core.errors import ConfigError, EmbedderUnavailable, EmbeddingError, MemsiftError, QueryFileError
 
 MAX_QUERY_BYTES = 4096
 MAX_RESULTS = 100
@@ -353,6 +354,21 @@ class Problem(msgspec.Struct):
         """The problem of `status` (its title the status's phrase): REST's error answers, and the document the
         CLI prints under `--json` when a command fails, so that a program reads one shape from either."""
         return cls(status=status, title=HTTPStatus(status).phrase, detail=detail)
+
+
+def status_of(exc: MemsiftError) -> int:
+    """The HTTP status REST answers this error with; for errors REST never meets in a request (the CLI's), the
+    one it would: a configuration or query file that is wrong is the request's fault (400), an embedder that
+    cannot start is unavailable (503), a provider that failed a bad gateway (502), anything else the server's."""
+    if exc.status is not None:
+        return exc.status
+    if isinstance(exc, ConfigError | QueryFileError):
+        return 400
+    if isinstance(exc, EmbedderUnavailable):
+        return 503
+    if isinstance(exc, EmbeddingError):
+        return 502
+    return 500
 
 
 class Readiness(msgspec.Struct):
