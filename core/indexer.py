@@ -189,7 +189,7 @@ def sync(
             stage("complete-vectors", complete_vectors)(store, config, embedder, report, cache)
         if cache is not None and report.chunksEmbedded >= MEASURED_MIN_INPUTS:
             r = report
-            measured = (r.chunksEmbedded, r.inputChars, r.embeddingCalls, r.embedSeconds)
+            measured = (r.chunksEmbedded, r.inputChars, r.embeddingRequests, r.embedSeconds)
             keep(r, cache.record_throughput, cache_key(embedder), *measured)
     if embedder is not None and embedder.dims and store.vec_needs_refill():
         store.rebuild_vec(cache_key(embedder), embedder.dims)

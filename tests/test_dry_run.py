@@ -78,6 +78,7 @@ def test_a_dry_run_embeds_nothing_and_predicts_the_run_exactly(capsys, workspace
     assert plan["estimatedCost"] == round(plan["estimatedTokens"] / 1e6 * 0.02, 6)
     assert plan["estimatedSeconds"] == round(len(requests) / 6000 * 60, 1) and plan["secondsFrom"] == "limits"
     assert report["plan"] == plan  # the run's report opens with the same figures
+    assert report["embeddingRequests"] == report["embeddingCalls"] == len(requests)  # each request one call
 
     again = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--force", "--json")
     assert again["chunksToEmbed"] == again["estimatedRequests"] == 0 and again["estimatedCost"] == 0
@@ -120,6 +121,10 @@ def test_the_local_model_s_speed_is_measured_for_the_estimate(capsys, workspace,
     assert plan["secondsFrom"] == "measured" and plan["estimatedSeconds"] > 0
     report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
     assert report["chunksEmbedded"] == plan["chunksToEmbed"] and report["cacheHits"] == 0  # the sample was not kept
+    # The report counts requests as the plan does: the plan said "in 1 request" and the report's only count,
+    # `embeddingCalls`, said 30 or more (one model call per token window), which a reader took for requests.
+    assert report["embeddingRequests"] == plan["estimatedRequests"] == 1
+    assert report["embeddingCalls"] >= report["chunksEmbedded"] >= 30  # the local model's windows, named apart
 
 
 def test_progress_tells_the_spend_so_far_and_ends_at_the_plan(workspace, provider: FakeProvider) -> None:
