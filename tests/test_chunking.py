@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
+from conftest import python_calls
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -198,22 +197,6 @@ def test_a_long_word_is_still_cut_at_the_budget():
     assert [c.text for c in chunk_text(line, tokens=16, overlap=0)] == [line[:64], line[64:128], line[128:]]
 
 
-def _python_calls(fn) -> int:
-    """How many Python-level function calls (and generator resumptions) `fn()` makes: a count, not a time."""
-    count = 0
-
-    def on_event(frame, event, arg) -> None:
-        nonlocal count
-        count += event == "call"
-
-    sys.setprofile(on_event)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count
-
-
 def test_a_long_line_is_split_in_steps_per_piece_not_per_character():
     """A note of one 2 MB line (a pasted log, a blob) took 2-9 s to chunk: its split walked the line one
     character at a time in Python (a function call each, 201,500 for a line of 200,000 characters). It now
@@ -221,7 +204,7 @@ def test_a_long_line_is_split_in_steps_per_piece_not_per_character():
     lines = ["word " * 40_000, "e\u0301" * 100_000, "\u4e2d" * 200_000, "x" * 200_000]
     for line in lines:
         chunks: list = []
-        calls = _python_calls(lambda line=line, chunks=chunks: chunks.extend(chunk_text(line)))
+        calls = python_calls(lambda line=line, chunks=chunks: chunks.extend(chunk_text(line)))
         assert "".join(c.text for c in chunks) == line  # the pieces join back into the line
         assert all(weight(c.text) <= 1600 for c in chunks)
         assert calls < len(line) // 10, (line[:2], calls)
