@@ -9,6 +9,7 @@ measured on a sample when no run has measured it yet.
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,3 +168,35 @@ def test_the_plan_line_counts_in_words_a_person_reads() -> None:
     assert summary(plan).endswith(", ~0.2500 in the price's currency")
     plan.update(provider="none", estimatedCost=None)
     assert summary(plan).endswith(", no cost (no embedder)")
+
+
+def test_a_plan_holds_one_batch_of_text_at_a_time(capsys, workspace, provider: FakeProvider) -> None:
+    """The plan kept the text of every chunk to embed until its end, to count requests and characters once:
+    a first index's plan held the whole workspace's text at once (4.3 MB of notes: its peak went from 10.5 to
+    14.6 MB). It counts each step as it reads the batches, keeping only the local model's timing sample: 40
+    more notes cost the plan their hashes, not their text."""
+
+    def notes(first: int) -> dict[str, str]:
+        lines = "".join(f"- item {i}: the relay moved to rack {i % 97} after the outage review.\n" for i in range(1600))
+        return {f"memory/note-{n:02d}.md": lines.replace("item", f"item {n}") for n in range(first, first + 40)}
+
+    def peak() -> tuple[dict, int]:
+        tracemalloc.start()
+        try:
+            plan = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")
+            return plan, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    ws = workspace(notes(0))
+    toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+    (ws / "memsift.toml").write_text(toml)
+    cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")  # imports and caches warmed up
+    plan, before = peak()
+    for path, text in notes(40).items():
+        (ws / path).write_text(text)
+    added = sum((ws / path).stat().st_size for path in notes(40))
+    bigger, after = peak()
+    assert plan["filesToRead"] == 40 and bigger["filesToRead"] == 80
+    assert bigger["chunksToEmbed"] > 1.9 * plan["chunksToEmbed"] > 40 * 50
+    assert after - before < added / 4, (added, before, after)
