@@ -74,7 +74,19 @@ def estimate(
     counted = embedder is not None or calibrate
     seen: set[str] = set()
     files_to_embed = chunks = hits = 0
-    parts: list[list[str]] = []  # the texts of each `embed_documents` call the run would make
+    # The requests the run would make, counted step by step (`embed_documents` calls) as the batches are read:
+    # the texts are not kept, but for the first SAMPLE_INPUTS (a dry run times the local model on them). A plan
+    # kept every text to embed until its end, the whole workspace's text at once in a first index.
+    requests = tokens = chars = to_embed = 0
+    sample: list[str] = []
+
+    def count(part: list[str]) -> None:
+        nonlocal requests, tokens, chars, to_embed
+        sizes = request_token_counts(embedder, part)
+        requests, tokens = requests + len(sizes), tokens + sum(sizes)
+        chars, to_embed = chars + sum(map(len, part)), to_embed + len(part)
+        sample.extend(part[: SAMPLE_INPUTS - len(sample)])
+
     step = embed_step(config, embedder) if embedder is not None else 1
     for batch in batches(plan.to_check) if counted else ():
         files, _ = read_batch(config, batch, plan, SyncReport())
@@ -96,19 +108,17 @@ def estimate(
         hits += len(known)
         todo = [h for h in texts if h not in known]
         files_to_embed += len({owners[h] for h in todo})
-        parts += [[texts[h] for h in todo[i : i + step]] for i in range(0, len(todo), step)]
+        for i in range(0, len(todo), step):
+            count([texts[h] for h in todo[i : i + step]])
     if embedder is not None and not plan.rebuild and store.get_meta(VECTORS_PENDING):
         key = cache_key(embedder)
         waiting = {h: t for h, t in store.chunks_without_cached_vectors(key).items() if h not in seen}
         known = cache.known(key, list(waiting)) if cache is not None else set()
         hits += len(known)
         pending = [t for h, t in waiting.items() if h not in known]
-        parts += [pending[i : i + step] for i in range(0, len(pending), step)]
-    sizes = [request_token_counts(embedder, part) for part in parts] if embedder is not None else []
-    requests, tokens = sum(map(len, sizes)), sum(map(sum, sizes))
-    todo_all = [text for part in parts for text in part]
-    chars = sum(map(len, todo_all))
-    seconds, basis = _seconds(config, embedder, cache, requests, tokens, chars, todo_all if calibrate else [])
+        for i in range(0, len(pending), step):
+            count(pending[i : i + step])
+    seconds, basis = _seconds(config, embedder, cache, requests, tokens, chars, sample if calibrate else [])
     price = config.embedding.pricePerMillionTokens
     return Estimate(
         provider=embedder.provider if embedder else "none",
@@ -116,7 +126,7 @@ def estimate(
         filesToRead=len(plan.to_check),
         filesToEmbed=files_to_embed,
         chunks=chunks if counted else None,
-        chunksToEmbed=len(todo_all),
+        chunksToEmbed=to_embed,
         cacheHits=hits,
         estimatedTokens=tokens,
         estimatedRequests=requests,

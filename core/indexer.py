@@ -189,7 +189,7 @@ def sync(
             stage("complete-vectors", complete_vectors)(store, config, embedder, report, cache)
         if cache is not None and report.chunksEmbedded >= MEASURED_MIN_INPUTS:
             r = report
-            measured = (r.chunksEmbedded, r.inputChars, r.embeddingCalls, r.embedSeconds)
+            measured = (r.chunksEmbedded, r.inputChars, r.embeddingRequests, r.embedSeconds)
             keep(r, cache.record_throughput, cache_key(embedder), *measured)
     if report.changed or report.removed or report.skipped:  # their old text's vectors are in no chunk now
         store.prune_caches()

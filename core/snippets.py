@@ -77,15 +77,31 @@ def _window_start(text: str, limit: int, query: str) -> int:
 def _inside_line(line: str, room: int, terms: set[str]) -> int:
     """Where to start in a line longer than the snippet (a paragraph written as one line): at a word, shortly
     before the earliest of the line's words from which `room` characters hold the most of `terms` (the
-    question's stems in the line); 0 when the line's start holds as many."""
+    question's stems in the line); 0 when the line's start holds as many.
+
+    The matching words in reach of each start are a window that only slides forward (words are in order and
+    do not overlap), so each word's stems are counted in and out once: the union taken afresh for every start
+    cost 12 ms a hit for a 1,600-character line holding the question's words 114 times, 0.45 s at 16,000."""
     found = [(m.start(), m.end()) for m in _WORDS.finditer(line) if stems_of(m.group()) & terms]
     stems = [stems_of(line[a:b]) for a, b in found]
     context = room // 10  # a few words before the first match, so the snippet does not open mid-thought
     best, best_at = -1, 0
-    for at in [0] + [a for a, _ in found]:
-        covered = set().union(*(t for (a, b), t in zip(found, stems) if at <= a and b <= at + room - context))
-        if len(covered) > best:
-            best, best_at = len(covered), at
+    held: dict[str, int] = {}  # the stems of the words in the window: found[first:last], and how many hold each
+    last = 0
+    for n, at in enumerate([0] + [a for a, _ in found]):
+        first = max(n - 1, 0)  # the first word starting at `at` or after
+        if n >= 2 and n - 2 < last:  # the word before `at` leaves the window
+            for stem in stems[n - 2]:
+                held[stem] -= 1
+                if not held[stem]:
+                    del held[stem]
+        last = max(last, first)
+        while last < len(found) and found[last][1] <= at + room - context:
+            for stem in stems[last]:
+                held[stem] = held.get(stem, 0) + 1
+            last += 1
+        if len(held) > best:
+            best, best_at = len(held), at
     if best_at:  # the first whole word within `context` before it; the match itself when none starts there
         opening = _WORD_START.search(line, max(0, best_at - context), best_at + 1)
         best_at = opening.start() if opening else best_at

@@ -44,6 +44,12 @@ class SyncReport:
     chunksEmbedded: int = 0
     chunksRejected: int = 0  # refused by the provider even split (too long, invalid): indexed keyword-only
     cacheHits: int = 0  # chunks whose vector the index or the shared cache already had
+    #: requests made to the embedder, counted as the plan's `estimatedRequests` counts them: a hosted provider's
+    #: HTTP requests (retries and the halving of a refused batch included), the local model's `embed_documents`
+    #: steps (`batchMaxInputs` times `concurrency` chunks each)
+    embeddingRequests: int = 0
+    #: model invocations: a hosted provider's HTTP requests again, but the local model's token windows (one per
+    #: window of 256 tokens: a chunk of 400 tokens is two), which the plan does not predict
     embeddingCalls: int = 0
     inputChars: int = 0  # characters sent to the embedder
     embedSeconds: float = 0.0  # time spent waiting for the embedder (its measured throughput)

@@ -97,6 +97,7 @@ def embed_missing(
         report.embedSeconds += time.perf_counter() - started
         report.inputChars += sum(map(len, inputs))
         report.embeddingCalls += embedder.calls - calls
+        report.embeddingRequests += embedder.calls - calls if _packs_requests(embedder) else 1
         got = dict(zip(part, embedded))
         into.update(got)
         report.chunksEmbedded += len(part)
@@ -109,6 +110,13 @@ def embed_missing(
         if progress is not None:  # the local model costs nothing; a hosted provider is paid by the token
             paid = 0 if embedder.provider == "local" else sum(request_token_counts(embedder, inputs))
             progress.embedded(len(part), paid)
+
+
+def _packs_requests(embedder: Embedder) -> bool:
+    """A hosted provider, which packs a step's texts into HTTP requests (each one of its `calls`); the local
+    model makes one of its calls per token window, and a step is one request as the plan counts them: its
+    report said "300 chunks embedded in 320 requests" under a plan of "~... in 4 requests"."""
+    return getattr(unwrapped(embedder), "document_request_tokens", None) is not None
 
 
 def request_token_counts(embedder: Embedder, texts: list[str]) -> list[int]:

@@ -161,7 +161,7 @@ def _publish(agent: str, kind: str, report: SyncReport) -> None:
         "%s of agent %s: %d files scanned, %d added, %d changed, %d removed, %d skipped; "
         "%d chunks embedded in %d requests, %d cache hits; %.2f s",
         kind, agent, report.filesScanned, report.added, report.changed, report.removed, report.skipped,
-        report.chunksEmbedded, report.embeddingCalls, report.cacheHits, report.seconds,
+        report.chunksEmbedded, report.embeddingRequests, report.cacheHits, report.seconds,
     )  # fmt: skip
     for warning in report.warnings:
         logger.warning(warning)

@@ -134,6 +134,23 @@ class FailingEmbedder(CountingEmbedder):
         return super().embed_documents(texts)
 
 
+def python_calls(fn: Callable[[], Any]) -> int:
+    """How many Python-level function calls (and generator resumptions) `fn()` makes: a count of the work a
+    function does on a big input, which a complexity test can bound where a timed one would be noise."""
+    count = 0
+
+    def on_event(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        count += event == "call"
+
+    sys.setprofile(on_event)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
 def file_digest(path: Path) -> str:
     """SHA-256 of a file's bytes: 'the index file is exactly as it was'."""
     return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -85,8 +85,8 @@ def test_index_no_prefect_json_prints_the_sync_report(capsys, ws: Path) -> None:
     report = json.loads(out)
     assert set(report) == {
         "filesScanned", "added", "changed", "removed", "unchanged", "skipped", "chunksWritten", "chunksEmbedded",
-        "cacheHits", "embeddingCalls", "inputChars", "embedSeconds", "cachePruned", "rebuilt", "fallback", "seconds",
-        "warnings", "vectorsPending", "plan", "rebuildHeld", "chunksRejected", "firstIndex",
+        "cacheHits", "embeddingRequests", "embeddingCalls", "inputChars", "embedSeconds", "cachePruned", "rebuilt",
+        "fallback", "seconds", "warnings", "vectorsPending", "plan", "rebuildHeld", "chunksRejected", "firstIndex",
     }  # fmt: skip
     assert report["filesScanned"] == 3 and report["added"] == 3
     assert report["fallback"] is None

@@ -9,6 +9,7 @@ measured on a sample when no run has measured it yet.
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,6 +79,7 @@ def test_a_dry_run_embeds_nothing_and_predicts_the_run_exactly(capsys, workspace
     assert plan["estimatedCost"] == round(plan["estimatedTokens"] / 1e6 * 0.02, 6)
     assert plan["estimatedSeconds"] == round(len(requests) / 6000 * 60, 1) and plan["secondsFrom"] == "limits"
     assert report["plan"] == plan  # the run's report opens with the same figures
+    assert report["embeddingRequests"] == report["embeddingCalls"] == len(requests)  # each request one call
 
     again = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--force", "--json")
     assert again["chunksToEmbed"] == again["estimatedRequests"] == 0 and again["estimatedCost"] == 0
@@ -120,6 +122,10 @@ def test_the_local_model_s_speed_is_measured_for_the_estimate(capsys, workspace,
     assert plan["secondsFrom"] == "measured" and plan["estimatedSeconds"] > 0
     report = cli_json(capsys, "--workspace", ws, "index", "--no-prefect", "--json")
     assert report["chunksEmbedded"] == plan["chunksToEmbed"] and report["cacheHits"] == 0  # the sample was not kept
+    # The report counts requests as the plan does: the plan said "in 1 request" and the report's only count,
+    # `embeddingCalls`, said 30 or more (one model call per token window), which a reader took for requests.
+    assert report["embeddingRequests"] == plan["estimatedRequests"] == 1
+    assert report["embeddingCalls"] >= report["chunksEmbedded"] >= 30  # the local model's windows, named apart
 
 
 def test_progress_tells_the_spend_so_far_and_ends_at_the_plan(workspace, provider: FakeProvider) -> None:
@@ -162,3 +168,35 @@ def test_the_plan_line_counts_in_words_a_person_reads() -> None:
     assert summary(plan).endswith(", ~0.2500 in the price's currency")
     plan.update(provider="none", estimatedCost=None)
     assert summary(plan).endswith(", no cost (no embedder)")
+
+
+def test_a_plan_holds_one_batch_of_text_at_a_time(capsys, workspace, provider: FakeProvider) -> None:
+    """The plan kept the text of every chunk to embed until its end, to count requests and characters once:
+    a first index's plan held the whole workspace's text at once (4.3 MB of notes: its peak went from 10.5 to
+    14.6 MB). It counts each step as it reads the batches, keeping only the local model's timing sample: 40
+    more notes cost the plan their hashes, not their text."""
+
+    def notes(first: int) -> dict[str, str]:
+        lines = "".join(f"- item {i}: the relay moved to rack {i % 97} after the outage review.\n" for i in range(1600))
+        return {f"memory/note-{n:02d}.md": lines.replace("item", f"item {n}") for n in range(first, first + 40)}
+
+    def peak() -> tuple[dict, int]:
+        tracemalloc.start()
+        try:
+            plan = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")
+            return plan, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    ws = workspace(notes(0))
+    toml = f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nretries = 0\n'
+    (ws / "memsift.toml").write_text(toml)
+    cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")  # imports and caches warmed up
+    plan, before = peak()
+    for path, text in notes(40).items():
+        (ws / path).write_text(text)
+    added = sum((ws / path).stat().st_size for path in notes(40))
+    bigger, after = peak()
+    assert plan["filesToRead"] == 40 and bigger["filesToRead"] == 80
+    assert bigger["chunksToEmbed"] > 1.9 * plan["chunksToEmbed"] > 40 * 50
+    assert after - before < added / 4, (added, before, after)

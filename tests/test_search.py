@@ -8,7 +8,7 @@ import unicodedata
 from datetime import date, timedelta
 
 import pytest
-from conftest import CountingEmbedder
+from conftest import CountingEmbedder, python_calls
 
 from core import SearchError
 from core.query import fts_phrases
@@ -377,6 +377,22 @@ def test_a_snippet_of_a_line_longer_than_snippet_chars_shows_the_words_of_the_qu
     [hit] = index.search("routine staffing", min_score=0.0).results
     assert hit.snippet.startswith("…Sentence 1 of the retrospective") and hit.snippet.endswith("…")
     assert snippet("x" * 1000 + "(zebra", 700, "zebra") == "…zebra"  # no word starts before it: at the match
+
+
+def test_a_long_line_s_snippet_costs_a_few_steps_a_word():
+    """The start inside a long line was found by taking, for every matching word, the union of the stems of
+    every matching word in reach afresh: 153,000 calls for a line of 2,200 words (12 ms a hit at the default
+    chunk of 1,600 characters, 0.45 s at 16,000). A window sliding over the words counts each in and out once."""
+    line = "filler " * 600 + "deploy failed " * 800
+    cut = ""
+
+    def make() -> None:
+        nonlocal cut
+        cut = snippet(line, 700, "deploy failed")
+
+    calls = python_calls(make)
+    assert cut.startswith("…filler filler") and "deploy failed deploy failed" in cut and len(cut) <= 700
+    assert calls < 8 * len(line.split()), calls  # 11,400: five a word
 
 
 def test_a_snippet_shows_the_lines_that_hold_the_question_s_words(workspace, make_config, open_index):
