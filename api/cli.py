@@ -379,7 +379,7 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
         model = train(data, l2=args.l2, trees=args.trees, meta={"trainedOn": trained_on, "l2": args.l2})
     except ValueError as exc:
         return _fail(args, str(exc))
-    args.out.write_text(model.to_json() + "\n", encoding="utf-8")
+    model.save(args.out)
     doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta, "leftOut": data.left_out}
     if args.json:
         _print_json(doc)

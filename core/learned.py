@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -206,6 +207,17 @@ class Model:
             indent=1,
         )
 
+    def save(self, path: Path) -> None:
+        """Written whole or not at all: into a temporary file beside `path`, then renamed over it. A server whose
+        configuration names `path` reads it again at its next search (`model_for`), so it must never find half
+        a file; an interrupted or failed write leaves the previous model as it was."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(self.to_json() + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
     @classmethod
     def load(cls, path: str | Path | None = None) -> Model:
         where = f"rerank.rankerModel: ranker model {path}" if path else f"ranker model {DEFAULT_MODEL}"
@@ -236,15 +248,24 @@ class Model:
         return model
 
 
-_LOADED: dict[str, Model] = {}
+_LOADED: dict[str, tuple[tuple[int, int, int] | None, Model]] = {}
 
 
 def model_for(path: str | None) -> Model:
-    """The model at `path` (None: the shipped one), loaded once per process."""
+    """The model at `path` (None: the shipped one), loaded once per version of the file. A model retrained in
+    place (`memsift train-ranker --out` the file `rerank.rankerModel` names) is what the next search uses, in a
+    running `serve` or `up` too: it was cached by path for the life of the process, and the configuration that
+    names it did not change, so no reload noticed and `status` kept the old fingerprint. One stat per call."""
     key = path or str(DEFAULT_MODEL)
-    if key not in _LOADED:
-        _LOADED[key] = Model.load(path)
-    return _LOADED[key]
+    try:
+        st = os.stat(key)
+        version: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        version = None  # Model.load says why, naming the file
+    cached = _LOADED.get(key)
+    if cached is None or cached[0] != version:
+        cached = _LOADED[key] = (version, Model.load(path))
+    return cached[1]
 
 
 def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, meta: dict | None = None) -> Model:
