@@ -373,7 +373,15 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
             require_lightgbm()
         except ValueError as exc:
             return _fail(args, str(exc))
-    data = collect(_config(args), args.queries, warn=lambda message: print(f"warning: {message}", file=sys.stderr))
+    from api.progress import count_bar
+
+    with count_bar("questions", enabled=not args.json and sys.stderr.isatty()) as progress:
+        data = collect(
+            _config(args),
+            args.queries,
+            warn=lambda message: print(f"warning: {message}", file=sys.stderr),
+            progress=progress,
+        )
     try:
         trained_on = [Path(p).name for p in args.queries]
         model = train(data, l2=args.l2, trees=args.trees, meta={"trainedOn": trained_on, "l2": args.l2})

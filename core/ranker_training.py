@@ -54,20 +54,31 @@ class Dataset:
         return x, y
 
 
-def collect(config: Config, paths: list[str | Path], warn: Callable[[str], None] | None = None) -> Dataset:
+def collect(
+    config: Config,
+    paths: list[str | Path],
+    warn: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Dataset:
     """Search every question of every file (workspaces synced first, as `memsift eval` does) and keep the
     learned ranker's candidates, features and labels. `warn` is told of each relevant path no indexed file
     answers to (a typo, a renamed note), as `memsift eval` tells it; a question none of whose paths is held is
-    then left out: its answer, wherever it is, would be learnt as a wrong one."""
+    then left out: its answer, wherever it is, would be learnt as a wrong one. Every file is read first, so a
+    bad line in the last one stops the command before any search; `progress(done, total)` is told after each
+    question (760 of them take minutes)."""
     config = replace(config, rerank=replace(config.rerank, method="learned", enabled=True))
     data = Dataset()
-    for path in paths:
-        queries = load_queries(path)
+    files = [(path, load_queries(path)) for path in paths]
+    total, done = sum(len(queries) for _, queries in files), 0
+    for path, queries in files:
         base = Path(path).resolve().parent
         indexes: dict[Path, MemoryIndex] = {}
         held: dict[Path, set[str]] = {}
         try:
             for q in queries:
+                if progress is not None:
+                    progress(done, total)
+                done += 1
                 index = query_index(indexes, config, base, q)
                 if warn is not None and q["relevant"]:
                     unheld = warn_unheld(warn, path, index, q, held)
@@ -96,6 +107,8 @@ def collect(config: Config, paths: list[str | Path], warn: Callable[[str], None]
         finally:
             for index in indexes.values():
                 index.close()
+    if progress is not None:
+        progress(total, total)
     return data
 
 

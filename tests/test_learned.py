@@ -286,9 +286,7 @@ def test_a_bad_model_file_names_the_key_and_says_what_is_wrong(tmp_path, text: s
     assert str(err.value) == f"rerank.rankerModel: ranker model {path}: {why}"
 
 
-def test_a_model_retrained_in_place_is_what_the_next_search_uses(
-    workspace, make_config, open_index, tmp_path
-) -> None:
+def test_a_model_retrained_in_place_is_what_the_next_search_uses(workspace, make_config, open_index, tmp_path) -> None:
     """The owner's loop with a server running: `train-ranker --out` the file `rerank.rankerModel` names. The
     process cached the model by path, so status and searches kept the old one until a restart (SIGHUP and a
     touched config said "unchanged"). The file is replaced by a rename: a search never reads half of it."""

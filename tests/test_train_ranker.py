@@ -13,6 +13,7 @@ import pytest
 from core import MemoryIndex, load_config
 from core.learned import Model
 from tests.sample import NOTES
+from tests.test_cli import _on_a_terminal
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 QUESTIONS = [
@@ -226,3 +227,28 @@ def test_train_ranker_labels_a_relevant_path_as_eval_reads_it(ws: Path, tmp_path
     )
     data = collect(load_config(workspace=ws), [queries])
     assert [y.max() for y in data.y] == [1.0, 1.0]
+
+
+def test_train_ranker_shows_progress_on_a_terminal_and_reads_every_file_first(
+    ws: Path, memsift_home: Path, tmp_path: Path
+) -> None:
+    """On locomo-dev's 760 questions it searched for minutes with nothing on the terminal; it now shows the
+    questions done of all its files' questions. A bad line in the second file stopped it only after every
+    search of the first: every file is now read before any work (no index is built)."""
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        "".join(json.dumps({"query": q, "relevant": [{"path": p, "line": n}]}) + "\n" for q, p, n in QUESTIONS)
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "x", "relevant": []}\n[1, 2]\n')
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "train-ranker", queries, bad, "--out", tmp_path / "m.json"],
+        capture_output=True, text=True, env=_env(memsift_home), timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "bad.jsonl:2: needs an object" in proc.stderr, proc.stderr
+    assert not (memsift_home / "memory").exists() and not (tmp_path / "m.json").exists()
+
+    argv = [MEMSIFT, "--workspace", ws, "train-ranker", queries, "--out", tmp_path / "m.json"]
+    proc, shown = _on_a_terminal(argv, _env(memsift_home), stream="stderr")
+    assert proc.returncode == 0 and proc.stdout.decode().startswith("wrote "), proc.stdout
+    assert b"questions" in shown and f"{len(QUESTIONS)}/{len(QUESTIONS)}".encode() in shown, shown
