@@ -392,7 +392,7 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(doc)
     else:
-        left_out = f" ({data.left_out} left out: no relevant path the index holds)" if data.left_out else ""
+        left_out = f" ({data.left_out} left out: no relevant line a hit can cover)" if data.left_out else ""
         print(
             f"wrote {args.out}: {doc['questions']} questions{left_out}, {doc['candidates']} candidates; "
             f'use it with rerank.rankerModel = "{args.out.absolute()}"'  # the config file's folder is not the cwd

@@ -200,9 +200,15 @@ def test_train_ranker_names_a_relevant_path_the_index_does_not_hold_and_leaves_i
     queries.write_text(_lines([("who is on call this quarter", "notes/2026-05-15.md", 3)]))
     assert main(["--workspace", str(ws), "train-ranker", str(queries), "--out", str(out)]) == 1
     assert capsys.readouterr().err.endswith(
-        "memsift: error: every question was left out: none of their relevant paths is a file the index holds (the "
+        "memsift: error: every question was left out: none of their relevant lines is one a hit can cover (the "
         "warnings above); a relevant path is relative to the question's workspace, as a hit names it\n"
     )
+    # A line past the end of its note (numbered from an older version of it) is as uncoverable as a bad path.
+    queries.write_text(_lines([*QUESTIONS, ("who is on call this quarter", "memory/2026-05-15.md", 300)]))
+    assert main(["--workspace", str(ws), "--json", "train-ranker", str(queries), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "relevant line 300 of 'memory/2026-05-15.md' (query q5) is past the last line" in captured.err
+    assert json.loads(captured.out)["leftOut"] == 1
     queries.write_text(_lines([(q, "", 0) for q, _, _ in QUESTIONS]))
     assert main(["--workspace", str(ws), "train-ranker", str(queries), "--out", str(out)]) == 1
     assert capsys.readouterr().err == "memsift: error: no question has a relevant line to learn from\n"
