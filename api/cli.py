@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -359,7 +360,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_train_ranker(args: argparse.Namespace) -> int:
-    from core.ranker_training import collect, require_lightgbm, train
+    from core.ranker_training import FEW_QUESTIONS, collect, require_lightgbm, train
 
     for path in args.queries:
         if not Path(path).is_file():
@@ -388,13 +389,23 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(args, str(exc))
     model.save(args.out)
+    n = model.meta["questions"]
+    questions = f"{n} question{'' if n == 1 else 's'}"
+    if n < FEW_QUESTIONS:  # it wrote a model from 1 question as from 760, in silence
+        where = shlex.quote(str(args.out.absolute()))
+        print(
+            f"warning: {questions} for {len(model.features)} signals: a model "
+            "fitted on so few is likely to order other questions worse than the shipped one; compare them first: "
+            f"memsift eval QUERIES.jsonl --compare rerank.rankerModel={where}",
+            file=sys.stderr,
+        )
     doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta, "leftOut": data.left_out}
     if args.json:
         _print_json(doc)
     else:
         left_out = f" ({data.left_out} left out: no relevant line a hit can cover)" if data.left_out else ""
         print(
-            f"wrote {args.out}: {doc['questions']} questions{left_out}, {doc['candidates']} candidates; "
+            f"wrote {args.out}: {questions}{left_out}, {doc['candidates']} candidates; "
             f'use it with rerank.rankerModel = "{args.out.absolute()}"'  # the config file's folder is not the cwd
         )
     return 0
