@@ -249,13 +249,19 @@ class Model:
 
 
 _LOADED: dict[str, tuple[tuple[int, int, int] | None, Model]] = {}
+#: path -> the version of the file that could not be read since the model in use was, and why
+_FAILED: dict[str, tuple[tuple[int, int, int] | None, str]] = {}
 
 
 def model_for(path: str | None) -> Model:
     """The model at `path` (None: the shipped one), loaded once per version of the file. A model retrained in
     place (`memsift train-ranker --out` the file `rerank.rankerModel` names) is what the next search uses, in a
     running `serve` or `up` too: it was cached by path for the life of the process, and the configuration that
-    names it did not change, so no reload noticed and `status` kept the old fingerprint. One stat per call."""
+    names it did not change, so no reload noticed and `status` kept the old fingerprint. One stat per call.
+
+    A version that cannot be read (a `cp` caught halfway, a hand edit, the file deleted) leaves the model read
+    before in use, as a configuration reload keeps the settings in force when the file turns invalid: searches
+    go on, and `status` says why (`load_error`). With no model read before it is the error, naming the file."""
     key = path or str(DEFAULT_MODEL)
     try:
         st = os.stat(key)
@@ -263,9 +269,25 @@ def model_for(path: str | None) -> Model:
     except OSError:
         version = None  # Model.load says why, naming the file
     cached = _LOADED.get(key)
-    if cached is None or cached[0] != version:
-        cached = _LOADED[key] = (version, Model.load(path))
-    return cached[1]
+    if cached is not None and (cached[0] == version or _FAILED.get(key, (0,))[0] == version):
+        return cached[1]
+    try:
+        model = Model.load(path)
+    except RankerModelError as exc:
+        if cached is None:
+            raise
+        _FAILED[key] = (version, str(exc))
+        return cached[1]
+    _FAILED.pop(key, None)
+    _LOADED[key] = (version, model)
+    return model
+
+
+def load_error(path: str | None) -> str | None:
+    """Why the file at `path` could not be read since the model `model_for` answers with was, else None."""
+    model_for(path)
+    failed = _FAILED.get(path or str(DEFAULT_MODEL))
+    return failed[1] if failed else None
 
 
 def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, meta: dict | None = None) -> Model:
