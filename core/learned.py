@@ -227,7 +227,11 @@ class Model:
             if not isinstance(raw, dict):  # `[]` was "AttributeError: 'list' object has no attribute 'get'"
                 raise ValueError("not a model (a JSON object with kind and features)")
             if raw.get("kind") not in ("logistic", "logistic+trees") or list(raw["features"]) != list(FEATURES):
-                raise ValueError("not a model over this version's features")
+                # a model another memsift version wrote: the fix is to fit one on this version's signals
+                raise ValueError(
+                    f"not a model over this version's {len(FEATURES)} signals (another memsift version wrote it?): "
+                    "fit it again with `memsift train-ranker QUERIES.jsonl --out PATH`"
+                )
             model = cls(
                 tuple(raw["features"]),
                 np.asarray(raw["mean"], dtype=np.float64),

@@ -106,8 +106,10 @@ def test_fit_learns_a_separable_signal_and_round_trips(tmp_path) -> None:
 def test_a_bad_model_file_is_a_clear_error(tmp_path) -> None:
     path = tmp_path / "m.json"
     path.write_text('{"kind": "logistic", "features": ["vector"]}')
-    with pytest.raises(learned.RankerModelError, match="m.json: not a model"):
+    with pytest.raises(learned.RankerModelError, match="m.json: not a model") as caught:
         learned.Model.load(path)
+    # a model of another version's signals: it said what, not what to do
+    assert str(caught.value).endswith("fit it again with `memsift train-ranker QUERIES.jsonl --out PATH`")
     with pytest.raises(learned.RankerModelError, match="missing.json"):
         learned.Model.load(tmp_path / "missing.json")
 
