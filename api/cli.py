@@ -345,9 +345,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = _config(args, **overrides)
     # B's settings are checked before A runs a query: a bad value stops the command before any work
     config_b = _config(args, **overrides, **dict(args.compare)) if args.compare else None
-    result = evaluate(config, args.queries, **options)
+    from api.progress import count_bar
+
+    shown = not args.json and sys.stderr.isatty()
+    with count_bar("A: questions" if config_b else "questions", enabled=shown) as progress:
+        result = evaluate(config, args.queries, **options, progress=progress)
     if config_b is not None:
-        other = evaluate(config_b, args.queries, **options | {"warn": None})  # A named them already
+        with count_bar("B: questions", enabled=shown) as progress:  # A named the warnings already
+            other = evaluate(config_b, args.queries, **options | {"warn": None}, progress=progress)
         if args.json:
             _print_json({"a": result, "b": other})
         else:

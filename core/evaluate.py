@@ -208,8 +208,10 @@ def evaluate(
     limit: int | None = None,
     rerank: bool | None = None,
     warn: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """The metrics of the file's queries; `warn` is told of each relevant path no indexed file answers to."""
+    """The metrics of the file's queries; `warn` is told of each relevant line no hit can cover, `progress(done,
+    total)` of the queries searched (locomo-dev's 760 and the indexing of their workspaces take minutes)."""
     queries = load_queries(queries_path)[:limit]
     # A query with no relevant line (an off-topic question, as bench/abstention's) has no recall to measure:
     # scored, it counted 0 on every metric and dragged the means down in silence. It is left out and counted.
@@ -224,7 +226,9 @@ def evaluate(
     indexes: dict[Path, MemoryIndex] = {}
     held: dict[Path, dict[str, int]] = {}
     try:
-        for q in queries:
+        for done, q in enumerate(queries):
+            if progress is not None:
+                progress(done, len(queries))
             index = query_index(indexes, config, base, q)
             if warn is not None:
                 warn_unheld(warn, queries_path, index, q, held)
@@ -236,6 +240,8 @@ def evaluate(
     finally:
         for index in indexes.values():
             index.close()
+    if progress is not None:
+        progress(len(queries), len(queries))
 
     def mean(rows: list[dict[str, float]]) -> dict[str, float]:
         return {m: round(statistics.fmean(r[m] for r in rows), 3) for m in metric_names(k)} | {"n": len(rows)}

@@ -260,3 +260,17 @@ def test_train_ranker_shows_progress_on_a_terminal_and_reads_every_file_first(
     proc, shown = _on_a_terminal(argv, _env(memsift_home), stream="stderr")
     assert proc.returncode == 0 and proc.stdout.decode().startswith("wrote "), proc.stdout
     assert b"questions" in shown and f"{len(QUESTIONS)}/{len(QUESTIONS)}".encode() in shown, shown
+
+
+def test_eval_shows_progress_on_a_terminal_for_each_config(ws: Path, memsift_home: Path, tmp_path: Path) -> None:
+    """`memsift eval` of locomo-dev's 760 questions searched (and indexed) for minutes with nothing on the
+    terminal; it shows the questions searched, once per configuration with `--compare`, and stdout keeps the
+    tables alone."""
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(_lines(QUESTIONS))
+    argv = [MEMSIFT, "--workspace", ws, "eval", queries, "--compare", "rerank.method=blend"]
+    proc, shown = _on_a_terminal(argv, _env(memsift_home), stream="stderr")
+    assert proc.returncode == 0 and proc.stdout.decode().startswith("A: mode hybrid"), proc.stdout
+    assert b"\x1b" not in proc.stdout
+    done = f"{len(QUESTIONS)}/{len(QUESTIONS)}".encode()
+    assert b"A: questions" in shown and b"B: questions" in shown and done in shown, shown
