@@ -381,9 +381,13 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
             return _fail(args, str(exc))
     from api.progress import count_bar
 
+    # The model the configuration names is what this run replaces, not one it needs: the signals are the same
+    # whatever scores them. Read, a model of another version (whose error says "fit it again with train-ranker")
+    # or one not written yet (the config pointed at it first) stopped the very command that writes it.
+    config = _config(args, **{"rerank.rankerModel": None})
     with count_bar("questions", enabled=not args.json and sys.stderr.isatty()) as progress:
         data = collect(
-            _config(args),
+            config,
             args.queries,
             warn=lambda message: print(f"warning: {message}", file=sys.stderr),
             progress=progress,

@@ -274,3 +274,30 @@ def test_eval_shows_progress_on_a_terminal_for_each_config(ws: Path, memsift_hom
     assert b"\x1b" not in proc.stdout
     done = f"{len(QUESTIONS)}/{len(QUESTIONS)}".encode()
     assert b"A: questions" in shown and b"B: questions" in shown and done in shown, shown
+
+
+def test_train_ranker_replaces_the_model_the_configuration_names_even_when_unreadable(
+    capsys, ws: Path, tmp_path: Path
+) -> None:
+    """The configuration pointed at the model first (not written yet), or at one of another memsift version
+    whose error says "fit it again with `memsift train-ranker`": train-ranker itself refused, reading the very
+    file it was asked to write."""
+    from api.cli import main
+
+    config, out = tmp_path / "memsift.toml", tmp_path / "ranker.json"
+    config.write_text(f'workspace = "{ws}"\n[rerank]\nrankerModel = "ranker.json"\n')
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(_lines(QUESTIONS))
+    train = ["--config", str(config), "--json", "train-ranker", str(queries), "--out", str(out)]
+    assert main(train) == 0, capsys.readouterr().err
+    first = json.loads(capsys.readouterr().out)["fingerprint"]
+    stale = json.loads(out.read_text())
+    stale["features"], stale["mean"] = stale["features"][:-1], stale["mean"][:-1]  # one signal fewer
+    out.write_text(json.dumps(stale))
+    assert main(["--config", str(config), "search", "flat white"]) == 1
+    assert "fit it again with `memsift train-ranker" in capsys.readouterr().err
+    assert main([*train, "--l2", "3"]) == 0, capsys.readouterr().err
+    second = json.loads(capsys.readouterr().out)["fingerprint"]
+    assert second != first
+    assert main(["--config", str(config), "--json", "status"]) == 0
+    assert json.loads(capsys.readouterr().out)["rerank"]["ranker"] == second
