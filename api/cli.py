@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -367,9 +368,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = _config(args, **overrides)
     # B's settings are checked before A runs a query: a bad value stops the command before any work
     config_b = _config(args, **overrides, **dict(args.compare)) if args.compare else None
-    result = evaluate(config, args.queries, **options)
+    from api.progress import count_bar
+
+    shown = not args.json and sys.stderr.isatty()
+    with count_bar("A: questions" if config_b else "questions", enabled=shown) as progress:
+        result = evaluate(config, args.queries, **options, progress=progress)
     if config_b is not None:
-        other = evaluate(config_b, args.queries, **options | {"warn": None})  # A named them already
+        with count_bar("B: questions", enabled=shown) as progress:  # A named the warnings already
+            other = evaluate(config_b, args.queries, **options | {"warn": None}, progress=progress)
         if args.json:
             _print_json({"a": result, "b": other})
         else:
@@ -382,7 +388,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_train_ranker(args: argparse.Namespace) -> int:
-    from core.ranker_training import collect, require_lightgbm, train
+    from core.ranker_training import FEW_QUESTIONS, collect, require_lightgbm, train
 
     for path in args.queries:
         if not Path(path).is_file():
@@ -398,21 +404,41 @@ def cmd_train_ranker(args: argparse.Namespace) -> int:
             require_lightgbm()
         except ValueError as exc:
             return _fail(args, str(exc))
-    data = collect(_config(args), args.queries, warn=lambda message: print(f"warning: {message}", file=sys.stderr))
+    from api.progress import count_bar
+
+    # The model the configuration names is what this run replaces, not one it needs: the signals are the same
+    # whatever scores them. Read, a model of another version (whose error says "fit it again with train-ranker")
+    # or one not written yet (the config pointed at it first) stopped the very command that writes it.
+    config = _config(args, **{"rerank.rankerModel": None})
+    with count_bar("questions", enabled=not args.json and sys.stderr.isatty()) as progress:
+        data = collect(
+            config,
+            args.queries,
+            warn=lambda message: print(f"warning: {message}", file=sys.stderr),
+            progress=progress,
+        )
     try:
         trained_on = [Path(p).name for p in args.queries]
         model = train(data, l2=args.l2, trees=args.trees, meta={"trainedOn": trained_on, "l2": args.l2})
     except ValueError as exc:  # too few questions or candidates to fit: the query files' fault
         return _fail(args, str(exc), 400)
-    args.out.write_text(model.to_json() + "\n", encoding="utf-8")
+    model.save(args.out)
+    questions = counted(model.meta["questions"], "question")
+    if model.meta["questions"] < FEW_QUESTIONS:  # it wrote a model from 1 question as from 760, in silence
+        where = shlex.quote(str(args.out.absolute()))
+        print(
+            f"warning: {questions} for {len(model.features)} signals: a model "
+            "fitted on so few is likely to order other questions worse than the shipped one; compare them first: "
+            f"memsift eval QUERIES.jsonl --compare rerank.rankerModel={where}",
+            file=sys.stderr,
+        )
     doc = {"model": str(args.out), "fingerprint": model.fingerprint, **model.meta, "leftOut": data.left_out}
     if args.json:
         _print_json(doc)
     else:
-        left_out = f" ({data.left_out} left out: no relevant path the index holds)" if data.left_out else ""
+        left_out = f" ({data.left_out} left out: no relevant line a hit can cover)" if data.left_out else ""
         print(
-            f"wrote {args.out}: {counted(doc['questions'], 'question')}{left_out}, "
-            f"{counted(doc['candidates'], 'candidate')}; "
+            f"wrote {args.out}: {questions}{left_out}, {counted(doc['candidates'], 'candidate')}; "
             f'use it with rerank.rankerModel = "{args.out.absolute()}"'  # the config file's folder is not the cwd
         )
     return 0

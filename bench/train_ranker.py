@@ -199,7 +199,7 @@ def main() -> None:
         "candidates": int(sum(sum(len(y) for y in d.y) for d in sets.values())),
     }
     model = fit(list(sets.values()), args, meta)
-    args.out.write_text(model.to_json() + "\n", encoding="utf-8")
+    model.save(args.out)
     print(f"wrote {args.out} (fingerprint {model.fingerprint})")
 
 

@@ -272,7 +272,7 @@ def _meant(key: str) -> str | None:
 
 def _readable_ranker(name: str, path: str) -> None:
     """A ranker model file that cannot be read is a bad value: found by the first search, it let `memsift serve`
-    start, say it was ready and answer every search 500. Loaded here, once per process (learned.model_for)."""
+    start, say it was ready and answer every search 500. Loaded here, once per version of the file (model_for)."""
     from .learned import RankerModelError, model_for  # numpy and the ranker's features: only when a file is named
 
     try:

@@ -162,19 +162,32 @@ def score_query(hits: list[Hit], relevant: list[dict[str, Any]], k: int) -> dict
 
 def warn_unheld(
     warn: Callable[[str], None], queries_path: str | Path, index: MemoryIndex, query: dict[str, Any], held: dict
-) -> list[str]:
-    """Tell `warn` of each relevant path of `query` no file of `index` answers to (a typo, a note renamed since,
-    the wrong workspace), and return them: each scores 0 on every metric, read as a search that missed, in
-    silence otherwise. `held` keeps each workspace's names, in NFC."""
-    names = held.setdefault(index.config.workspace, {same_name(p) for p in index.store.file_rows()})
-    paths = list(dict.fromkeys(r["path"] for r in query["relevant"] if same_name(r["path"]) not in names))
+) -> list[dict[str, Any]]:
+    """Tell `warn` of each relevant line of `query` no hit can cover, and return them: a path no file of `index`
+    answers to (a typo, a note renamed since, the wrong workspace), or a line past the last its file's chunks
+    cover (a line number from an older version of the note, or off by a lot). Each scores 0 on every metric,
+    read as a search that missed, in silence otherwise. `held` keeps each workspace's last lines, by NFC name."""
+    last = held.setdefault(index.config.workspace, {same_name(p): n for p, n in index.store.last_lines().items()})
     who = f" (query {query['qid']})" if query.get("qid") is not None else ""
-    for path in paths:
-        warn(
-            f"{queries_path}: relevant path {path!r}{who} is no file the index of {index.config.workspace} holds: "
-            "no hit can cover it"
-        )
-    return paths
+    where = f"the index of {index.config.workspace}"
+    unheld: list[dict[str, Any]] = []
+    named: set[str] = set()
+    for r in query["relevant"]:
+        path, line = r["path"], int(r["line"])
+        if same_name(path) not in last:
+            if path not in named:
+                named.add(path)
+                warn(f"{queries_path}: relevant path {path!r}{who} is no file {where} holds: no hit can cover it")
+        elif line > last[same_name(path)]:
+            lines = last[same_name(path)]
+            warn(
+                f"{queries_path}: relevant line {line} of {path!r}{who} is past the last line {where} holds of it "
+                f"({lines}): no hit can cover it"
+            )
+        else:
+            continue
+        unheld.append(r)
+    return unheld
 
 
 def _category(query: dict[str, Any]) -> str:
@@ -196,8 +209,10 @@ def evaluate(
     limit: int | None = None,
     rerank: bool | None = None,
     warn: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """The metrics of the file's queries; `warn` is told of each relevant path no indexed file answers to."""
+    """The metrics of the file's queries; `warn` is told of each relevant line no hit can cover, `progress(done,
+    total)` of the queries searched (locomo-dev's 760 and the indexing of their workspaces take minutes)."""
     queries = load_queries(queries_path)[:limit]
     # A query with no relevant line (an off-topic question, as bench/abstention's) has no recall to measure:
     # scored, it counted 0 on every metric and dragged the means down in silence. It is left out and counted.
@@ -210,9 +225,11 @@ def evaluate(
     spans: list[int] = []
     took: list[float] = []
     indexes: dict[Path, MemoryIndex] = {}
-    held: dict[Path, set[str]] = {}
+    held: dict[Path, dict[str, int]] = {}
     try:
-        for q in queries:
+        for done, q in enumerate(queries):
+            if progress is not None:
+                progress(done, len(queries))
             index = query_index(indexes, config, base, q)
             if warn is not None:
                 warn_unheld(warn, queries_path, index, q, held)
@@ -224,6 +241,8 @@ def evaluate(
     finally:
         for index in indexes.values():
             index.close()
+    if progress is not None:
+        progress(len(queries), len(queries))
 
     def mean(rows: list[dict[str, float]]) -> dict[str, float]:
         return {m: round(statistics.fmean(r[m] for r in rows), 3) for m in metric_names(k)} | {"n": len(rows)}

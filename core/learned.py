@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -206,6 +207,17 @@ class Model:
             indent=1,
         )
 
+    def save(self, path: Path) -> None:
+        """Written whole or not at all: into a temporary file beside `path`, then renamed over it. A server whose
+        configuration names `path` reads it again at its next search (`model_for`), so it must never find half
+        a file; an interrupted or failed write leaves the previous model as it was."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(self.to_json() + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
     @classmethod
     def load(cls, path: str | Path | None = None) -> Model:
         where = f"rerank.rankerModel: ranker model {path}" if path else f"ranker model {DEFAULT_MODEL}"
@@ -215,7 +227,11 @@ class Model:
             if not isinstance(raw, dict):  # `[]` was "AttributeError: 'list' object has no attribute 'get'"
                 raise ValueError("not a model (a JSON object with kind and features)")
             if raw.get("kind") not in ("logistic", "logistic+trees") or list(raw["features"]) != list(FEATURES):
-                raise ValueError("not a model over this version's features")
+                # a model another memsift version wrote: the fix is to fit one on this version's signals
+                raise ValueError(
+                    f"not a model over this version's {len(FEATURES)} signals (another memsift version wrote it?): "
+                    "fit it again with `memsift train-ranker QUERIES.jsonl --out PATH`"
+                )
             model = cls(
                 tuple(raw["features"]),
                 np.asarray(raw["mean"], dtype=np.float64),
@@ -236,15 +252,46 @@ class Model:
         return model
 
 
-_LOADED: dict[str, Model] = {}
+_LOADED: dict[str, tuple[tuple[int, int, int] | None, Model]] = {}
+#: path -> the version of the file that could not be read since the model in use was, and why
+_FAILED: dict[str, tuple[tuple[int, int, int] | None, str]] = {}
 
 
 def model_for(path: str | None) -> Model:
-    """The model at `path` (None: the shipped one), loaded once per process."""
+    """The model at `path` (None: the shipped one), loaded once per version of the file. A model retrained in
+    place (`memsift train-ranker --out` the file `rerank.rankerModel` names) is what the next search uses, in a
+    running `serve` or `up` too: it was cached by path for the life of the process, and the configuration that
+    names it did not change, so no reload noticed and `status` kept the old fingerprint. One stat per call.
+
+    A version that cannot be read (a `cp` caught halfway, a hand edit, the file deleted) leaves the model read
+    before in use, as a configuration reload keeps the settings in force when the file turns invalid: searches
+    go on, and `status` says why (`load_error`). With no model read before it is the error, naming the file."""
     key = path or str(DEFAULT_MODEL)
-    if key not in _LOADED:
-        _LOADED[key] = Model.load(path)
-    return _LOADED[key]
+    try:
+        st = os.stat(key)
+        version: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        version = None  # Model.load says why, naming the file
+    cached = _LOADED.get(key)
+    if cached is not None and (cached[0] == version or _FAILED.get(key, (0,))[0] == version):
+        return cached[1]
+    try:
+        model = Model.load(path)
+    except RankerModelError as exc:
+        if cached is None:
+            raise
+        _FAILED[key] = (version, str(exc))
+        return cached[1]
+    _FAILED.pop(key, None)
+    _LOADED[key] = (version, model)
+    return model
+
+
+def load_error(path: str | None) -> str | None:
+    """Why the file at `path` could not be read since the model `model_for` answers with was, else None."""
+    model_for(path)
+    failed = _FAILED.get(path or str(DEFAULT_MODEL))
+    return failed[1] if failed else None
 
 
 def fit(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, meta: dict | None = None) -> Model:

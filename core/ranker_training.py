@@ -43,7 +43,8 @@ class Dataset:
     y: list[np.ndarray] = field(default_factory=list)
     spans: list[list[Span]] = field(default_factory=list)
     queries: list[dict[str, Any]] = field(default_factory=list)
-    #: questions none of whose relevant paths the index holds, left out (`collect` with `warn`)
+    #: questions none of whose relevant lines a hit can cover (a path not indexed, a line past its file's end),
+    #: left out (`collect` with `warn`)
     left_out: int = 0
 
     def stacked(self, keep: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -54,24 +55,35 @@ class Dataset:
         return x, y
 
 
-def collect(config: Config, paths: list[str | Path], warn: Callable[[str], None] | None = None) -> Dataset:
+def collect(
+    config: Config,
+    paths: list[str | Path],
+    warn: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Dataset:
     """Search every question of every file (workspaces synced first, as `memsift eval` does) and keep the
-    learned ranker's candidates, features and labels. `warn` is told of each relevant path no indexed file
-    answers to (a typo, a renamed note), as `memsift eval` tells it; a question none of whose paths is held is
-    then left out: its answer, wherever it is, would be learnt as a wrong one."""
+    learned ranker's candidates, features and labels. `warn` is told of each relevant line no hit can cover
+    (a path no indexed file answers to, a line past its file's end), as `memsift eval` tells it; a question
+    none of whose lines can be covered is then left out: its answer, wherever it is, would be learnt as a wrong
+    one. Every file is read first, so a bad line in the last one stops the command before any search;
+    `progress(done, total)` is told after each question (760 of them take minutes)."""
     config = replace(config, rerank=replace(config.rerank, method="learned", enabled=True))
     data = Dataset()
-    for path in paths:
-        queries = load_queries(path)
+    files = [(path, load_queries(path)) for path in paths]
+    total, done = sum(len(queries) for _, queries in files), 0
+    for path, queries in files:
         base = Path(path).resolve().parent
         indexes: dict[Path, MemoryIndex] = {}
-        held: dict[Path, set[str]] = {}
+        held: dict[Path, dict[str, int]] = {}
         try:
             for q in queries:
+                if progress is not None:
+                    progress(done, total)
+                done += 1
                 index = query_index(indexes, config, base, q)
                 if warn is not None and q["relevant"]:
                     unheld = warn_unheld(warn, path, index, q, held)
-                    if len(unheld) == len({r["path"] for r in q["relevant"]}):
+                    if len(unheld) == len(q["relevant"]):
                         data.left_out += 1
                         continue
                 found: list[tuple[list[Span], np.ndarray]] = []
@@ -96,8 +108,14 @@ def collect(config: Config, paths: list[str | Path], warn: Callable[[str], None]
         finally:
             for index in indexes.values():
                 index.close()
+    if progress is not None:
+        progress(total, total)
     return data
 
+
+#: Fewer questions than this and `train-ranker` warns: 43 signals (and trees) fitted on a handful of questions
+#: learn those questions; the shipped model was fitted on 760 of locomo-dev and cosqa-dev's.
+FEW_QUESTIONS = 50
 
 #: The tree ensemble's settings (measured on the dev sets, docs/search-and-ranking.md "Learned ranker").
 TREE_PARAMS: dict[str, Any] = {
@@ -164,7 +182,7 @@ def fit(
 def train(data: Dataset, *, l2: float = 1.0, trees: int = 0, meta: dict[str, Any] | None = None) -> learned.Model:
     if not data.x and data.left_out:
         raise ValueError(
-            "every question was left out: none of their relevant paths is a file the index holds (the warnings "
+            "every question was left out: none of their relevant lines is one a hit can cover (the warnings "
             "above); a relevant path is relative to the question's workspace, as a hit names it"
         )
     if not data.x:

@@ -170,6 +170,9 @@ def iso(ts: float) -> str:
 def _ranker_identity(path: str | None) -> str:
     """The learned ranker's fingerprint (what searches are scored with), or why its model cannot be read."""
     try:
-        return learned.model_for(path).fingerprint
+        fingerprint, error = learned.model_for(path).fingerprint, learned.load_error(path)
     except learned.RankerModelError as exc:
         return f"unreadable: {exc}"
+    return (
+        f"{fingerprint} (the file now unreadable: {error}; the model read before is in use)" if error else fingerprint
+    )

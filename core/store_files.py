@@ -19,6 +19,12 @@ class StoreFiles(StoreSchema):
         rows = self.conn.execute("SELECT path, size, mtime_ns, hash, indexed_at FROM files")
         return {p: (s, m, h, at) for p, s, m, h, at in rows}
 
+    def last_lines(self) -> dict[str, int]:
+        """path -> the last line its chunks cover (0 for a file without chunks: empty or blank), for every file
+        indexed: a line past it is one no hit can cover (`memsift eval`'s warning)."""
+        last = dict(self.conn.execute("SELECT path, max(end_line) FROM chunks GROUP BY path").fetchall())
+        return {p: last.get(p, 0) for p in self.file_rows()}
+
     def file_count(self) -> int:
         return self.conn.execute("SELECT count(*) FROM files").fetchone()[0]
 

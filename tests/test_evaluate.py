@@ -158,6 +158,24 @@ def test_a_relevant_path_the_index_does_not_hold_is_named_on_stderr(capsys, quer
     )
 
 
+def test_a_relevant_line_past_the_end_of_its_file_is_named_on_stderr(capsys, queries: Path):
+    """A line number past the end of its note (from an older version of it, a typo) scored 0 on every metric,
+    in silence, as a bad path did; it is named with the last line the index holds of that file."""
+    rows = [json.loads(line) for line in queries.read_text().splitlines()]
+    rows[0]["qid"] = "tea"
+    last = len((Path(rows[0]["workspace"]) / "MEMORY.md").read_text().splitlines())
+    rows[0]["relevant"] = [{"path": "./MEMORY.md", "line": 99}, {"path": "MEMORY.md", "line": last}]
+    queries.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", str(queries), "--json", "--no-rerank"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["overall"]["R@10"] == 0.75  # tea's last line found, its line 99 never
+    ws = Path(rows[0]["workspace"]).resolve()
+    assert captured.err == (
+        f"warning: {queries}: relevant line 99 of './MEMORY.md' (query tea) is past the last line the index of "
+        f"{ws} holds of it ({last}): no hit can cover it\n"
+    )
+
+
 def test_eval_rows_name_each_category_and_the_uncategorised(capsys, queries: Path):
     """A query without a category was counted in a row named "all", read as every query; category 0 too."""
     rows = [json.loads(line) for line in queries.read_text().splitlines()]

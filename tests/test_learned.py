@@ -1,5 +1,6 @@
 """The learned ranker's features on hand-built chunks, and its numpy logistic regression."""
 
+import dataclasses
 import os
 import random
 import string
@@ -105,8 +106,10 @@ def test_fit_learns_a_separable_signal_and_round_trips(tmp_path) -> None:
 def test_a_bad_model_file_is_a_clear_error(tmp_path) -> None:
     path = tmp_path / "m.json"
     path.write_text('{"kind": "logistic", "features": ["vector"]}')
-    with pytest.raises(learned.RankerModelError, match="m.json: not a model"):
+    with pytest.raises(learned.RankerModelError, match="m.json: not a model") as caught:
         learned.Model.load(path)
+    # a model of another version's signals: it said what, not what to do
+    assert str(caught.value).endswith("fit it again with `memsift train-ranker QUERIES.jsonl --out PATH`")
     with pytest.raises(learned.RankerModelError, match="missing.json"):
         learned.Model.load(tmp_path / "missing.json")
 
@@ -283,3 +286,41 @@ def test_a_bad_model_file_names_the_key_and_says_what_is_wrong(tmp_path, text: s
     with pytest.raises(learned.RankerModelError) as err:
         learned.Model.load(str(path))
     assert str(err.value) == f"rerank.rankerModel: ranker model {path}: {why}"
+
+
+def test_a_model_retrained_in_place_is_what_the_next_search_uses(workspace, make_config, open_index, tmp_path) -> None:
+    """The owner's loop with a server running: `train-ranker --out` the file `rerank.rankerModel` names. The
+    process cached the model by path, so status and searches kept the old one until a restart (SIGHUP and a
+    touched config said "unchanged"). The file is replaced by a rename: a search never reads half of it."""
+    models = tmp_path / "models"
+    models.mkdir()
+    path = models / "ranker.json"
+    shipped = learned.Model.load()
+    shipped.save(path)
+    config = make_config(
+        workspace({"MEMORY.md": "- Dana drinks a flat white\n- the ledger uses PostgreSQL 15\n"}),
+        **{"rerank.method": "learned", "rerank.rankerModel": str(path)},
+    )
+    index = open_index(config)
+    index.sync()
+
+    def ranker_score() -> float:
+        hits = index.search("flat white", min_score=0.0, explain=True).results
+        return hits[0].scores["ranker"]
+
+    before = ranker_score()
+    assert index.status()["rerank"]["ranker"] == shipped.fingerprint
+    inode = path.stat().st_ino
+    retrained = dataclasses.replace(shipped, bias=shipped.bias - 4.0)
+    retrained.save(path)
+    assert path.stat().st_ino != inode and [p.name for p in models.iterdir()] == ["ranker.json"]
+    assert index.status()["rerank"]["ranker"] == retrained.fingerprint
+    assert ranker_score() < before
+    # A version that cannot be read (a `cp` caught halfway, here half the file) leaves the model read before
+    # in use, as a reload keeps the settings in force: it answered every search 500; status says why.
+    path.write_text(shipped.to_json()[:100])
+    assert ranker_score() < before
+    ranker = index.status()["rerank"]["ranker"]
+    assert ranker.startswith(f"{retrained.fingerprint} (the file now unreadable: rerank.rankerModel: ranker model")
+    shipped.save(path)  # whole again
+    assert index.status()["rerank"]["ranker"] == shipped.fingerprint and ranker_score() == pytest.approx(before)

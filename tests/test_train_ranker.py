@@ -13,6 +13,7 @@ import pytest
 from core import MemoryIndex, load_config
 from core.learned import Model
 from tests.sample import NOTES
+from tests.test_cli import _on_a_terminal
 
 MEMSIFT = Path(sys.executable).parent / "memsift"
 QUESTIONS = [
@@ -192,16 +193,24 @@ def test_train_ranker_names_a_relevant_path_the_index_does_not_hold_and_leaves_i
     assert captured.err == (
         f"warning: {queries}: relevant path 'notes/2026-05-15.md' (query q5) is no file the index of {ws} holds: "
         "no hit can cover it\n"
-    )
+        f"warning: 5 questions for 43 signals: a model fitted on so few is likely to order other questions worse "
+        f"than the shipped one; compare them first: memsift eval QUERIES.jsonl --compare rerank.rankerModel={out}\n"
+    )  # the second: it wrote a model from 5 questions as from 760, in silence
     doc = json.loads(captured.out)
     assert doc["questions"] == len(QUESTIONS) and doc["leftOut"] == 1
 
     queries.write_text(_lines([("who is on call this quarter", "notes/2026-05-15.md", 3)]))
     assert main(["--workspace", str(ws), "train-ranker", str(queries), "--out", str(out)]) == 1
     assert capsys.readouterr().err.endswith(
-        "memsift: error: every question was left out: none of their relevant paths is a file the index holds (the "
+        "memsift: error: every question was left out: none of their relevant lines is one a hit can cover (the "
         "warnings above); a relevant path is relative to the question's workspace, as a hit names it\n"
     )
+    # A line past the end of its note (numbered from an older version of it) is as uncoverable as a bad path.
+    queries.write_text(_lines([*QUESTIONS, ("who is on call this quarter", "memory/2026-05-15.md", 300)]))
+    assert main(["--workspace", str(ws), "--json", "train-ranker", str(queries), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "relevant line 300 of 'memory/2026-05-15.md' (query q5) is past the last line" in captured.err
+    assert json.loads(captured.out)["leftOut"] == 1
     queries.write_text(_lines([(q, "", 0) for q, _, _ in QUESTIONS]))
     assert main(["--workspace", str(ws), "train-ranker", str(queries), "--out", str(out)]) == 1
     assert capsys.readouterr().err == "memsift: error: no question has a relevant line to learn from\n"
@@ -226,3 +235,69 @@ def test_train_ranker_labels_a_relevant_path_as_eval_reads_it(ws: Path, tmp_path
     )
     data = collect(load_config(workspace=ws), [queries])
     assert [y.max() for y in data.y] == [1.0, 1.0]
+
+
+def test_train_ranker_shows_progress_on_a_terminal_and_reads_every_file_first(
+    ws: Path, memsift_home: Path, tmp_path: Path
+) -> None:
+    """On locomo-dev's 760 questions it searched for minutes with nothing on the terminal; it now shows the
+    questions done of all its files' questions. A bad line in the second file stopped it only after every
+    search of the first: every file is now read before any work (no index is built)."""
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        "".join(json.dumps({"query": q, "relevant": [{"path": p, "line": n}]}) + "\n" for q, p, n in QUESTIONS)
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "x", "relevant": []}\n[1, 2]\n')
+    proc = subprocess.run(
+        [MEMSIFT, "--workspace", ws, "train-ranker", queries, bad, "--out", tmp_path / "m.json"],
+        capture_output=True, text=True, env=_env(memsift_home), timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "bad.jsonl:2: needs an object" in proc.stderr, proc.stderr
+    assert not (memsift_home / "memory").exists() and not (tmp_path / "m.json").exists()
+
+    argv = [MEMSIFT, "--workspace", ws, "train-ranker", queries, "--out", tmp_path / "m.json"]
+    proc, shown = _on_a_terminal(argv, _env(memsift_home), stream="stderr")
+    assert proc.returncode == 0 and proc.stdout.decode().startswith("wrote "), proc.stdout
+    assert b"questions" in shown and f"{len(QUESTIONS)}/{len(QUESTIONS)}".encode() in shown, shown
+
+
+def test_eval_shows_progress_on_a_terminal_for_each_config(ws: Path, memsift_home: Path, tmp_path: Path) -> None:
+    """`memsift eval` of locomo-dev's 760 questions searched (and indexed) for minutes with nothing on the
+    terminal; it shows the questions searched, once per configuration with `--compare`, and stdout keeps the
+    tables alone."""
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(_lines(QUESTIONS))
+    argv = [MEMSIFT, "--workspace", ws, "eval", queries, "--compare", "rerank.method=blend"]
+    proc, shown = _on_a_terminal(argv, _env(memsift_home), stream="stderr")
+    assert proc.returncode == 0 and proc.stdout.decode().startswith("A: mode hybrid"), proc.stdout
+    assert b"\x1b" not in proc.stdout
+    done = f"{len(QUESTIONS)}/{len(QUESTIONS)}".encode()
+    assert b"A: questions" in shown and b"B: questions" in shown and done in shown, shown
+
+
+def test_train_ranker_replaces_the_model_the_configuration_names_even_when_unreadable(
+    capsys, ws: Path, tmp_path: Path
+) -> None:
+    """The configuration pointed at the model first (not written yet), or at one of another memsift version
+    whose error says "fit it again with `memsift train-ranker`": train-ranker itself refused, reading the very
+    file it was asked to write."""
+    from api.cli import main
+
+    config, out = tmp_path / "memsift.toml", tmp_path / "ranker.json"
+    config.write_text(f'workspace = "{ws}"\n[rerank]\nrankerModel = "ranker.json"\n')
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(_lines(QUESTIONS))
+    train = ["--config", str(config), "--json", "train-ranker", str(queries), "--out", str(out)]
+    assert main(train) == 0, capsys.readouterr().err
+    first = json.loads(capsys.readouterr().out)["fingerprint"]
+    stale = json.loads(out.read_text())
+    stale["features"], stale["mean"] = stale["features"][:-1], stale["mean"][:-1]  # one signal fewer
+    out.write_text(json.dumps(stale))
+    assert main(["--config", str(config), "search", "flat white"]) == 1
+    assert "fit it again with `memsift train-ranker" in capsys.readouterr().err
+    assert main([*train, "--l2", "3"]) == 0, capsys.readouterr().err
+    second = json.loads(capsys.readouterr().out)["fingerprint"]
+    assert second != first
+    assert main(["--config", str(config), "--json", "status"]) == 0
+    assert json.loads(capsys.readouterr().out)["rerank"]["ranker"] == second
