@@ -131,7 +131,9 @@ class Agents:
         with self.lease(agent) as index:
             caught = self.catch_ups.before_search(index)
             config = index.config
-            response = index.search(query, **options) if self.pool is None else None
+            # an agent's first index runs here, not in a worker: the server's lines about it are said here
+            here = self.pool is None or index.needs_first_index()
+            response = index.search(query, **options) if here else None
         if response is None:
             response = self.pool.search(config, query, options)
         caught.tell(response)

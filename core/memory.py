@@ -197,6 +197,11 @@ class MemoryIndex(SyncRuns):
                 return stopped, None
             time.sleep(POLL_SECONDS)  # the running first index commits its start within moments
 
+    def needs_first_index(self) -> bool:
+        """Whether a search would index the agent first (never indexed, or its first index interrupted): a server
+        with search workers runs that search in its own process, where its lines (api.progress) are said."""
+        return self._unfinished()
+
     def _unfinished(self) -> bool:
         store = self.store
         return store.identity() is None or bool(store.get_meta(UNFINISHED))

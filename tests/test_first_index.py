@@ -142,10 +142,10 @@ def test_rest_search_right_after_post_index_of_a_never_indexed_agent(
     assert db_path(memsift_home, "main", ws.resolve()).exists()
 
 
-def _serve(ws: Path, env) -> tuple[subprocess.Popen[bytes], int]:
+def _serve(ws: Path, env, *options: str) -> tuple[subprocess.Popen[bytes], int]:
     """`memsift serve` of the workspace on a free port, its stderr kept for the assertions."""
     port = free_port()
-    cmd = [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port)]
+    cmd = [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port), *options]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), port
 
 
@@ -274,12 +274,14 @@ def _first_index_lines(stderr: str, server: str) -> list[str]:
     return [line for line in stderr.splitlines() if "index" in line and line.startswith(f"memsift {server}: ")]
 
 
-def test_serve_says_on_stderr_when_a_search_s_first_index_starts_and_ends(few) -> None:
+@pytest.mark.parametrize("workers", [[], ["--workers", "1"]], ids=["threads", "workers"])
+def test_serve_says_on_stderr_when_a_search_s_first_index_starts_and_ends(few, workers: list[str]) -> None:
     """A search of a never-indexed agent through `memsift serve` indexes it first (SPEC section 5): minutes for
     thousands of notes, and the server said nothing meanwhile (470 s on 229 notes), so its terminal or log could
-    not tell that work from a hang. It now says it starts, how much there is, and what it did, once."""
+    not tell that work from a hang. It now says it starts, how much there is, and what it did, once; with search
+    workers too (that search runs in the server process)."""
     ws, env = few
-    server, port = _serve(ws, env)
+    server, port = _serve(ws, env, *workers)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
