@@ -18,11 +18,12 @@ index is closed rather than pooled when it is given back.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 from api.catch_up import CatchUps
+from api.progress import FirstIndexLines
 from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse
 from core.config import every_agent
 from core.config_home import agent_id_problem
@@ -70,6 +71,9 @@ class Agents:
         self.config_state: dict[str, Any] | None = None  # set by a configuration reloader (api.config_reload)
         self.pool: SearchPool | None = None  # worker processes for searches (api.workers > 0), set by the app
         self.catch_ups = CatchUps()
+        #: Where the server writes its lines (stderr): set, a search that runs an agent's first index says so there,
+        #: as it goes (api.progress.FirstIndexLines). Set by `serve`, `mcp` and `up`.
+        self.say: Callable[[str], None] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -108,6 +112,8 @@ class Agents:
             index = idle.pop() if idle else None
         if index is None:
             index = open_index(config)
+            if self.say is not None:
+                FirstIndexLines(self.say, config.agent).attach(index)
         try:
             yield index
         finally:
@@ -125,7 +131,9 @@ class Agents:
         with self.lease(agent) as index:
             caught = self.catch_ups.before_search(index)
             config = index.config
-            response = index.search(query, **options) if self.pool is None else None
+            # an agent's first index runs here, not in a worker: the server's lines about it are said here
+            here = self.pool is None or index.needs_first_index()
+            response = index.search(query, **options) if here else None
         if response is None:
             response = self.pool.search(config, query, options)
         caught.tell(response)

@@ -243,18 +243,14 @@ def _dry_run(args: argparse.Namespace, config: Any) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from api.catch_up import CatchUps
+    from api.progress import first_index_note
 
     config = _config(args)
     with MemoryIndex(config) as index:
         # files changed since the last sync: no hit may point at lines they no longer hold (REST's, MCP's too)
         unsynced = CatchUps().before_search(index)
         index.before_first_index = lambda done: print(  # minutes for thousands of notes: not a silent wait
-            f"note: the first index of agent {config.agent} was interrupted after {counted(done, 'file')}: "
-            "completing it before searching"
-            if done
-            else f"note: agent {config.agent} is not indexed yet: indexing it before searching",
-            file=sys.stderr,
-            flush=True,
+            f"note: {first_index_note(config.agent, done)} before searching", file=sys.stderr, flush=True
         )
         response = index.search(
             args.query,

@@ -43,8 +43,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.agents import DEFAULT_AGENT, Agents
 from api.catch_up import CatchUps
+from api.progress import REQUEST_PROGRESS
 from api.schemas import MAX_LINES, has_lone_surrogate, query_too_large
 from core import Config, ConfigError, MemsiftError
+from core.progress import Progress, ProgressEvent
 
 SERVER_NAME = "memsift"
 HTTP_PATH = "/mcp"
@@ -254,7 +256,11 @@ def build_server(tools: MemoryTools) -> Server:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         # abandoned when cancelled (Ctrl-C, SIGTERM): a first index would otherwise hold the server's exit
         args = dict(params.arguments or {})
-        answer, failed = await anyio.to_thread.run_sync(tools.call, params.name, args, abandon_on_cancel=True)
+        reporting = REQUEST_PROGRESS.set(_progress_notifications(ctx.session))
+        try:
+            answer, failed = await anyio.to_thread.run_sync(tools.call, params.name, args, abandon_on_cancel=True)
+        finally:
+            REQUEST_PROGRESS.reset(reporting)
         text = json.dumps(answer, ensure_ascii=False)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content=answer, is_error=failed
@@ -268,6 +274,29 @@ def build_server(tools: MemoryTools) -> Server:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def _progress_notifications(session: Any) -> Progress:
+    """A search's first index as `notifications/progress` for the call that runs it, when its client sent
+    `_meta.progressToken` (the SDK sends nothing otherwise): a client that shows progress, or resets its request
+    timeout on progress (the TypeScript SDK's `resetTimeoutOnProgress`), sees minutes of work rather than a
+    silent call. Called on the call's worker thread; `progress` counts files written and chunks embedded, so it
+    only grows, as MCP requires (an event that adds nothing is not sent)."""
+    sent = [-1]
+
+    def report(event: ProgressEvent) -> None:
+        done = event.filesDone + event.chunksDone
+        if done <= sent[0]:
+            return
+        sent[0] = done
+        total = event.filesTotal + event.chunksTotal
+        message = f"first index of this agent: {event.describe()}"
+        try:
+            anyio.from_thread.run(session.report_progress, done, total, message)
+        except Exception:  # noqa: S110  (the call was cancelled, or the server is stopping: nobody to tell)
+            pass
+
+    return report
 
 
 def run_mcp(
@@ -290,6 +319,7 @@ def run_mcp(
     from api.watching import Watch
 
     tools = MemoryTools(config, agent, configs)  # every agent's configuration is read here, an unknown --agent refused
+    tools.agents.say = _say  # a search's first index, as it goes: on stderr, which a client's log keeps
     sock = None
     if transport != "stdio":  # refused before anything starts
         if not config.api.key and not is_loopback(host):

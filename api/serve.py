@@ -65,6 +65,7 @@ def run_serve(
     # Prefect server an in-process index run may have started) rather than in death by signal.
     sock = listen_socket(host, port, named=named)
     agents = app.state.agents
+    agents.say = _say  # a search's first index: its start, progress and end (api.progress.FirstIndexLines)
     stop = threading.Event()
     watch: Watch | None = None
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -407,6 +407,7 @@ def _rest_api(config: Config, stack: ExitStack, sock: socket.socket | None, agen
     from api.serve import is_loopback
 
     app = create_app(config, agent, loopback_only=not config.api.key and is_loopback(config.api.host))
+    app.state.agents.say = _say  # a first index a search runs says so, as `serve` does
     server = uvicorn.Server(
         uvicorn.Config(app, host=config.api.host, port=config.api.port, access_log=False, log_level="warning")
     )

@@ -27,12 +27,14 @@ from .indexer import REBUILD_HELD, UNFINISHED, sync
 from .legacy import adopt_legacy
 from .locking import POLL_SECONDS, writer_pid
 from .memory_sync import SyncRuns
+from .progress import Progress
 from .search import search
 from .search_request import check_request
 from .search_response import SearchResponse
 from .status import status_document
 from .store import Store, StoreError
 from .store_recovery import UnreadableIndex, unreadable_as_such
+from .sync_plan import SyncReport
 from .words import counted
 
 _CONFIGURED: Any = object()
@@ -65,6 +67,11 @@ class MemoryIndex(SyncRuns):
         #: Called when a search is about to index the agent first (minutes for thousands of notes), with the files
         #: an interrupted first index already holds (0 for none): the CLI says so.
         self.before_first_index: Callable[[int], None] | None = None
+        #: A server's too (api.progress.FirstIndexLines: it has no terminal, and a client waiting minutes for a
+        #: search cannot tell that work from a hang): the first index's progress events, then its report, or the
+        #: error that stopped it.
+        self.first_index_progress: Progress | None = None
+        self.after_first_index: Callable[[SyncReport | BaseException], None] | None = None
 
     @property
     def store(self) -> Store:
@@ -166,7 +173,16 @@ class MemoryIndex(SyncRuns):
                     if self.before_first_index is not None:
                         self.before_first_index(sum(self.store.stats()["files"].values()))
                     embedder = self.embedder() or self._stand_in(refused=True)  # keyword-only, vectors pending
-                    report = sync(self.store, self.config, embedder, estimator=estimate)
+                    try:
+                        report = sync(
+                            self.store, self.config, embedder, estimator=estimate, progress=self.first_index_progress
+                        )
+                    except BaseException as exc:
+                        if self.after_first_index is not None:
+                            self.after_first_index(exc)
+                        raise
+                    if self.after_first_index is not None:
+                        self.after_first_index(report)
                     self._tend_cache(report)
                     return None, "; ".join([*notes, *report.warnings]) or None
             except LockTimeout:
@@ -180,6 +196,11 @@ class MemoryIndex(SyncRuns):
                     raise
                 return stopped, None
             time.sleep(POLL_SECONDS)  # the running first index commits its start within moments
+
+    def needs_first_index(self) -> bool:
+        """Whether a search would index the agent first (never indexed, or its first index interrupted): a server
+        with search workers runs that search in its own process, where its lines (api.progress) are said."""
+        return self._unfinished()
 
     def _unfinished(self) -> bool:
         store = self.store

@@ -142,10 +142,10 @@ def test_rest_search_right_after_post_index_of_a_never_indexed_agent(
     assert db_path(memsift_home, "main", ws.resolve()).exists()
 
 
-def _serve(ws: Path, env) -> tuple[subprocess.Popen[bytes], int]:
+def _serve(ws: Path, env, *options: str) -> tuple[subprocess.Popen[bytes], int]:
     """`memsift serve` of the workspace on a free port, its stderr kept for the assertions."""
     port = free_port()
-    cmd = [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port)]
+    cmd = [MEMSIFT, "--workspace", str(ws), "serve", "--port", str(port), *options]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), port
 
 
@@ -252,3 +252,102 @@ def test_a_search_whose_first_index_cannot_be_written_answers_from_the_batches_c
     answer = index.search("okapi census herd", min_score=0).to_dict()
     assert "not finished" not in answer["degraded"]  # only that the index is keyword-only (no provider)
     assert sum(index.store.stats()["files"].values()) == 20
+
+
+FEW = 3  # notes of the servers' first-index tests: each one chunk, one embedding request (batchMaxInputs 4)
+
+
+@pytest.fixture
+def few(workspace, memsift_home: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A never-indexed workspace of `FEW` notes on the fake provider, and the environment to serve it."""
+    provider = FakeProvider()
+    root = workspace({f"memory/valve-{n}.md": f"# valve {n}\n- The valve{n} is in bay {n}.\n" for n in range(FEW)})
+    (root / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nbatchMaxInputs = 4\n'
+    )
+    env = os.environ | {"MEMSIFT_HOME": str(memsift_home), "PREFECT_API_URL": "", "OPENAI_API_KEY": "sk-test"}
+    yield root, env
+    provider.close()
+
+
+def _first_index_lines(stderr: str, server: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "index" in line and line.startswith(f"memsift {server}: ")]
+
+
+@pytest.mark.parametrize("workers", [[], ["--workers", "1"]], ids=["threads", "workers"])
+def test_serve_says_on_stderr_when_a_search_s_first_index_starts_and_ends(few, workers: list[str]) -> None:
+    """A search of a never-indexed agent through `memsift serve` indexes it first (SPEC section 5): minutes for
+    thousands of notes, and the server said nothing meanwhile (470 s on 229 notes), so its terminal or log could
+    not tell that work from a hang. It now says it starts, how much there is, and what it did, once; with search
+    workers too (that search runs in the server process)."""
+    ws, env = few
+    server, port = _serve(ws, env, *workers)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
+            for _ in range(2):  # the second search finds the index: no more lines
+                r = http.post("/v1/search", json={"query": "valve bay", "minScore": 0})
+                assert r.status_code == 200 and r.json()["results"], r.text
+    finally:
+        server.terminate()  # a user's Ctrl-C; its stderr, whole
+        stderr = server.communicate(timeout=30)[1].decode()
+    lines = _first_index_lines(stderr, "serve")
+    assert lines[:2] == [
+        "memsift serve: agent main is not indexed yet: indexing it before answering a search",
+        f"memsift serve: first index of main: {FEW} files to index, {FEW} chunks to embed",
+    ], stderr
+    assert len(lines) == 3 and lines[2].startswith(
+        f"memsift serve: first index of main done: {FEW} files, {FEW} chunks ({FEW} embedded), "
+    ), stderr
+
+
+def test_mcp_says_a_search_s_first_index_on_stderr_and_as_progress_notifications(few) -> None:
+    """`memsift mcp` over stdio, raw JSON-RPC as a client sends it: the first `memory_search` with a
+    `_meta.progressToken` gets `notifications/progress` for its first index before its answer (progress only
+    growing, the last one complete), and the server's stderr (which MCP clients log) says it starts and ends;
+    stdout carries nothing but the protocol. Both said nothing: the client saw a silent call for minutes."""
+    ws, env = few
+    opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
+    search = {"name": "memory_search", "arguments": {"query": "valve bay", "minScore": 0}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {**search, "_meta": {"progressToken": "p1"}}},
+    ]
+    done = subprocess.run(
+        [MEMSIFT, "--workspace", str(ws), "mcp"], env=env, capture_output=True, text=True, timeout=180,
+        input="".join(json.dumps(line) + "\n" for line in lines),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    messages = [json.loads(line) for line in done.stdout.splitlines()]
+    answer = next(i for i, m in enumerate(messages) if m.get("id") == 2)
+    progress = [m["params"] for m in messages[:answer] if m.get("method") == "notifications/progress"]
+    assert progress and all(p["progressToken"] == "p1" for p in progress), messages
+    values = [p["progress"] for p in progress]
+    assert values == sorted(set(values)) and values[-1] == progress[-1]["total"] == 2 * FEW, progress
+    assert progress[0]["message"] == f"first index of this agent: 0/{FEW} chunks embedded", progress
+    assert messages[answer]["result"]["structuredContent"]["results"], messages[answer]
+    said = _first_index_lines(done.stderr, "mcp")
+    assert said[0] == "memsift mcp: agent main is not indexed yet: indexing it before answering a search"
+    assert len(said) == 3 and said[2].startswith(f"memsift mcp: first index of main done: {FEW} files, "), said
+
+
+def test_a_server_s_first_index_lines_come_every_ten_seconds() -> None:
+    """A long first index gets a line about every `LINE_SECONDS` with the figures of `memsift index`'s bar (the
+    sync's events come after every embedding request: a line each would be thousands), a short one none."""
+    from api.progress import LINE_SECONDS, FirstIndexLines
+    from core.progress import ProgressEvent
+
+    said: list[str] = []
+    now = [0.0]
+    lines = FirstIndexLines(said.append, "main", clock=lambda: now[0])
+    lines.started(0)
+    for t, chunks in [(0, 0), (3, 10), (LINE_SECONDS + 1, 40), (LINE_SECONDS + 5, 60), (2 * LINE_SECONDS + 2, 100)]:
+        now[0] = t
+        lines.progress(ProgressEvent(chunks, 100, chunks // 10, 10, seconds=t))
+    assert said == [
+        "agent main is not indexed yet: indexing it before answering a search",
+        "first index of main: 10 files to index, 100 chunks to embed",
+        "first index of main: 4/10 files written, 40/100 chunks embedded, 3.6 chunks/s, ETA 16 s, 11 s",
+        "first index of main: 10/10 files written, 100/100 chunks embedded, 4.5 chunks/s, 22 s",
+    ]
