@@ -26,7 +26,7 @@ from api.catch_up import CatchUps
 from api.progress import FirstIndexLines
 from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse
 from core.config import every_agent
-from core.config_home import agent_id_problem
+from core.config_home import agent_id_problem, home_problem
 from core.embedders import create_embedder, warm_up
 from core.errors import UnknownAgent
 
@@ -158,9 +158,16 @@ class Agents:
             self.ready.set()
 
     def check(self) -> dict[str, str]:
-        """Per agent: 'ok' when its index opens and answers, else why not."""
+        """Per agent: 'ok' when its index opens and answers, else why not. An agent never indexed is 'ok' when
+        its home can hold the index its first search builds: opening it would create an empty file, which the
+        watcher then took for an index and synced on the next edit, not at the first search (and asking must
+        write nothing)."""
         found = {}
-        for agent in self.configs:
+        for agent, config in self.configs.items():
+            if not config.db_path.exists():
+                why = home_problem(config.home)
+                found[agent] = "ok" if why is None else f"MEMSIFT_HOME: {config.home} {why}"
+                continue
             try:
                 with self.lease(agent) as index:
                     index.store.identity()

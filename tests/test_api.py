@@ -467,6 +467,18 @@ def test_health_and_readiness(client) -> None:
     assert client.get("/readyz").json() == {"ready": True, "embedder": "loaded", "agents": {"main": "ok"}}
 
 
+def test_readiness_of_an_agent_never_indexed_writes_nothing(ws: Path, make_config) -> None:
+    """/readyz opened the index to ask it, creating an empty file: the watcher then took the agent for indexed
+    and ran its first index at the next edit, not at its first search. Asking must write nothing."""
+    config = make_config(ws)
+    with serving(config) as client:
+        for _ in range(2):
+            assert client.get("/readyz").json() == {"ready": True, "embedder": "loaded", "agents": {"main": "ok"}}
+        assert not config.db_path.exists()
+        assert client.post("/v1/search", json={"query": "deploy"}).status_code == 200  # the first search indexes
+        assert config.db_path.exists()
+
+
 def test_readiness_503_when_the_index_cannot_be_opened(ws: Path, make_config, memsift_home: Path) -> None:
     config = make_config(ws)
     config.db_path.mkdir(parents=True)  # a folder where the index file should be
