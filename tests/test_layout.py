@@ -179,7 +179,7 @@ def test_every_error_shares_the_base_and_keeps_its_standard_one():
     from core import errors
 
     classes = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, Exception)]
-    assert len(classes) == 12 and all(issubclass(c, errors.MemsiftError) for c in classes)
+    assert len(classes) == 13 and all(issubclass(c, errors.MemsiftError) for c in classes)
     assert issubclass(errors.ConfigError, ValueError) and issubclass(errors.SearchError, ValueError)
     assert issubclass(errors.StoreError, RuntimeError) and issubclass(errors.EmbeddingError, RuntimeError)
 
