@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -301,8 +302,8 @@ def test_serve_answers_requests_naming_no_agent_for_the_agent_of_agent(
 
 def test_a_body_that_is_no_json_is_a_400_saying_how(server) -> None:
     """msgspec says "JSON is malformed" of a syntax error, but of a body cut short only "Input data was
-    truncated", of Latin-1 "Invalid UTF-8 encoded string" and of a UTF-8 byte order mark "invalid character
-    (byte 0)": details naming neither the body nor JSON, on every POST route."""
+    truncated", of Latin-1 "Invalid UTF-8 encoded string" and of a UTF-8 byte order mark or UTF-16 "invalid
+    character (byte 0)": details naming neither the body nor JSON, on every POST route."""
     base, proc = server
     wait_for(proc, f"{base}/readyz")
     bodies = {
@@ -312,12 +313,32 @@ def test_a_body_that_is_no_json_is_a_400_saying_how(server) -> None:
         b'{"%s": "flat white",}': "trailing comma",
     }
     for route, field in (("/v1/search", b"query"), ("/v1/get", b"path"), ("/v1/index", b"agent")):
-        for body, why in bodies.items():
-            r = httpx.post(
-                f"{base}{route}", content=body % field, headers={"content-type": "application/json"}, timeout=30
-            )
+        # UTF-16, with its byte order mark (Python's "utf-16", PowerShell's Unicode) or without: "invalid
+        # character (byte 0)"
+        text = (b'{"%s": "flat white"}' % field).decode()
+        utf16 = {text.encode(code): "not UTF-8" for code in ("utf-16", "utf-16-be")}
+        for body, why in [*((body % field, why) for body, why in bodies.items()), *utf16.items()]:
+            r = httpx.post(f"{base}{route}", content=body, headers={"content-type": "application/json"}, timeout=30)
             assert r.status_code == 400 and r.headers["content-type"].startswith("application/problem+json"), r.text
             assert r.json()["detail"].startswith("body: JSON is malformed: ") and why in r.json()["detail"], r.text
+
+
+def test_a_compressed_body_is_a_415_saying_to_send_it_uncompressed(server) -> None:
+    """A client that gzips its request bodies got "400 body: JSON is malformed: invalid character (byte 0)",
+    a status the OpenAPI document did not say and a detail naming neither the compression nor the fix."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    doc = httpx.get(f"{base}/schema/openapi.json", timeout=30).json()
+    for route, body in (("/v1/search", {"query": "flat white"}), ("/v1/get", {"path": "MEMORY.md"}), ("/v1/index", {})):
+        headers = {"content-type": "application/json", "content-encoding": "gzip"}
+        r = httpx.post(f"{base}{route}", content=gzip.compress(json.dumps(body).encode()), headers=headers, timeout=30)
+        assert r.status_code == 415 and r.headers["content-type"].startswith("application/problem+json"), r.text
+        assert "Content-Encoding 'gzip'" in r.json()["detail"] and "uncompressed" in r.json()["detail"], r.text
+        assert r.headers["accept-encoding"] == "identity"  # RFC 9110: the codings the server takes
+        assert "415" in doc["paths"][route]["post"]["responses"], route
+        # `identity` is no compression at all: the body is read
+        r = httpx.post(f"{base}{route}", json=body, headers={"content-encoding": "identity"}, timeout=60)
+        assert r.status_code in (200, 202), r.text
 
 
 def test_the_openapi_document_says_unknown_body_fields_are_refused(server) -> None:
