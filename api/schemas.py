@@ -134,7 +134,10 @@ class Scores(msgspec.Struct):
     fused: float | UnsetType = UNSET  # the retrieval score a rerank blended with (an extension of SPEC)
 
 
-class Hit(msgspec.Struct):
+class Result(msgspec.Struct):
+    """One hit: SPEC section 4's `Result`, the name a client generated from the OpenAPI document reads (it was
+    `Hit`, a type the SPEC and the docs never name)."""
+
     path: str
     startLine: int
     endLine: int
@@ -146,7 +149,7 @@ class Hit(msgspec.Struct):
 
 
 class SearchAnswer(msgspec.Struct):
-    results: list[Hit]
+    results: list[Result]
     mode: str
     provider: str
     model: str | None

@@ -582,6 +582,19 @@ def test_openapi_schema_and_offline_docs_page(client) -> None:
         "evergreen",
     } == set(props)
     assert "from" in schema["components"]["schemas"]["GetRequest"]["properties"]
+    # SPEC section 4's shapes, by the names it gives them: Result, with its fields, and the search answer
+    components = schema["components"]["schemas"]
+    answer = components["SearchAnswer"]
+    assert answer["properties"]["results"]["items"] == {"$ref": "#/components/schemas/Result"}
+    assert {"results", "mode", "provider", "model", "tookMs"} == set(answer["required"])
+    assert {"degraded"} < set(answer["properties"]) - set(answer["required"])
+    result = components["Result"]
+    assert set(result["required"]) == {"path", "startLine", "endLine", "score", "snippet", "source", "citation"}
+    assert set(result["properties"]) - set(result["required"]) == {"scores"}
+    assert {"vector", "text", "rerank", "decay"} <= set(components["Scores"]["properties"])
+    assert not components["Scores"].get("required")
+    assert set(components["GetAnswer"]["required"]) == {"path", "from", "lines", "text", "totalLines"}
+    assert {"runId", "state"} <= set(components["IndexRun"]["required"])
     # `degraded` says every reason an answer is less than asked, a failed rerank too, not only the vector leg's
     degraded = schema["components"]["schemas"]["SearchAnswer"]["properties"]["degraded"]["description"]
     assert "vector leg" in degraded and "reranker failed" in degraded
