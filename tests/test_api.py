@@ -522,7 +522,12 @@ def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None
 
 def test_unknown_route_and_method_are_problems(client) -> None:
     problem(client.get("/v2/search"), 404, "/v2/search")
-    problem(client.put("/v1/search", json={"query": "x"}), 405, "PUT")
+    r = client.put("/v1/search", json={"query": "x"})
+    problem(r, 405, "PUT")
+    assert set(r.headers["allow"].split(", ")) == {"OPTIONS", "POST"}
+    # Every GET route answers HEAD, and its `Allow` says so (it said `GET, OPTIONS`)
+    for r in (client.delete("/healthz"), client.post("/v1/status"), client.options(f"/v1/index/{uuid.uuid4()}")):
+        assert set(r.headers["allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}, (r.request.url, r.headers["allow"])
 
 
 def test_head_answers_every_get_route_as_get_does_without_the_body(client) -> None:
