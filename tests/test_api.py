@@ -36,7 +36,7 @@ from schemathesis.specs.openapi.checks import (
 
 from api.app import MAX_BODY_BYTES, create_app
 from api.cli import main
-from api.schemas import MAX_LINES, MAX_QUERY_BYTES
+from api.schemas import MAX_LINE, MAX_LINES, MAX_QUERY_BYTES
 from core import MemoryIndex, load_config
 from core.config_types import Config
 from core.sources.memory import external_roots
@@ -164,6 +164,11 @@ def test_an_integer_written_with_a_fraction_of_zero_is_that_integer(client) -> N
     problem(client.post("/v1/search", json=body | {"maxResults": 2.5}), 400, "maxResults")
     problem(client.post("/v1/search", json=body | {"maxResults": 1e3}), 400, "maxResults", "<= 100")
     problem(client.post("/v1/get", json={"path": "MEMORY.md", "from": 0.0}), 400, "from", ">= 1")
+    # past 2**53, written as an integer or not, a 400 saying the bound the OpenAPI document gives (1e16 was a
+    # 400 "Expected `int | null`, got `float`"); up to it, a line past the end
+    for beyond in (1e16, 2**53 + 1, 2**64):
+        problem(client.post("/v1/get", json={"path": "MEMORY.md", "from": beyond}), 400, "from", f"<= {MAX_LINE}")
+    assert client.post("/v1/get", json={"path": "MEMORY.md", "from": float(MAX_LINE)}).json()["text"] == ""
     problem(client.post("/v1/search", json={"query": "x", "agent": 2.0}), 400, "agent", "got `float`")
     huge = b'{"query": "x", "maxResults": 1e400}'
     problem(client.post("/v1/search", content=huge, headers={"content-type": "application/json"}), 400, "maxResults")
@@ -608,7 +613,7 @@ def test_openapi_schema_and_offline_docs_page(client) -> None:
     bounds = {
         ("SearchRequest", "maxResults"): (1, 100),
         ("SearchRequest", "minScore"): (0, 1),
-        ("GetRequest", "from"): (1, None),
+        ("GetRequest", "from"): (1, MAX_LINE),
         ("GetRequest", "lines"): (0, MAX_LINES),
     }
     for (name, field), (low, high) in bounds.items():
