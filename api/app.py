@@ -72,9 +72,12 @@ class _App(Litestar):
     The request metrics count it as the HEAD it is (api.metrics.request_metrics)."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and (why := _bad_port(scope)) is not None:
+        if scope["type"] != "http":
+            return await super().__call__(scope, receive, send)
+        if (why := _bad_port(scope)) is not None:
             return await _refuse_early(send, 400, why)
-        if scope["type"] != "http" or scope["method"] != "HEAD":
+        send = _allowing_head(send)
+        if scope["method"] != "HEAD":
             return await super().__call__(scope, receive, send)
 
         async def headers_only(message: Any) -> None:
@@ -84,6 +87,26 @@ class _App(Litestar):
 
         # A copy: the server keeps its own scope saying HEAD, and so sends no body whatever it is given.
         await super().__call__({**scope, "method": "GET", HEAD_AS_GET: True}, receive, headers_only)
+
+
+def _allowing_head(send: Any) -> Any:
+    """`send`, with HEAD added to an `Allow` header (a 405, an OPTIONS answer) that lists GET: every GET route
+    answers HEAD (above), but Litestar's `Allow` said `GET, OPTIONS`, so a client reading it learnt otherwise."""
+
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            headers = [
+                (name, _with_head(value) if name.lower() == b"allow" else value) for name, value in message["headers"]
+            ]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
+
+
+def _with_head(allow: bytes) -> bytes:
+    methods = [m.strip() for m in allow.split(b",")]
+    return b", ".join(sorted({*methods, b"HEAD"})) if b"GET" in methods else allow
 
 
 def _bad_port(scope: Any) -> str | None:

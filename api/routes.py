@@ -91,7 +91,7 @@ class MemoryController(Controller):
         status_code=200,
         sync_to_thread=True,
         summary="Hybrid search",
-        responses=problems(400, 401, 404, 413, 503),
+        responses=problems(400, 401, 404, 413, 415, 503),
     )
     def search(
         self, data: StrictJSONBody[SearchRequest], agents: NamedDependency[Agents], metrics: NamedDependency[Metrics]
@@ -119,7 +119,7 @@ class MemoryController(Controller):
         sync_to_thread=True,
         summary="A line range of one memory file",
         description=f"Reads only memory files. Without `lines`, the rest of the file up to {MAX_LINES} lines.",
-        responses=problems(400, 401, 403, 404, 413, 422, 503),
+        responses=problems(400, 401, 403, 404, 413, 415, 422, 503),
     )
     def get_lines(self, data: StrictJSONBody[GetRequest], agents: NamedDependency[Agents]) -> GetAnswer:
         with agents.lease(data.agent) as index:
@@ -155,7 +155,7 @@ class MemoryController(Controller):
         status_code=202,
         sync_to_thread=True,
         summary="Start a sync (a Prefect flow run)",
-        responses=problems(400, 401, 404, 413, 503),
+        responses=problems(400, 401, 404, 413, 415, 503),
         operation_class=OptionalBody,
     )
     def start_index(

@@ -20,6 +20,7 @@ from core.errors import ConfigError, EmbedderUnavailable, EmbeddingError, Memsif
 MAX_QUERY_BYTES = 4096
 MAX_RESULTS = 100
 MAX_LINES = 5000
+MAX_LINE = 2**53  # the largest integer a float (JSON's number in JavaScript) holds exactly, and msgspec reads as one
 MAX_AGENT_ID = 64
 
 WHEN = (
@@ -134,7 +135,10 @@ class Scores(msgspec.Struct):
     fused: float | UnsetType = UNSET  # the retrieval score a rerank blended with (an extension of SPEC)
 
 
-class Hit(msgspec.Struct):
+class Result(msgspec.Struct):
+    """One hit: SPEC section 4's `Result`, the name a client generated from the OpenAPI document reads (it was
+    `Hit`, a type the SPEC and the docs never name)."""
+
     path: str
     startLine: int
     endLine: int
@@ -146,7 +150,7 @@ class Hit(msgspec.Struct):
 
 
 class SearchAnswer(msgspec.Struct):
-    results: list[Hit]
+    results: list[Result]
     mode: str
     provider: str
     model: str | None
@@ -191,9 +195,12 @@ class GetRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
              examples=["memory/2026-11-24.md"]),
     ]  # fmt: skip
     agent: AgentId | None = None
-    start: Annotated[int, Meta(ge=1, description="first line, 1-based; default 1", examples=[1])] | None = (
-        msgspec.field(default=None, name="from")
-    )
+    # At most 2**53, in the document as on the server: 1e16 (an integer to JSON Schema) passed a client generated
+    # from the document and met "from: Expected `int | null`, got `float`" (Litestar's decoding takes a float
+    # for an integer only up to 2**53)
+    start: (
+        Annotated[int, Meta(ge=1, le=MAX_LINE, description="first line, 1-based; default 1", examples=[1])] | None
+    ) = msgspec.field(default=None, name="from")
     lines: (
         Annotated[
             int, Meta(ge=0, le=MAX_LINES, description=f"how many lines; default: the rest, at most {MAX_LINES}",

@@ -7,7 +7,9 @@ then only ever sees bodies of the right types. Malformed JSON is a 400 saying "J
 msgspec says that of a syntax error, but of a body cut short only "Input data was truncated" and of Latin-1
 only "Invalid UTF-8 encoded string", naming neither the body nor JSON (`_malformed`). An empty body is
 refused here, saying so, unless every field of the body is optional (`/v1/index`): then no body is `{}`,
-so `curl -X POST .../v1/index` starts a sync of the default agent. A query parameter on these routes is a
+so `curl -X POST .../v1/index` starts a sync of the default agent. A body sent with a `Content-Encoding`
+(`gzip`, as some HTTP clients compress requests) is a 415 saying to send it uncompressed: it was read as
+JSON, and refused as "JSON is malformed: invalid character (byte 0)". A query parameter on these routes is a
 400 naming it: they read only their body, and `?agent=bob` silently answering for `main` would be worse.
 `StrictJSONBody` says so in the OpenAPI document too (`additionalProperties: false`), where Litestar would
 let a body carry any other property.
@@ -23,7 +25,7 @@ from typing import Annotated, Any, TypeAlias, TypeVar
 import msgspec
 from litestar import Request
 from litestar.enums import RequestEncodingType
-from litestar.exceptions import ValidationException
+from litestar.exceptions import HTTPException, ValidationException
 from litestar.params import Body
 
 from api.schemas import GetRequest, IndexRequest, SearchRequest, has_lone_surrogate
@@ -52,6 +54,9 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
     if kind is None or request.method != "POST":
         return
     only_query_parameters(request, hint="; send it in the JSON body")  # `?agent=bob` answered for main
+    if (coding := request.headers.get("content-encoding", "identity").strip().lower()) != "identity":
+        detail = f"Content-Encoding {coding!r}: not accepted; send the JSON body uncompressed"
+        raise HTTPException(status_code=415, detail=detail, headers={"Accept-Encoding": "identity"})
     body = await request.body()
     if not body and not any(f.required for f in msgspec.structs.fields(kind)):
         return  # every field optional (`/v1/index`): `curl -X POST` with no body is `{}`
@@ -75,10 +80,13 @@ def _malformed(body: bytes, exc: msgspec.DecodeError) -> str:
     if body.startswith(codecs.BOM_UTF8):  # msgspec: "invalid character (byte 0)", a byte no editor shows
         return "JSON is malformed: it starts with a UTF-8 byte order mark (EF BB BF); send the JSON without it"
     said = str(exc)
+    # UTF-16 (or UTF-32) text starts with its byte order mark or, its first character being ASCII (`{`), has a
+    # NUL byte among its first two: msgspec said "invalid character (byte 0)" of it, which named neither.
+    utf16 = body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in body[:2]
+    if said == "Invalid UTF-8 encoded string" or utf16:
+        return "JSON is malformed: not UTF-8 (JSON over HTTP is UTF-8; Latin-1 or UTF-16 text is refused)"
     if said == "Input data was truncated":
         return "JSON is malformed: the body ends before the JSON value does (cut short?)"
-    if said == "Invalid UTF-8 encoded string":
-        return "JSON is malformed: not UTF-8 (JSON over HTTP is UTF-8; Latin-1 or UTF-16 text is refused)"
     return said
 
 

@@ -36,7 +36,7 @@ from schemathesis.specs.openapi.checks import (
 
 from api.app import MAX_BODY_BYTES, create_app
 from api.cli import main
-from api.schemas import MAX_LINES, MAX_QUERY_BYTES
+from api.schemas import MAX_LINE, MAX_LINES, MAX_QUERY_BYTES
 from core import MemoryIndex, load_config
 from core.config_types import Config
 from core.sources.memory import external_roots
@@ -164,6 +164,11 @@ def test_an_integer_written_with_a_fraction_of_zero_is_that_integer(client) -> N
     problem(client.post("/v1/search", json=body | {"maxResults": 2.5}), 400, "maxResults")
     problem(client.post("/v1/search", json=body | {"maxResults": 1e3}), 400, "maxResults", "<= 100")
     problem(client.post("/v1/get", json={"path": "MEMORY.md", "from": 0.0}), 400, "from", ">= 1")
+    # past 2**53, written as an integer or not, a 400 saying the bound the OpenAPI document gives (1e16 was a
+    # 400 "Expected `int | null`, got `float`"); up to it, a line past the end
+    for beyond in (1e16, 2**53 + 1, 2**64):
+        problem(client.post("/v1/get", json={"path": "MEMORY.md", "from": beyond}), 400, "from", f"<= {MAX_LINE}")
+    assert client.post("/v1/get", json={"path": "MEMORY.md", "from": float(MAX_LINE)}).json()["text"] == ""
     problem(client.post("/v1/search", json={"query": "x", "agent": 2.0}), 400, "agent", "got `float`")
     huge = b'{"query": "x", "maxResults": 1e400}'
     problem(client.post("/v1/search", content=huge, headers={"content-type": "application/json"}), 400, "maxResults")
@@ -534,7 +539,12 @@ def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None
 
 def test_unknown_route_and_method_are_problems(client) -> None:
     problem(client.get("/v2/search"), 404, "/v2/search")
-    problem(client.put("/v1/search", json={"query": "x"}), 405, "PUT")
+    r = client.put("/v1/search", json={"query": "x"})
+    problem(r, 405, "PUT")
+    assert set(r.headers["allow"].split(", ")) == {"OPTIONS", "POST"}
+    # Every GET route answers HEAD, and its `Allow` says so (it said `GET, OPTIONS`)
+    for r in (client.delete("/healthz"), client.post("/v1/status"), client.options(f"/v1/index/{uuid.uuid4()}")):
+        assert set(r.headers["allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}, (r.request.url, r.headers["allow"])
 
 
 def test_head_answers_every_get_route_as_get_does_without_the_body(client) -> None:
@@ -594,6 +604,19 @@ def test_openapi_schema_and_offline_docs_page(client) -> None:
         "evergreen",
     } == set(props)
     assert "from" in schema["components"]["schemas"]["GetRequest"]["properties"]
+    # SPEC section 4's shapes, by the names it gives them: Result, with its fields, and the search answer
+    components = schema["components"]["schemas"]
+    answer = components["SearchAnswer"]
+    assert answer["properties"]["results"]["items"] == {"$ref": "#/components/schemas/Result"}
+    assert {"results", "mode", "provider", "model", "tookMs"} == set(answer["required"])
+    assert {"degraded"} < set(answer["properties"]) - set(answer["required"])
+    result = components["Result"]
+    assert set(result["required"]) == {"path", "startLine", "endLine", "score", "snippet", "source", "citation"}
+    assert set(result["properties"]) - set(result["required"]) == {"scores"}
+    assert {"vector", "text", "rerank", "decay"} <= set(components["Scores"]["properties"])
+    assert not components["Scores"].get("required")
+    assert set(components["GetAnswer"]["required"]) == {"path", "from", "lines", "text", "totalLines"}
+    assert {"runId", "state"} <= set(components["IndexRun"]["required"])
     # `degraded` says every reason an answer is less than asked, a failed rerank too, not only the vector leg's
     degraded = schema["components"]["schemas"]["SearchAnswer"]["properties"]["degraded"]["description"]
     assert "vector leg" in degraded and "reranker failed" in degraded
@@ -602,7 +625,7 @@ def test_openapi_schema_and_offline_docs_page(client) -> None:
     bounds = {
         ("SearchRequest", "maxResults"): (1, 100),
         ("SearchRequest", "minScore"): (0, 1),
-        ("GetRequest", "from"): (1, None),
+        ("GetRequest", "from"): (1, MAX_LINE),
         ("GetRequest", "lines"): (0, MAX_LINES),
     }
     for (name, field), (low, high) in bounds.items():

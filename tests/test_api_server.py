@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -301,8 +303,8 @@ def test_serve_answers_requests_naming_no_agent_for_the_agent_of_agent(
 
 def test_a_body_that_is_no_json_is_a_400_saying_how(server) -> None:
     """msgspec says "JSON is malformed" of a syntax error, but of a body cut short only "Input data was
-    truncated", of Latin-1 "Invalid UTF-8 encoded string" and of a UTF-8 byte order mark "invalid character
-    (byte 0)": details naming neither the body nor JSON, on every POST route."""
+    truncated", of Latin-1 "Invalid UTF-8 encoded string" and of a UTF-8 byte order mark or UTF-16 "invalid
+    character (byte 0)": details naming neither the body nor JSON, on every POST route."""
     base, proc = server
     wait_for(proc, f"{base}/readyz")
     bodies = {
@@ -312,12 +314,32 @@ def test_a_body_that_is_no_json_is_a_400_saying_how(server) -> None:
         b'{"%s": "flat white",}': "trailing comma",
     }
     for route, field in (("/v1/search", b"query"), ("/v1/get", b"path"), ("/v1/index", b"agent")):
-        for body, why in bodies.items():
-            r = httpx.post(
-                f"{base}{route}", content=body % field, headers={"content-type": "application/json"}, timeout=30
-            )
+        # UTF-16, with its byte order mark (Python's "utf-16", PowerShell's Unicode) or without: "invalid
+        # character (byte 0)"
+        text = (b'{"%s": "flat white"}' % field).decode()
+        utf16 = {text.encode(code): "not UTF-8" for code in ("utf-16", "utf-16-be")}
+        for body, why in [*((body % field, why) for body, why in bodies.items()), *utf16.items()]:
+            r = httpx.post(f"{base}{route}", content=body, headers={"content-type": "application/json"}, timeout=30)
             assert r.status_code == 400 and r.headers["content-type"].startswith("application/problem+json"), r.text
             assert r.json()["detail"].startswith("body: JSON is malformed: ") and why in r.json()["detail"], r.text
+
+
+def test_a_compressed_body_is_a_415_saying_to_send_it_uncompressed(server) -> None:
+    """A client that gzips its request bodies got "400 body: JSON is malformed: invalid character (byte 0)",
+    a status the OpenAPI document did not say and a detail naming neither the compression nor the fix."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    doc = httpx.get(f"{base}/schema/openapi.json", timeout=30).json()
+    for route, body in (("/v1/search", {"query": "flat white"}), ("/v1/get", {"path": "MEMORY.md"}), ("/v1/index", {})):
+        headers = {"content-type": "application/json", "content-encoding": "gzip"}
+        r = httpx.post(f"{base}{route}", content=gzip.compress(json.dumps(body).encode()), headers=headers, timeout=30)
+        assert r.status_code == 415 and r.headers["content-type"].startswith("application/problem+json"), r.text
+        assert "Content-Encoding 'gzip'" in r.json()["detail"] and "uncompressed" in r.json()["detail"], r.text
+        assert r.headers["accept-encoding"] == "identity"  # RFC 9110: the codings the server takes
+        assert "415" in doc["paths"][route]["post"]["responses"], route
+        # `identity` is no compression at all: the body is read
+        r = httpx.post(f"{base}{route}", json=body, headers={"content-encoding": "identity"}, timeout=60)
+        assert r.status_code in (200, 202), r.text
 
 
 def test_the_openapi_document_says_unknown_body_fields_are_refused(server) -> None:
@@ -560,3 +582,87 @@ def test_serve_on_a_hosted_provider_warms_nothing_up_and_pays_for_no_query(works
     assert found["provider"] == "openai" and "degraded" not in found
     queries = [r.body["input"] for r in provider.requests if r.body["input"] != ["memsift probe"]]
     assert ["memsift warm-up"] not in queries and ["flat white"] in queries
+
+
+def test_every_answer_of_a_real_server_is_one_its_openapi_document_describes(server) -> None:
+    """A client generated from `/schema/openapi.json` must be able to read every answer: for each route, the
+    answers to good requests and to the errors a client meets, through a real `memsift serve`, each checked
+    against the document the same server publishes: a status listed for that route, a media type listed for
+    that status, a body valid against its schema (JSON Schema 2020-12, as OpenAPI 3.1 is), names camelCase
+    (SPEC section 4), and errors problem details. The schemathesis run (tests/test_api.py) draws its requests
+    from the schema through the ASGI app and leaves `POST /v1/index` out; this one runs a sync to its end."""
+    from jsonschema import Draft202012Validator
+    from prometheus_client.parser import text_string_to_metric_families
+
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    doc = httpx.get(f"{base}/schema/openapi.json", timeout=30).json()
+    maps = {"files", "chunks", "agents", "summary", "timings", "prefect"}  # keyed by data, not field names
+
+    def names(value: Any, key: str = "") -> Iterator[str]:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if key not in maps:
+                    yield k
+                yield from names(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                yield from names(v, key)
+
+    def check(method: str, route: str, path: str, status: int, **kwargs: Any) -> httpx.Response:
+        r = httpx.request(method, f"{base}{path}", timeout=60, **kwargs)
+        assert r.status_code == status, (method, path, r.text)
+        answer = doc["paths"][route][method.lower()]["responses"].get(str(status))
+        assert answer is not None, f"{method} {route}: {status} is not in the OpenAPI document"
+        media = r.headers["content-type"].split(";")[0]
+        [(listed, content)] = [(k, v) for k, v in answer["content"].items() if k.split(";")[0] == media] or [
+            (None, None)
+        ]
+        assert content is not None, f"{method} {route} {status}: {media} is not in {list(answer['content'])}"
+        if media == "text/plain":
+            return r
+        body = r.json()
+        schema = {**content["schema"], "components": doc["components"]}
+        errors = [f"{e.json_path}: {e.message}" for e in Draft202012Validator(schema).iter_errors(body)]
+        assert not errors, (method, path, status, errors, body)
+        assert not [n for n in names(body) if not re.fullmatch(r"[a-z][A-Za-z0-9]*", n)], body
+        if status >= 400:
+            assert media == "application/problem+json" and body["status"] == status, body
+        return r
+
+    check("GET", "/healthz", "/healthz", 200)
+    check("GET", "/readyz", "/readyz", 200)
+    check("GET", "/v1/status", "/v1/status", 200)
+    check("GET", "/v1/status", "/v1/status?deep=true", 200)
+    check("GET", "/v1/status", "/v1/status?agent=nobody", 404)
+    check("GET", "/v1/status", "/v1/status?deep=maybe", 400)
+    search = "/v1/search"
+    assert check("POST", search, search, 200, json={"query": "flat white", "explain": True}).json()["results"]
+    check("POST", search, search, 200, json={"query": "deploy", "mode": "keyword", "maxResults": 1})
+    assert (
+        check("POST", search, search, 200, json={"query": "zzzq", "mode": "vector", "minScore": 1}).json()["results"]
+        == []
+    )
+    check("POST", search, search, 400, json={"query": " "})
+    check("POST", search, search, 400, json={"query": "x", "maxResults": 101})
+    check("POST", search, search, 404, json={"query": "x", "agent": "nobody"})
+    check("POST", search, search, 413, json={"query": "x" * 5000})
+    check("POST", search, search, 415, content=gzip.compress(b"{}"), headers={"content-encoding": "gzip"})
+    get = "/v1/get"
+    check("POST", get, get, 200, json={"path": "memory/2026-05-14.md", "from": 2, "lines": 1})
+    check("POST", get, get, 200, json={"path": "memory/2026-01-01.md"})  # no such note: empty text
+    check("POST", get, get, 403, json={"path": "/etc/passwd"})
+    check("POST", get, get, 400, json={"path": "MEMORY.md", "lines": -1})
+    run = check("POST", "/v1/index", "/v1/index", 202, json={}).json()["runId"]
+    done = poll(
+        lambda: (r := check("GET", "/v1/index/{runId}", f"/v1/index/{run}", 200).json())["state"] == "COMPLETED" and r,
+        120,
+        "the index run to complete",
+        every=0.2,
+    )
+    assert done["summary"]["filesScanned"] == 2, done
+    check("GET", "/v1/index/{runId}", "/v1/index/no-such-run", 404)
+    check("POST", "/v1/index", "/v1/index", 400, json={"force": "yes"})
+    metrics = check("GET", "/metrics", "/metrics", 200).text
+    families = {family.name for family in text_string_to_metric_families(metrics)}
+    assert {"memsift_requests", "memsift_search_seconds"} <= families, families
