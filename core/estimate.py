@@ -14,7 +14,7 @@ wins. Cost is tokens times `embedding.pricePerMillionTokens`, null when no price
 
 A held rebuild's estimate keeps each memory file's chunks in this process (`_chunks`), by size and mtime: a rebuild
 held for `--force` is estimated again at every sync, and a server's watcher then reads only the notes changed
-since (3.6 s of CPU per 30 s of appends on 551 notes before, 1.4 s now, the same figures).
+since (3.6 s of CPU per 30 s of appends on 551 notes before, 1.4-1.8 s now, the same figures).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ MEMO_CHARS = 32 * 1024 * 1024
 #: (workspace, chunking, path) -> (size, mtime_ns, chunks) of the memory files a held rebuild's estimate chunked, in
 #: this process. While a rebuild waits for `--force`, every sync re-estimates it (the held record's figures,
 #: which `status` and every search's `degraded` give): reading and chunking each note again cost 0.12-0.15 s of
-#: CPU a sync on 551 notes, 3.6 s per 30 s of appends on `memsift serve` (1.4 s with it).
+#: CPU a sync on 551 notes, 3.6 s per 30 s of appends on `memsift serve` (1.4-1.8 s with it).
 _memo: dict[tuple[str, int, int, str], tuple[int, int, list[Chunk]]] = {}
 _memo_chars = 0
 _memo_lock = threading.Lock()
