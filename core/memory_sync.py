@@ -176,7 +176,8 @@ class SyncRuns(EmbedderChoice):
         """The record of why the rebuild a changed identity calls for waits for `--force`, or None when it
         may run now: a first index (asked for), `sync.autoRebuild` allowing it, or a rebuild the caches serve
         whole (it costs nothing), or one of an index whose provider never answered (it holds no vector to keep).
-        The record carries what the forced rebuild would embed and cost."""
+        The record carries what the forced rebuild would embed and cost, estimated again at every sync (in a
+        long-running server, from the notes changed since: core.estimate `_chunks`)."""
         identity = self.store.identity()
         policy = self.config.sync.autoRebuild
         if identity is None or policy == "always":
@@ -185,7 +186,7 @@ class SyncRuns(EmbedderChoice):
             return None
         new = index_identity(self.config, embedder)
         changed = identity_changes(identity, new)
-        plan = self._estimate(embedder, force=True)
+        plan = self._estimate(embedder, force=True, remember=True)
         if policy == "local" and plan.chunksToEmbed == 0:
             return None
         why = "only the local model rebuilds on its own" if policy == "local" else "nothing rebuilds on its own"
@@ -209,10 +210,12 @@ class SyncRuns(EmbedderChoice):
         report.warnings.append(f"{held['reason']}; it would embed: {held['summary']}")
         return report
 
-    def _estimate(self, embedder: Embedder | None, *, force: bool, calibrate: bool = False) -> Estimate:
+    def _estimate(
+        self, embedder: Embedder | None, *, force: bool, calibrate: bool = False, remember: bool = False
+    ) -> Estimate:
         plan = plan_sync(self.store, self.config, embedder, SyncReport(), force, recheck=True)
         with SharedCache.open(self.config.home) as cache:
-            return estimate(self.store, self.config, embedder, plan, cache, calibrate=calibrate)
+            return estimate(self.store, self.config, embedder, plan, cache, calibrate=calibrate, remember=remember)
 
     def _switch_to_fallback(self, error: Exception, progress: Progress | None, stage: Stage) -> SyncReport:
         """Rebuild under the fallback (the old index stays searchable until the swap), then record the switch.

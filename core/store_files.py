@@ -28,6 +28,14 @@ class StoreFiles(StoreSchema):
     def file_count(self) -> int:
         return self.conn.execute("SELECT count(*) FROM files").fetchone()[0]
 
+    def recent_files(self, source: str, limit: int) -> list[tuple[str, tuple[int, int]]]:
+        """(path, (size, mtime_ns)) of the `limit` files of `source` modified last, as last synced (api.catch_up
+        stats them on every search)."""
+        rows = self.conn.execute(
+            "SELECT path, size, mtime_ns FROM files WHERE source = ? ORDER BY mtime_ns DESC LIMIT ?", (source, limit)
+        )
+        return [(path, (size, mtime)) for path, size, mtime in rows]
+
     def touch_file(self, path: str, size: int, mtime_ns: int, indexed_at: float | None = None) -> None:
         self.conn.execute(
             "UPDATE files SET size = ?, mtime_ns = ?, indexed_at = ? WHERE path = ?",
