@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, nullcontext, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -537,7 +537,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if args.agent not in configs:  # no file names it: --workspace's folder under that name, alone (as before)
         configs = {args.agent: _config(args)}
 
-    def run(ready: Any = None) -> int:
+    # over stdio, stdout carries the protocol: no addresses document there
+    with nullcontext() if args.transport == "stdio" else _addresses_as_json(args) as ready:
         return run_mcp(
             main_config,
             transport=args.transport,
@@ -547,11 +548,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             configs=configs,
             ready=ready,
         )
-
-    if args.transport == "stdio":  # stdout carries the protocol
-        return run()
-    with _addresses_as_json(args) as ready:
-        return run(ready)
 
 
 _COMMANDS["mcp"] = cmd_mcp
