@@ -46,8 +46,8 @@ class RateLimitedEmbedder(EmbedderWrapper):
     def before_request(self) -> None:
         """One slot of the shared limit. A limit missing on the server is said once per run (Prefect logged a
         warning for every request: hundreds in a run's log) and lets the request go, paced in-process only."""
-        from prefect.concurrency.sync import rate_limit
         from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
+        from prefect.concurrency.sync import rate_limit
 
         try:
             rate_limit(self.limit, occupy=1, strict=True)

@@ -46,6 +46,8 @@ def test_prefect_yaml_deploys_the_sync_and_rebuild_flows() -> None:
         assert "MEMSIFT_HOME" in deployment.work_pool.job_variables["env"]
         if flow.name == "memsift-sync":
             assert [s.interval for s in deployment.schedules] == [timedelta(minutes=30)]
+            # A redeploy keeps the grid: anchored at deploy time, each `prefect deploy` pushed the next run 30 min on.
+            assert deployment.schedules[0].anchor_date is not None
         else:
             assert not deployment.schedules
     assert names == {"memsift-sync/main", "memsift-rebuild/main"}
