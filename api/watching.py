@@ -31,6 +31,7 @@ class WatchedSyncs(CoalescedRuns[Run]):
         self._say = say
         self._waiting: set[str] = set()  # agents whose sync waits for another process's: said once
         self._held: dict[str, str] = {}  # agent: the reason its rebuild waits for `--force`, said once
+        self._crashed: set[str] = set()  # agents whose last run crashed and was run again
 
     def request(self, agents: Iterable[str]) -> list[Run]:
         """As CoalescedRuns.request, for the agents indexed already: a first index is its first search's (a
@@ -67,6 +68,11 @@ class WatchedSyncs(CoalescedRuns[Run]):
             self._wait_for_lock(run)
             return
         self._waiting.discard(run.agent)
+        crashed_before = run.agent in self._crashed
+        self._crashed.discard(run.agent)
+        if run.state == "CRASHED" and not crashed_before:
+            self._crash(run)
+            return
         held_before = self._held.pop(run.agent, None)
         if run.state != "COMPLETED" or s is None:
             self._say(f"sync of {run.agent} {run.state.lower()}: {run.error}")
@@ -85,6 +91,17 @@ class WatchedSyncs(CoalescedRuns[Run]):
             )
             for warning in s["warnings"]:
                 self._say(f"sync of {run.agent}: warning: {warning}")
+
+    def _crash(self, run: Run) -> None:
+        """The run's process was killed (a worker's machine or pod, `kill -9`; through a worker's deployment the
+        Prefect server says so once its heartbeats stop, infra/README.md): what it was started for is not
+        indexed, and no change may come to start another run, so it runs once more. Before, the changed notes
+        waited for the next change or the schedule (30 min), while every search's `degraded` said a sync was
+        indexing them. A run that crashes again is said and left: a sync that kills its process every time (out
+        of memory) is not started in a loop."""
+        self._crashed.add(run.agent)
+        self._say(f"sync of {run.agent} crashed: {run.error}; it runs again")
+        self.again(run.agent)
 
     def _wait_for_lock(self, run: Run) -> None:
         """Another process syncs or rebuilds the agent (`memsift index --force`: minutes) and it may have scanned

@@ -11,31 +11,86 @@ for importing Prefect when no server is configured.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from core.config_types import Config
 from core.embedders import Embedder, EmbedderWrapper, create_embedder
+from core.limiter import RateLimiter
 
 LIMIT_NAME = "memsift-embedding"
 
 
 class RateLimitedEmbedder(EmbedderWrapper):
-    """The same embedder, taking a slot of the shared limit before each document request."""
+    """The same embedder, taking a slot of the shared limit before each request it makes: each HTTP request of
+    a hosted provider (a retry too: the provider counts it against the quota), each step of the local model.
+
+    A hosted provider's `embed_documents` call is `concurrency` requests or more (core.sync_vectors.embed_step):
+    a slot per call let two workers at `requestsPerMinute = 120` and `concurrency = 2` send 2.8 requests a
+    second between them where the quota said 2. The slot is now taken beside the provider's
+    in-process limiter, which every request passes (core.json_endpoint)."""
 
     def __init__(self, inner: Embedder, limit: str = LIMIT_NAME) -> None:
         super().__init__(inner)
         self.limit = limit
+        self._missing_said = False
+        limiter = getattr(inner, "limiter", None)
+        self._per_request = isinstance(limiter, RateLimiter)
+        if self._per_request:
+            inner.limiter = _SlotPerRequest(limiter, self.before_request)  # type: ignore[attr-defined]
 
     def before_request(self) -> None:
+        """One slot of the shared limit. A limit missing on the server is said once per run (Prefect logged a
+        warning for every request: hundreds in a run's log) and lets the request go, paced in-process only."""
+        from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
         from prefect.concurrency.sync import rate_limit
 
-        rate_limit(self.limit, occupy=1, strict=False)
+        try:
+            rate_limit(self.limit, occupy=1, strict=True)
+        except ConcurrencySlotAcquisitionError as exc:
+            if "must be created" not in str(exc):
+                raise
+            if not self._missing_said:
+                self._missing_said = True
+                _say(
+                    f"the shared embedding limit {self.limit!r} does not exist on the Prefect server: this run is "
+                    "paced by its own process only (`memsift ratelimit` creates the limit)"
+                )
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
-        self.before_request()
+        if not self._per_request:
+            self.before_request()
         return self.inner.embed_documents(texts)
+
+
+class _SlotPerRequest:
+    """A hosted provider's in-process limiter that also takes a slot of the shared limit for every request."""
+
+    def __init__(self, inner: RateLimiter, take_slot: Callable[[], None]) -> None:
+        self.inner, self.take_slot = inner, take_slot
+
+    def acquire(self, tokens: int, deadline: float | None = None) -> float:
+        waited = self.inner.acquire(tokens, deadline)
+        self.take_slot()
+        return waited
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _say(message: str) -> None:
+    """A warning in the flow run's log (outside a run, on memsift's logger)."""
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    try:
+        get_run_logger().warning(message)
+    except MissingContextError:
+        logging.getLogger("memsift").warning(message)
 
 
 def limited_embedder(config: Config) -> Embedder | None:

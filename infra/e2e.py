@@ -232,6 +232,8 @@ def main() -> int:
             stage.run(BIN / "prefect", "work-pool", "create", POOL, "--type", "process")
         with stage.step("prefect deploy --all --prefect-file infra/prefect.yaml"):
             stage.run(BIN / "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", PREFECT_YAML)
+        with stage.step("python -m flows.zombies (runs whose worker died are marked Crashed)"):
+            stage.run(sys.executable, "-m", "flows.zombies")
         with stage.step("worker: prefect worker start --pool memsift"):
             worker = stage.start("worker", BIN / "prefect", "worker", "start", "--pool", POOL, "--name", "e2e")
             poll("the worker is online", lambda: _worker_online(server.api_url), 60, [worker])

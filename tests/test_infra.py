@@ -46,9 +46,42 @@ def test_prefect_yaml_deploys_the_sync_and_rebuild_flows() -> None:
         assert "MEMSIFT_HOME" in deployment.work_pool.job_variables["env"]
         if flow.name == "memsift-sync":
             assert [s.interval for s in deployment.schedules] == [timedelta(minutes=30)]
+            # A redeploy keeps the grid: anchored at deploy time, each `prefect deploy` pushed the next run 30 min on.
+            assert deployment.schedules[0].anchor_date is not None
         else:
             assert not deployment.schedules
     assert names == {"memsift-sync/main", "memsift-rebuild/main"}
+
+
+def test_a_run_whose_worker_died_is_crashed_by_the_server() -> None:
+    """A worker's machine killed mid-run left its run Running for good (nothing reports on it, a restarted
+    worker does not look back), and `memsift serve`'s watcher, waiting for that run to end, started no other
+    sync of the agent. Every run of these deployments sends heartbeats often enough for the automation that
+    every deploy job creates (flows.zombies) to mark it Crashed once they stop, and not before."""
+    from flows.zombies import zombie_automation
+
+    env = yaml.safe_load(PREFECT_YAML.read_text())["definitions"]["work_pool"]["job_variables"]["env"]
+    heartbeat = int(env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"])
+    trigger = zombie_automation().trigger
+    assert trigger.within.total_seconds() >= 3 * heartbeat  # a late heartbeat or two is not a dead run
+    assert trigger.after == {"prefect.flow-run.heartbeat"} and "prefect.flow-run.Completed" in trigger.expect
+    deploy_jobs = [argv for _, argv in _command_lines() if argv[:2] == ["prefect", "--no-prompt"]]
+    zombie_jobs = [argv for _, argv in _command_lines() if argv == ["python", "-m", "flows.zombies"]]
+    assert len(deploy_jobs) == len(zombie_jobs) == 2  # compose's deploy service and the k8s deploy Job
+
+
+def test_the_zombie_automation_is_created_once(prefect_harness) -> None:
+    """Created or updated by name: a deploy job run again (every `docker compose up`) leaves one."""
+    from prefect.client.orchestration import get_client
+
+    from flows.zombies import NAME, ensure_zombie_automation
+
+    assert ensure_zombie_automation().startswith("created")
+    assert ensure_zombie_automation(120).startswith("updated")
+    with get_client(sync_client=True) as client:
+        found = client.read_automations_by_name(NAME)
+        assert len(found) == 1 and found[0].trigger.within.total_seconds() == 120
+        client.delete_automation(found[0].id)
 
 
 def test_prefect_deploy_in_a_terminal_asks_nothing(monkeypatch) -> None:

@@ -364,6 +364,44 @@ def test_serve_says_how_a_sync_through_a_served_deployment_ended(workspace, mems
         fake.close()
 
 
+def test_serve_runs_a_crashed_sync_through_a_deployment_again(workspace, make_config, applied) -> None:
+    """A worker killed with its machine mid-run: the Prefect server marks the run Crashed once its heartbeats
+    stop (flows.zombies). The notes it was started for were not indexed and no change may come to start another
+    run: the watcher runs it once more. Before, they waited for the next change or the schedule (30 min), every
+    search's `degraded` saying a sync was indexing them. A second crash in a row is said and left."""
+    from uuid import UUID
+
+    from prefect.states import Crashed
+
+    from api.runs import IndexRuns
+    from api.watching import WatchedSyncs
+
+    config = make_config(workspace({"MEMORY.md": "x\n"}), **{"embedding.provider": "none"})  # no model to load
+    with MemoryIndex(config) as index:
+        index.sync()
+    applied.extend(deployment.apply() for deployment in agent_deployments(config))
+    runs = IndexRuns()
+    said: list[str] = []
+    try:
+        syncs = WatchedSyncs(runs, lambda agent: config, said.append)
+        with get_client(sync_client=True) as client:
+            started = []
+            for _ in range(2):
+                client.get_scheduled_flow_runs_for_deployments(applied[:1])  # a worker's poll: it is served
+                (run,) = started or syncs.request(["main"])
+                assert run.deployment == "memsift-sync/main"
+                client.set_flow_run_state(UUID(run.id), Running(), force=True)  # the worker started it
+                client.set_flow_run_state(UUID(run.id), Crashed(message="no heartbeat for 90 s"), force=True)
+                started = syncs.poll()  # the watcher's tick
+            assert [line for line in said if "crashed" in line] == [
+                "sync of main crashed: no heartbeat for 90 s; it runs again",
+                "sync of main crashed: no heartbeat for 90 s",
+            ]
+            assert started == []  # crashed twice in a row: not started again
+    finally:
+        runs.close()
+
+
 # ---------------------------------------------------------------- a server's search and its watcher
 
 
