@@ -114,7 +114,8 @@ class KeywordCaches:
     ) -> list[tuple[int, float]] | None:
         """(chunk id, bm25) best first, as FTS5's `ORDER BY bm25(chunks_fts) LIMIT limit` over the OR of
         `phrases` answers, or None when the index at `path` has fewer than `min_chunks` chunks (FTS5 answers).
-        `chunk_ids` (every chunk id, ascending) runs only when the tag changed, `phrase_scores` only for a phrase
+        `chunk_ids` (every chunk id, ascending) runs only when the tag changed and `lengths` gave none,
+        `phrase_scores` only for a phrase
         not cached; `allowed`: the chunk ids a search's filters leave, scored before the cut; `positive_idf`:
         each phrase's term with Lucene's idf in place of FTS5's (`lucene_idf_ratio`). `phrase_hits` and `lengths`
         (both or neither): a one-token phrase is scored from its occurrences (`bm25_terms`), not by `bm25()`."""
@@ -146,17 +147,18 @@ class KeywordCaches:
     def _index(
         self, path: str, tag: Hashable, chunk_ids: Callable[[], np.ndarray], lengths: Lengths | None = None
     ) -> _Index:
-        """The cache of `path` as `tag` describes it; a changed tag reads the chunk ids and the rows' lengths
-        (outside the lock) and replaces it, unless another thread did so meanwhile."""
+        """The cache of `path` as `tag` describes it; a changed tag reads the rows' ids and lengths (`lengths`,
+        else `chunk_ids`; outside the lock) and replaces it, unless another thread did so meanwhile."""
         with self._lock:
             index = self._indexes.get(path)
             if index is not None and index.tag == tag:
                 return index
-        fresh = _Index(tag, chunk_ids())
         read = lengths() if lengths is not None else None
-        # Only when FTS5 holds a length for exactly the chunks: else bm25() scores every phrase, as before.
-        if read is not None and read[2] > 0 and np.array_equal(read[0], fresh.ids):
-            fresh.lengths, fresh.rows, fresh.avgdl = read[1].astype(np.float64), read[2], read[3] / read[2]
+        if read is not None and read[2] > 0:
+            # FTS5's rows are the chunks (written in one transaction), and its row ids are what bm25() answers.
+            fresh = _Index(tag, read[0], read[1].astype(np.float64), read[2], read[3] / read[2])
+        else:  # bm25() scores every phrase, as before
+            fresh = _Index(tag, chunk_ids())
         with self._lock:
             index = self._indexes.get(path)
             if index is None or index.tag != tag:

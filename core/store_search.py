@@ -137,9 +137,10 @@ class StoreSearch(StoreSchema):
         return np.sort(_integers(self.conn.execute("SELECT group_concat(id) FROM chunks").fetchone()[0]))
 
     def _fts_lengths(self) -> tuple[np.ndarray, np.ndarray, int, int] | None:
-        """Every FTS5 row id, its length in tokens, and FTS5's row and token totals, read as `bm25()` reads them
-        (the docsize table, the averages record) but in one scan: bm25() searched the docsize table once a row.
-        None when a table is not laid out so (a length missing, an unreadable record): bm25() then scores."""
+        """Every FTS5 row id (the chunk ids), its length in tokens, and FTS5's row and token totals, read as
+        `bm25()` reads them (the docsize table, the averages record) but in one scan: bm25() searched the docsize
+        table once a row. None when a table is not laid out so (a length missing, an unreadable record): the chunk
+        ids are then read from the chunks and bm25() scores."""
         joined, sizes = self.conn.execute(
             "SELECT group_concat(id), CAST(group_concat(sz, '') AS BLOB) FROM chunks_fts_docsize"
         ).fetchone()
@@ -165,7 +166,11 @@ class StoreSearch(StoreSchema):
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_fts_instance USING fts5vocab(main, chunks_fts, instance)"
         )
         sql = "SELECT group_concat(doc) FROM temp.chunks_fts_instance WHERE term = ?"
-        return np.unique(_integers(self.conn.execute(sql, tokens).fetchone()[0]), return_counts=True)
+        docs = _integers(self.conn.execute(sql, tokens).fetchone()[0])
+        if len(docs) > 1 and not np.all(docs[1:] >= docs[:-1]):  # fts5vocab walks a term's rows in order
+            docs = np.sort(docs)
+        first = np.flatnonzero(np.concatenate(([True], docs[1:] != docs[:-1]))) if len(docs) else docs
+        return docs[first], np.diff(np.append(first, len(docs)))
 
     def _query_tokens(self, text: str) -> list[str] | None:
         """`text` as FTS5 tokenizes a query phrase under this index's tokenizer (its identity's `tokenizer`, the
