@@ -13,9 +13,15 @@ term of a phrase is what `bm25()` answers for a MATCH of that phrase alone. This
 once per phrase, keeps the (chunk id, term) arrays, and scores a query by adding its phrases' arrays in query
 order, as FTS5 adds them: the same floats, hence the same scores, ids and order (ties by ascending id, as FTS5's
 sorter leaves them). Stemming, diacritics, trigrams and several-token phrases (`err ssl protocol`, CJK pairs) are
-FTS5's business throughout: nothing here tokenizes.
+FTS5's business throughout: only FTS5's own tokenizer says whether a phrase is one token (core.store_search).
 
-A phrase's first use costs one FTS5 query over its rows; later ones a numpy scatter-add. The store stays the one
+A phrase's first use costs one FTS5 query over its rows; later ones a numpy scatter-add. That first query paid
+`bm25()`'s lookup of each row's length in FTS5's docsize table (one B-tree search a row: 4 us, so 200 ms for a
+word in all 50,000 rows, which is what a fresh `memsift search` process or the first search after a sync pays).
+A phrase that is one token is therefore scored here from what FTS5 stores (`bm25_terms`): its occurrences per row
+from an `fts5vocab` instance table and every row's length read once per state of the index (`Lengths`), with the
+float operations of fts5Bm25Function in its order, so the terms are FTS5's bit for bit (tests/test_keyword_cache.py);
+a phrase of several tokens, or a prefix, is still asked of `bm25()`. The store stays the one
 source of truth: the cache of an index file is tagged like the vector matrix (core.vector_matrix: inode and the
 store's `vectors_version`, bumped by every write of chunks), and a search whose tag differs drops it (every score
 depends on N and avgdl, so any write changes them all). One cache per index file per process, shared by the pool
@@ -50,6 +56,13 @@ CACHE_BYTES = 64 * 2**20
 
 #: (chunk id, bm25 of the phrase alone) for every row a phrase matches, as FTS5 answers them.
 PhraseScores = Callable[[str], Iterable[tuple[int, float]]]
+#: (the row ids a phrase matches, ascending; its occurrences in each), or None unless the phrase is one token.
+PhraseHits = Callable[[str], "tuple[np.ndarray, np.ndarray] | None"]
+#: (every row id, ascending; each row's length in tokens; FTS5's row count; its token count), or None when FTS5's
+#: tables cannot be read so (`bm25()` then scores every phrase).
+Lengths = Callable[[], "tuple[np.ndarray, np.ndarray, int, int] | None"]
+#: fts5Bm25Function's constants (sqlite's fts5_aux.c).
+K1, B = 1.2, 0.75
 _ROW = np.dtype([("id", np.int64), ("bm25", np.float64)])
 
 
@@ -67,6 +80,9 @@ class _Phrase:
 class _Index:
     tag: Hashable
     ids: np.ndarray  # every chunk id, ascending
+    lengths: np.ndarray | None = None  # float64: each chunk's length in tokens, as `ids`; None: bm25() scores
+    rows: int = 0  # FTS5's row count and average row length, for bm25_terms
+    avgdl: float = 0.0
     phrases: OrderedDict[str, _Phrase] = field(default_factory=OrderedDict)
     filling: dict[str, Future[_Phrase]] = field(default_factory=dict)  # phrases a thread is reading now
 
@@ -93,16 +109,21 @@ class KeywordCaches:
         allowed: Callable[[], Collection[int]] | None = None,
         min_chunks: int = CACHE_MIN_CHUNKS,
         positive_idf: bool = False,
+        phrase_hits: PhraseHits | None = None,
+        lengths: Lengths | None = None,
     ) -> list[tuple[int, float]] | None:
         """(chunk id, bm25) best first, as FTS5's `ORDER BY bm25(chunks_fts) LIMIT limit` over the OR of
         `phrases` answers, or None when the index at `path` has fewer than `min_chunks` chunks (FTS5 answers).
-        `chunk_ids` (every chunk id, ascending) runs only when the tag changed, `phrase_scores` only for a phrase
+        `chunk_ids` (every chunk id, ascending) runs only when the tag changed and `lengths` gave none,
+        `phrase_scores` only for a phrase
         not cached; `allowed`: the chunk ids a search's filters leave, scored before the cut; `positive_idf`:
-        each phrase's term with Lucene's idf in place of FTS5's (`lucene_idf_ratio`)."""
-        index = self._index(path, tag, chunk_ids)
+        each phrase's term with Lucene's idf in place of FTS5's (`lucene_idf_ratio`). `phrase_hits` and `lengths`
+        (both or neither): a one-token phrase is scored from its occurrences (`bm25_terms`), not by `bm25()`."""
+        index = self._index(path, tag, chunk_ids, lengths)
         if len(index.ids) < min_chunks:
             return None
-        parts = [self._phrase(path, index, p, phrase_scores) for p in phrases]
+        hits = phrase_hits if index.lengths is not None else None
+        parts = [self._phrase(path, index, p, phrase_scores, hits) for p in phrases]
         ids = index.ids
         if not parts:
             return []
@@ -123,23 +144,32 @@ class KeywordCaches:
                 return [None] * len(phrases)
             return [len(found.rows) if (found := index.phrases.get(p)) is not None else None for p in phrases]
 
-    def _index(self, path: str, tag: Hashable, chunk_ids: Callable[[], np.ndarray]) -> _Index:
-        """The cache of `path` as `tag` describes it; a changed tag reads the chunk ids (outside the lock) and
-        replaces it, unless another thread did so meanwhile."""
+    def _index(
+        self, path: str, tag: Hashable, chunk_ids: Callable[[], np.ndarray], lengths: Lengths | None = None
+    ) -> _Index:
+        """The cache of `path` as `tag` describes it; a changed tag reads the rows' ids and lengths (`lengths`,
+        else `chunk_ids`; outside the lock) and replaces it, unless another thread did so meanwhile."""
         with self._lock:
             index = self._indexes.get(path)
             if index is not None and index.tag == tag:
                 return index
-        ids = chunk_ids()
+        read = lengths() if lengths is not None else None
+        if read is not None and read[2] > 0:
+            # FTS5's rows are the chunks (written in one transaction), and its row ids are what bm25() answers.
+            fresh = _Index(tag, read[0], read[1].astype(np.float64), read[2], read[3] / read[2])
+        else:  # bm25() scores every phrase, as before
+            fresh = _Index(tag, chunk_ids())
         with self._lock:
             index = self._indexes.get(path)
             if index is None or index.tag != tag:
                 if index is not None:
                     self._bytes -= sum(p.nbytes for p in index.phrases.values())
-                index = self._indexes[path] = _Index(tag, ids)
+                index = self._indexes[path] = fresh
             return index
 
-    def _phrase(self, path: str, index: _Index, phrase: str, phrase_scores: PhraseScores) -> _Phrase:
+    def _phrase(
+        self, path: str, index: _Index, phrase: str, phrase_scores: PhraseScores, phrase_hits: PhraseHits | None
+    ) -> _Phrase:
         """A phrase's scores: cached, or awaited from the thread reading them, or read here (outside the lock)."""
         while True:
             with self._lock:
@@ -156,7 +186,7 @@ class KeywordCaches:
             except Exception:  # the reader failed (its connection, say): read it here instead
                 continue
         try:
-            found = self._read(index, phrase, phrase_scores)
+            found = self._read(index, phrase, phrase_scores, phrase_hits)
         except BaseException as exc:
             with self._lock:
                 del index.filling[phrase]
@@ -173,8 +203,17 @@ class KeywordCaches:
         return found
 
     @staticmethod
-    def _read(index: _Index, phrase: str, phrase_scores: PhraseScores) -> _Phrase:
-        """The phrase's (position, term) arrays from FTS5's answer, without rows written since the ids were read."""
+    def _read(index: _Index, phrase: str, phrase_scores: PhraseScores, phrase_hits: PhraseHits | None) -> _Phrase:
+        """The phrase's (position, term) arrays, without rows written since the ids were read: computed from its
+        occurrences when it is one token (and the index's lengths were read), else FTS5's `bm25()` answers."""
+        hits = phrase_hits(phrase) if phrase_hits is not None else None
+        if hits is not None and index.lengths is not None:
+            ids, counts = hits
+            at = np.searchsorted(index.ids, ids).clip(0, max(len(index.ids) - 1, 0))
+            known = index.ids[at] == ids
+            at = at[known]
+            terms = bm25_terms(counts[known], index.lengths[at], len(ids), index.rows, index.avgdl)
+            return _Phrase(at.astype(np.int32), terms)
         rows = np.fromiter(phrase_scores(phrase), dtype=_ROW)
         ids = rows["id"]
         at = np.searchsorted(index.ids, ids).clip(0, max(len(index.ids) - 1, 0))
@@ -198,6 +237,18 @@ class KeywordCaches:
         with self._lock:
             self._indexes.clear()
             self._bytes = 0
+
+
+def bm25_terms(counts: np.ndarray, lengths: np.ndarray, matched: int, rows: int, avgdl: float) -> np.ndarray:
+    """One phrase's term in each row, as fts5Bm25Function computes it (sqlite's fts5_aux.c), operation for operation
+    so the floats are FTS5's: `counts` its occurrences in the rows, `lengths` their lengths in tokens, `matched` the
+    rows it matches (n), `rows` and `avgdl` FTS5's row count and average length. idf = log((N - n + 0.5) / (n + 0.5))
+    through libm's log (math.log, as sqlite), floored at 1e-6; numpy's +, *, / round as C's doubles do."""
+    idf = math.log((rows - matched + 0.5) / (matched + 0.5))
+    if idf <= 0.0:
+        idf = 1e-6
+    freq = counts.astype(np.float64)
+    return idf * ((freq * (K1 + 1.0)) / (freq + K1 * (1 - B + B * lengths / avgdl)))
 
 
 def lucene_idf_ratio(rows: int, matched: int) -> float:

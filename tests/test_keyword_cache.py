@@ -113,6 +113,47 @@ def test_cached_phrases_rank_as_fts5_bm25(store: Store, large, limit: int) -> No
     assert matched >= len(QUERIES) - 3  # the queries do reach the rows (a few match nothing under trigram)
 
 
+@pytest.mark.parametrize("tokenizer", sorted(TOKENIZERS))
+def test_one_token_phrases_are_scored_without_bm25_and_as_fts5_scores_them(tmp_path, large, tokenizer: str) -> None:
+    """A phrase FTS5 makes one token of is scored from its occurrences and the rows' lengths, not by `bm25()`
+    (whose lookup of each row's length cost 4 us a row: 200 ms for a word in 50,000 rows): the same ids, order and
+    scores bit for bit, over rows deleted (FTS5's tombstones), rows of 0, 1-byte, 2-byte and 3-byte lengths, and a
+    file rewritten; phrases of several tokens and prefixes still ask `bm25()`."""
+    tokenize = TOKENIZERS[tokenizer]
+    with Store(tmp_path / "kw.sqlite", use_vec=False) as store:
+        store.reset({"tokenizer": tokenize}, tokenize)
+        with store.transaction():
+            _fill(store, 300)
+            rng = random.Random(3)
+            for i, words in enumerate([0, 200, 20_000]):  # no token at all, then 2- and 3-byte varint lengths
+                text = " ".join(rng.choice(WORDS) for _ in range(words)) or "-- ... --"
+                rows = [(1, 1, text, hashlib.sha256(text.encode()).hexdigest())]
+                store.replace_file(f"memory/long{i}.md", "memory", len(text), 0, "x", rows, None)
+        with store.transaction():
+            for i in range(0, 300, 7):
+                store.remove_file(f"memory/{i:04d}.md")
+            text = "deploy deploy deploy tea"
+            store.replace_file("memory/0001.md", "memory", 1, 0, "y", [(1, 1, text, "h")], None)
+        statements: list[str] = []
+        store.conn.exec_trace = lambda _cursor, sql, _bindings: statements.append(sql) or True
+        by_bm25 = 0
+        for query in QUERIES:
+            phrases = fts_phrases(query)
+            statements.clear()
+            found = store.keyword_search(phrases, 5000)
+            asked = [s for s in statements if "bm25(" in s]
+            by_bm25 += len(asked)
+            if tokenizer != "trigram" and query.replace(" ", "").isalpha() and query.isascii():
+                assert asked == [], query  # words: one token each (trigram makes several of most)
+            store.conn.exec_trace = None
+            _same(found, store.fts_search(" OR ".join(phrases), 5000))
+            store.conn.exec_trace = lambda _cursor, sql, _bindings: statements.append(sql) or True
+        store.conn.exec_trace = None
+        cached = KEYWORD_CACHES._indexes[str(store.path)]
+        assert cached.lengths is not None and cached.lengths.max() > 16_384 and cached.lengths.min() == 0
+        assert by_bm25 > 0  # several-token phrases (and trigram's) are FTS5's still
+
+
 def test_phrase_counts_are_fts5_counts_cached_or_not(store: Store, large) -> None:
     """Calibration's document frequencies: from the phrases a keyword search cached (no FTS5 query), and from
     FTS5 for the others and for a cache of another state of the index, always FTS5's count."""
