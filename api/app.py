@@ -15,7 +15,7 @@ import threading
 from http import HTTPStatus
 from importlib.metadata import version
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 from litestar import Litestar, Request, Response, Router
@@ -74,6 +74,9 @@ class _App(Litestar):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await super().__call__(scope, receive, send)
+        scope, refusal = _origin_form(scope)
+        if refusal is not None:
+            return await _refuse_early(send, *refusal)
         if (why := _bad_port(scope)) is not None:
             return await _refuse_early(send, 400, why)
         send = _allowing_head(send)
@@ -107,6 +110,35 @@ def _allowing_head(send: Any) -> Any:
 def _with_head(allow: bytes) -> bytes:
     methods = [m.strip() for m in allow.split(b",")]
     return b", ".join(sorted({*methods, b"HEAD"})) if b"GET" in methods else allow
+
+
+def _origin_form(scope: Any) -> tuple[Any, tuple[int, str] | None]:
+    """The request of an absolute-form target (`GET http://127.0.0.1:8000/v1/status HTTP/1.1`, as some proxies
+    and clients set to use a proxy send it) as its origin-form, `/v1/status` with the authority as its Host: an
+    origin server must take that form and use its authority in place of the Host header (RFC 9112 section
+    3.2.2). uvicorn passes the whole URL on as the path, which every route answered 404. The authority then
+    meets every rule a Host does (the loopback guard's 421 for another name: api.local_only); one naming
+    another port, another scheme or a user is no request for this server (421, 400): it is no proxy. Returns
+    the scope, and the status and detail of a refusal or None."""
+    raw = scope.get("raw_path") or scope["path"].encode()
+    if not raw[:8].lower().startswith((b"http://", b"https://")):
+        return scope, None
+    target = raw.decode("latin-1")
+    try:
+        parts = urlsplit(target)
+        port = parts.port or {"http": 80, "https": 443}[parts.scheme]
+    except ValueError as exc:
+        return scope, (400, f"request target {target!r}: {exc}")
+    if not parts.hostname or "@" in parts.netloc:  # RFC 9110 section 4.2.4: a user in an http URL is an error
+        return scope, (400, f"request target {target!r}: an absolute URL here names a host and no user")
+    scheme, server = scope.get("scheme", "http"), scope.get("server")
+    if parts.scheme != scheme or (server is not None and port != server[1]):
+        here = f"{scheme} on port {server[1]}" if server else scheme
+        return scope, (421, f"request target {target!r}: not this server, which answers {here} (it is no proxy)")
+    path = parts.path or "/"
+    headers = [(name, value) for name, value in scope["headers"] if name != b"host"]
+    origin = {**scope, "path": unquote(path), "raw_path": path.encode("latin-1")}
+    return origin | {"headers": [(b"host", parts.netloc.encode("latin-1")), *headers]}, None
 
 
 def _bad_port(scope: Any) -> str | None:
