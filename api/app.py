@@ -276,6 +276,8 @@ def _http_problem(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
         detail = f"the request body is over the limit of {MAX_BODY_BYTES} bytes"
     elif exc.detail == HTTPStatus(exc.status_code).phrase:  # Litestar said nothing more than the status
         detail = f"{exc.detail}: {request.method} {request.url.path}"
+        if allow := (exc.headers or {}).get("allow"):  # `GET /v1/search` said only that GET was wrong
+            detail += f"; this route answers {_with_head(allow.encode()).decode()}"
     else:
         detail = exc.detail
     return problem(exc.status_code, detail, exc.headers)
