@@ -74,11 +74,11 @@ class _App(Litestar):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await super().__call__(scope, receive, send)
-        scope, refusal = _origin_form(scope)
+        scope, refusal = origin_form(scope)
         if refusal is not None:
-            return await _refuse_early(send, *refusal)
+            return await refuse_early(send, *refusal)
         if (why := _bad_port(scope)) is not None:
-            return await _refuse_early(send, 400, why)
+            return await refuse_early(send, 400, why)
         send = _allowing_head(send)
         if scope["method"] != "HEAD":
             return await super().__call__(scope, receive, send)
@@ -112,14 +112,15 @@ def _with_head(allow: bytes) -> bytes:
     return b", ".join(sorted({*methods, b"HEAD"})) if b"GET" in methods else allow
 
 
-def _origin_form(scope: Any) -> tuple[Any, tuple[int, str] | None]:
+def origin_form(scope: Any) -> tuple[Any, tuple[int, str] | None]:
     """The request of an absolute-form target (`GET http://127.0.0.1:8000/v1/status HTTP/1.1`, as some proxies
     and clients set to use a proxy send it) as its origin-form, `/v1/status` with the authority as its Host: an
     origin server must take that form and use its authority in place of the Host header (RFC 9112 section
     3.2.2). uvicorn passes the whole URL on as the path, which every route answered 404. The authority then
     meets every rule a Host does (the loopback guard's 421 for another name: api.local_only); one naming
     another port, another scheme or a user is no request for this server (421, 400): it is no proxy. Returns
-    the scope, and the status and detail of a refusal or None."""
+    the scope, and the status and detail of a refusal (for `refuse_early`) or None. Public: any ASGI app this
+    package serves under uvicorn (`memsift mcp --http`'s) meets the same targets."""
     raw = scope.get("raw_path") or scope["path"].encode()
     if not raw[:8].lower().startswith((b"http://", b"https://")):
         return scope, None
@@ -160,7 +161,7 @@ def _bad_port(scope: Any) -> str | None:
     return None
 
 
-async def _refuse_early(send: Any, status: int, detail: str) -> None:
+async def refuse_early(send: Any, status: int, detail: str) -> None:
     """A problem document sent as ASGI messages, for a request Litestar cannot take in."""
     body = msgspec.json.encode(Problem.of(status, detail))
     headers = [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
