@@ -278,7 +278,8 @@ def _http_problem(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
     elif exc.detail == HTTPStatus(exc.status_code).phrase:  # Litestar said nothing more than the status
         detail = f"{exc.detail}: {request.method} {request.url.path}"
         if allow := (exc.headers or {}).get("allow"):  # `GET /v1/search` said only that GET was wrong
-            detail += f"; this route answers {_with_head(allow.encode()).decode()}"
+            methods = sorted(m.strip() for m in _with_head(allow.encode()).decode().split(","))  # in one order
+            detail += f"; this route answers {', '.join(methods)}"
     else:
         detail = exc.detail
     return problem(exc.status_code, detail, exc.headers)
