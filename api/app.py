@@ -15,7 +15,7 @@ import threading
 from http import HTTPStatus
 from importlib.metadata import version
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 from litestar import Litestar, Request, Response, Router
@@ -74,8 +74,11 @@ class _App(Litestar):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await super().__call__(scope, receive, send)
+        scope, refusal = origin_form(scope)
+        if refusal is not None:
+            return await refuse_early(send, *refusal)
         if (why := _bad_port(scope)) is not None:
-            return await _refuse_early(send, 400, why)
+            return await refuse_early(send, 400, why)
         send = _allowing_head(send)
         if scope["method"] != "HEAD":
             return await super().__call__(scope, receive, send)
@@ -109,6 +112,36 @@ def _with_head(allow: bytes) -> bytes:
     return b", ".join(sorted({*methods, b"HEAD"})) if b"GET" in methods else allow
 
 
+def origin_form(scope: Any) -> tuple[Any, tuple[int, str] | None]:
+    """The request of an absolute-form target (`GET http://127.0.0.1:8000/v1/status HTTP/1.1`, as some proxies
+    and clients set to use a proxy send it) as its origin-form, `/v1/status` with the authority as its Host: an
+    origin server must take that form and use its authority in place of the Host header (RFC 9112 section
+    3.2.2). uvicorn passes the whole URL on as the path, which every route answered 404. The authority then
+    meets every rule a Host does (the loopback guard's 421 for another name: api.local_only); one naming
+    another port, another scheme or a user is no request for this server (421, 400): it is no proxy. Returns
+    the scope, and the status and detail of a refusal (for `refuse_early`) or None. Public: any ASGI app this
+    package serves under uvicorn (`memsift mcp --http`'s) meets the same targets."""
+    raw = scope.get("raw_path") or scope["path"].encode()
+    if not raw[:8].lower().startswith((b"http://", b"https://")):
+        return scope, None
+    target = raw.decode("latin-1")
+    try:
+        parts = urlsplit(target)
+        port = parts.port or {"http": 80, "https": 443}[parts.scheme]
+    except ValueError as exc:
+        return scope, (400, f"request target {target!r}: {exc}")
+    if not parts.hostname or "@" in parts.netloc:  # RFC 9110 section 4.2.4: a user in an http URL is an error
+        return scope, (400, f"request target {target!r}: an absolute URL here names a host and no user")
+    scheme, server = scope.get("scheme", "http"), scope.get("server")
+    if parts.scheme != scheme or (server is not None and port != server[1]):
+        here = f"{scheme} on port {server[1]}" if server else scheme
+        return scope, (421, f"request target {target!r}: not this server, which answers {here} (it is no proxy)")
+    path = parts.path or "/"
+    headers = [(name, value) for name, value in scope["headers"] if name != b"host"]
+    origin = {**scope, "path": unquote(path), "raw_path": path.encode("latin-1")}
+    return origin | {"headers": [(b"host", parts.netloc.encode("latin-1")), *headers]}, None
+
+
 def _bad_port(scope: Any) -> str | None:
     """Why the `Host` header's port is none (`localhost:abc`, `:99999`), or None. Litestar reads the request's
     URL in its metrics middleware, before any guard, and again in the error handler: such a port raised
@@ -128,7 +161,7 @@ def _bad_port(scope: Any) -> str | None:
     return None
 
 
-async def _refuse_early(send: Any, status: int, detail: str) -> None:
+async def refuse_early(send: Any, status: int, detail: str) -> None:
     """A problem document sent as ASGI messages, for a request Litestar cannot take in."""
     body = msgspec.json.encode(Problem.of(status, detail))
     headers = [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
@@ -244,6 +277,9 @@ def _http_problem(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
         detail = f"the request body is over the limit of {MAX_BODY_BYTES} bytes"
     elif exc.detail == HTTPStatus(exc.status_code).phrase:  # Litestar said nothing more than the status
         detail = f"{exc.detail}: {request.method} {request.url.path}"
+        if allow := (exc.headers or {}).get("allow"):  # `GET /v1/search` said only that GET was wrong
+            methods = sorted(m.strip() for m in _with_head(allow.encode()).decode().split(","))  # in one order
+            detail += f"; this route answers {', '.join(methods)}"
     else:
         detail = exc.detail
     return problem(exc.status_code, detail, exc.headers)

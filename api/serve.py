@@ -69,7 +69,13 @@ def run_serve(
     agents.say = _say  # a search's first index: its start, progress and end (api.progress.FirstIndexLines)
     stop = threading.Event()
     watch: Watch | None = None
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    # SIGINT too: a script's `memsift serve &` (a shell without job control) starts it ignoring SIGINT, and a
+    # `kill -INT` before uvicorn took the signal over was lost, the server going on to serve (`up` and `mcp`
+    # take SIGINT back the same way).
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt),
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+    }
     try:  # from here a stop is a clean one (status 0), also before uvicorn runs: it was "error: interrupted"
         address = http_address(host, port)
         print(f"memsift serve: REST API on {address}, docs at {address}{DOCS_PATH}; Ctrl-C stops it", flush=True)
@@ -96,7 +102,8 @@ def run_serve(
             watch.stop()
         sock.close()
         stop.set()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if not app.state.runs.stopped(STOP_SECONDS):
         exit_mid_step(app.state.runs.recorded_in_progress(), _say, "memsift serve")
     # The warm-up thread loading the model (api.agents): the interpreter's exit while it is inside onnxruntime

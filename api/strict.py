@@ -67,16 +67,34 @@ async def strict_body(request: Request[Any, Any, Any]) -> None:
     try:
         msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
-        _refuse(_with_whole_numbers(body, kind, exc))
+        _refuse(_with_whole_numbers(body, kind, exc), kind)
     except msgspec.DecodeError as exc:
         if (field := _lone_surrogate(body)) is not None:  # msgspec's word for it: "Input data was truncated"
             message = "contains a lone surrogate (\\ud800-\\udfff without its pair), which is no character"
             raise ValidationException(extra=[{"key": field, "message": message}]) from None
-        raise ValidationException(extra=[{"key": "body", "message": _malformed(body, exc)}]) from None
+        form = _form_type(request.headers.get("content-type", ""))
+        raise ValidationException(extra=[{"key": "body", "message": _malformed(body, exc, form, kind)}]) from None
 
 
-def _malformed(body: bytes, exc: msgspec.DecodeError) -> str:
-    """What is wrong with a body that is no JSON, in words a client can act on."""
+#: Content types of HTML forms: what `curl -d query=tea` (application/x-www-form-urlencoded) and `curl -F` send
+FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _form_type(content_type: str) -> str | None:
+    media = content_type.split(";")[0].strip().lower()
+    return media if media in FORMS else None
+
+
+def _malformed(body: bytes, exc: msgspec.DecodeError, form: str | None, kind: type[msgspec.Struct]) -> str:
+    """What is wrong with a body that is no JSON, in words a client can act on. A form (`curl -d query=tea`,
+    `curl -F`) was "JSON is malformed: invalid character (byte 0)", which did not say that JSON was wanted
+    where a form came."""
+    if form is not None:
+        example = ", ".join(f'"{f.encode_name}": "..."' for f in msgspec.structs.fields(kind) if f.required)
+        return (
+            f"JSON is malformed: a form ({form}) came where a JSON object is wanted; send e.g. {{{example}}} "
+            "with Content-Type: application/json"
+        )
     if body.startswith(codecs.BOM_UTF8):  # msgspec: "invalid character (byte 0)", a byte no editor shows
         return "JSON is malformed: it starts with a UTF-8 byte order mark (EF BB BF); send the JSON without it"
     said = str(exc)
@@ -90,13 +108,28 @@ def _malformed(body: bytes, exc: msgspec.DecodeError) -> str:
     return said
 
 
-def _refuse(exc: msgspec.ValidationError | None) -> None:
+def _refuse(exc: msgspec.ValidationError | None, kind: type[msgspec.Struct]) -> None:
     if exc is None:  # valid after all
         return
     # "Expected `int`, got `str` - at `$.maxResults`": the field, then what was wrong with it.
     message, _, where = str(exc).partition(" - at `$")
     field = where.strip("`.").split(".")[0].split("[")[0] or "body"
+    if message.startswith("Invalid enum value") and (values := _choices(kind, field)):
+        message += f"; expected one of {', '.join(values)}"  # msgspec names the value given, not those it takes
     raise ValidationException(extra=[{"key": field, "message": message}]) from None
+
+
+def _choices(kind: type[msgspec.Struct], field: str) -> tuple[str, ...]:
+    """The values a Literal field of `kind` takes (`mode`: hybrid, keyword, vector), or ()."""
+
+    def values(t: Any) -> tuple[str, ...]:
+        if isinstance(t, msgspec.inspect.Metadata):
+            return values(t.type)
+        if isinstance(t, msgspec.inspect.UnionType):
+            return tuple(v for u in t.types for v in values(u))
+        return tuple(map(str, t.values)) if isinstance(t, msgspec.inspect.LiteralType) else ()
+
+    return next((values(f.type) for f in msgspec.inspect.type_info(kind).fields if f.encode_name == field), ())
 
 
 def _with_whole_numbers(

@@ -252,6 +252,7 @@ class MemoryIndex(SyncRuns):
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         # Everything that reads `self.store` first: a rebuild's swap makes the next `self.store` close the
         # connection held below, so once it is taken only `store` is read (one state of the index).
+        asked = time.monotonic()  # an embedder made from here on probed its provider for this status
         fallback = self.fallback_record()
         if not deep and (described := self.unprobed()) is not None:  # the probe is --deep's, and a paid request
             embedder, embedder_error = described, None
@@ -261,7 +262,9 @@ class MemoryIndex(SyncRuns):
 
         def document(store: Store) -> dict[str, Any]:
             held = partial(self._rebuild_held, embedder)  # asked only when the identity changed
-            return status_document(self.config, store, fallback, embedder, embedder_error, deep=deep, rebuild_held=held)
+            return status_document(
+                self.config, store, fallback, embedder, embedder_error, deep=deep, rebuild_held=held, asked=asked
+            )
 
         if not self._indexed():  # never indexed: read an empty index in memory, as asking must write nothing
             with Store.empty(use_vec=self._use_vec) as empty:

@@ -35,9 +35,12 @@ def status_document(
     *,
     deep: bool,
     rebuild_held: Callable[[], dict[str, Any] | None],
+    asked: float = float("inf"),
 ) -> dict[str, Any]:
     """The document of `memsift status` (SPEC section 3), read from `store` alone: one state of the index.
-    `rebuild_held`: why a rebuild the identity calls for waits for a forced run, if it does."""
+    `rebuild_held`: why a rebuild the identity calls for waits for a forced run, if it does. `asked`: when
+    (`time.monotonic()`) the status was asked for: an embedder whose start-up probe ran since is not probed
+    again."""
     identity = store.identity()
     stats = store.stats()
     dirty_reason = None
@@ -108,7 +111,7 @@ def status_document(
         "rerank": _rerank_status(config, store, embedder),
     }
     if deep:
-        doc["probe"] = _probe(embedder, embedder_error)
+        doc["probe"] = _probe(embedder, embedder_error, asked)
     return doc
 
 
@@ -151,9 +154,15 @@ def _hosted_service(r: RerankConfig) -> tuple[str, str | None]:
     return service(r)
 
 
-def _probe(embedder: Embedder | None, embedder_error: str | None) -> dict[str, Any]:
+def _probe(embedder: Embedder | None, embedder_error: str | None, asked: float) -> dict[str, Any]:
+    """`--deep`'s probe: one query embedded, timed. A hosted provider made for this status (a CLI's, a server's
+    first use) sent its start-up probe a moment ago: that one is reported, as one request is all it takes
+    (`memsift status --deep` paid two, cold)."""
     if embedder is None:
         return {"ok": False, "error": embedder_error or "no embedder configured"}
+    probed = getattr(embedder, "probed", None)
+    if probed is not None and probed["at"] >= asked:
+        return {key: value for key, value in probed.items() if key != "at"}
     started = time.perf_counter()
     try:
         vec = embedder.embed_query("memsift probe")

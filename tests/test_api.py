@@ -37,6 +37,7 @@ from schemathesis.specs.openapi.checks import (
 from api.app import MAX_BODY_BYTES, create_app
 from api.cli import main
 from api.schemas import MAX_LINE, MAX_LINES, MAX_QUERY_BYTES
+from api.strict import FORMS
 from core import MemoryIndex, load_config
 from core.config_types import Config
 from core.sources.memory import external_roots
@@ -193,6 +194,25 @@ def test_the_first_and_last_dates_filter_nothing(client) -> None:
 
 def test_malformed_json_is_400(client) -> None:
     problem(client.post("/v1/search", content=b'{"query": ', headers={"content-type": "application/json"}), 400)
+
+
+def test_a_form_body_is_a_400_saying_json_is_wanted(client) -> None:
+    """`curl -d query=tea` sends a form (application/x-www-form-urlencoded), `curl -F` multipart: the detail was
+    "JSON is malformed: invalid character (byte 0)", which did not say that a JSON object was wanted."""
+    forms = {"application/x-www-form-urlencoded": b"query=tea", "multipart/form-data; boundary=b": b"--b\r\n"}
+    for content_type, body in forms.items():
+        r = client.post("/v1/search", content=body, headers={"content-type": content_type})
+        form = content_type.split(";")[0]
+        problem(r, 400, f"a form ({form}) came where a JSON object is wanted", '{"query": "..."}')
+    # a JSON body under curl's -d default type is still read as JSON
+    r = client.post("/v1/search", content=b'{"query": "tea"}', headers={"content-type": FORMS[0]})
+    assert r.status_code == 200, r.text
+
+
+def test_a_value_outside_a_fields_choices_is_a_400_listing_them(client) -> None:
+    """`"mode": "fuzzy"` said only "Invalid enum value 'fuzzy'": not which values the field takes."""
+    r = client.post("/v1/search", json={"query": "tea", "mode": "fuzzy"})
+    problem(r, 400, "mode: Invalid enum value 'fuzzy'; expected one of hybrid, keyword, vector")
 
 
 @pytest.mark.parametrize(
@@ -540,7 +560,9 @@ def test_metrics_count_requests_per_route_and_describe_the_index(client) -> None
 def test_unknown_route_and_method_are_problems(client) -> None:
     problem(client.get("/v2/search"), 404, "/v2/search")
     r = client.put("/v1/search", json={"query": "x"})
-    problem(r, 405, "PUT")
+    problem(r, 405, "PUT /v1/search; this route answers OPTIONS, POST")  # it named only the method refused
+    problem(client.get("/v1/search"), 405, "GET /v1/search; this route answers OPTIONS, POST")
+    problem(client.post("/healthz"), 405, "this route answers GET, HEAD, OPTIONS")
     assert set(r.headers["allow"].split(", ")) == {"OPTIONS", "POST"}
     # Every GET route answers HEAD, and its `Allow` says so (it said `GET, OPTIONS`)
     for r in (client.delete("/healthz"), client.post("/v1/status"), client.options(f"/v1/index/{uuid.uuid4()}")):

@@ -7,11 +7,13 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -403,6 +405,39 @@ def test_a_host_with_a_port_that_is_no_number_is_a_400(server) -> None:
             assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json", (host, r.text)
             assert r.json()["detail"].startswith(f"Host {host!r}: "), r.text
     assert httpx.get(f"{base}/healthz", headers={"Host": "localhost:8000"}, timeout=30).status_code == 200
+
+
+def _raw(base: str, target: str, host: str) -> tuple[int, str]:
+    """One HTTP/1.1 request sent as written (httpx sends only origin-form targets): its status and body."""
+    authority = urlsplit(base)
+    with socket.create_connection((authority.hostname, authority.port), timeout=30) as sock:
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        answer = b"".join(iter(lambda: sock.recv(65536), b""))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+def test_an_absolute_form_target_for_this_server_is_answered_as_its_path(server) -> None:
+    """`GET http://127.0.0.1:PORT/v1/status HTTP/1.1` (RFC 9112 section 3.2.2: what a client set to use a proxy,
+    and some proxies, send) was a 404 on every route: uvicorn passed the whole URL on as the path. Its authority
+    stands for the Host, so the loopback guard still refuses another name, whatever Host the request also sent;
+    another port or scheme is a request for another server (421), a user in it a 400."""
+    base, proc = server
+    wait_for(proc, f"{base}/readyz")
+    port = urlsplit(base).port
+    status, body = _raw(base, f"http://127.0.0.1:{port}/v1/status?deep=false", f"127.0.0.1:{port}")
+    assert status == 200 and json.loads(body)["agent"] == "main", body
+    assert _raw(base, f"HTTP://localhost:{port}/healthz", "rebound.example.com") == (200, '{"status":"ok"}')
+    refused = {
+        f"http://rebound.example.com:{port}/v1/status": (421, "Host 'rebound.example.com:"),  # the guard's
+        f"http://127.0.0.1:{port + 1}/v1/status": (421, f"answers http on port {port} (it is no proxy)"),
+        f"https://127.0.0.1:{port}/healthz": (421, "it is no proxy"),
+        f"http://me@127.0.0.1:{port}/healthz": (400, "no user"),
+        "http:///healthz": (400, "names a host"),
+    }
+    for target, (expected, needle) in refused.items():
+        status, body = _raw(base, target, f"127.0.0.1:{port}")
+        assert status == expected and needle in json.loads(body)["detail"], (target, body)
 
 
 def test_serve_json_prints_its_addresses_as_one_document_on_stdout(workspace, memsift_home: Path) -> None:

@@ -1125,6 +1125,25 @@ def test_ctrl_c_while_a_server_starts_is_one_line_and_130(ws: Path, memsift_home
     assert (done.returncode, done.stderr) == (130, "memsift: error: interrupted\n")
 
 
+def test_serve_started_ignoring_sigint_still_stops_on_one_sent_before_it_serves(ws: Path, memsift_home: Path) -> None:
+    """A script's `memsift serve &` (a shell without job control) starts it with SIGINT ignored: a `kill -INT`
+    before uvicorn took the signal over was lost, and the server went on to serve (`up` and `mcp` take SIGINT
+    back). A real SIGINT, sent as serve loads its configuration follower, after its banner: a clean stop, 0."""
+    hook = _CTRL_C_IN_A_C_IMPORT.replace('"onnxruntime"', '"api.config_reload"').replace(
+        'raise ImportError("initialization failed") from None', "raise"
+    )
+    code = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" + hook
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    argv = [sys.executable, "-c", code, "--workspace", str(ws), "serve", "--port", str(port.getsockname()[1])]
+    port.close()
+    try:  # the deadline, not a measure: before, it served on
+        done = subprocess.run(argv, capture_output=True, text=True, env=_env(memsift_home), timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"still serving after the SIGINT: {exc.stderr}")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
 def test_ctrl_c_during_a_search_is_one_line_and_130(ws: Path, memsift_home: Path) -> None:
     """A Ctrl-C during `memsift search` ended with status 1, a failure's, where one while memsift loads (above)
     or during `memsift index` is 130. It is raised where a real one lands, while the model loads (onnxruntime

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
@@ -105,13 +106,19 @@ class HostedEmbedder(JsonEndpoint):
         self.concurrency = config.concurrency or DEFAULT_CONCURRENCY
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.provider)
         self.dims = config.dimensions or self.model_dims.get(known, 0)
+        #: The start-up probe's outcome ({ok, dims, ms} and `at`, `time.monotonic()` when it ended): what
+        #: `status --deep` reports when it made this embedder, rather than paying for a second request.
+        self.probed: dict[str, Any] | None = None
         if probe:
+            started = time.perf_counter()
             try:
                 answer = self._probe()
             except EmbeddingError as exc:
                 self.close()
                 raise EmbedderUnavailable(str(exc)) from exc
             self.dims = self.dims or answer.shape[1]
+            ms = round((time.perf_counter() - started) * 1000, 1)
+            self.probed = {"ok": True, "dims": int(answer.shape[1]), "ms": ms, "at": time.monotonic()}
         else:
             self._assume(stored)
         self.fingerprint = json.dumps(
