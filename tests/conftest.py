@@ -50,6 +50,26 @@ from core import MemoryIndex, load_config  # noqa: E402
 from core.config_types import Config  # noqa: E402
 from core.embedders.local import LocalEmbedder  # noqa: E402
 
+# `make test` runs the suite with `-n 2 --dist loadfile --no-loadscope-reorder`: a worker running short takes
+# the next file in this order. xdist's own order (most tests first) put the few long process tests among the
+# last files (test_up.py: 14 tests, ~400 s on one worker), where the other worker can run out of files while
+# they run. The longest files go first instead, each to the worker free first (longest-processing-time-first
+# scheduling); the rest keep their collection order. From `--durations` of the suite; a file that grows long
+# belongs here.
+LONGEST_FIRST = (
+    "test_up.py",
+    "test_cli.py",
+    "test_api_server.py",
+    "test_mcp.py",
+    "test_hostile_input.py",
+    "test_api.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
 
 @pytest.fixture(scope="session")
 def prefect_harness():
