@@ -23,7 +23,7 @@ from sample import NOTES
 
 from api.arguments import parser
 from api.cli import main
-from core import MemoryIndex, SearchError, calibration, load_config
+from core import MemoryIndex, SearchError, calibration_model, load_config
 from core.config_home import db_path
 from core.learned import model_for
 from core.query import FTS_TEXT_VERSION
@@ -378,7 +378,7 @@ def test_status_json(capsys, ws: Path, memsift_home: Path) -> None:
     assert doc["rerank"] | {"weight": None} == {
         "enabled": "auto", "active": True, "provider": "local", "model": "maxsim", "endpoint": None,
         "candidates": 30, "weight": None, "method": "learned", "ranker": model_for(None).fingerprint, "tokenBits": 3,
-        "calibration": calibration.default_model().fingerprint,
+        "calibration": calibration_model.default_model().fingerprint,
     }  # fmt: skip
     synced = datetime.fromisoformat(doc["lastSync"])
     assert abs((datetime.now(UTC) - synced).total_seconds()) < 120
