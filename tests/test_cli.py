@@ -871,9 +871,9 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(workspace, memsift_hom
 # interrupt's place (seen under `memsift up`'s server on a loaded machine); this command does the same.
 _CUT_BY_A_SIGNAL = """
 import os, signal, sys
-from api import cli
-def cut(args):
-    with cli._interruptible():
+from api import cli, cli_signals
+def cut(command):
+    with cli_signals.interruptible():
         try:
             os.kill(os.getpid(), signal.SIGINT)
         except KeyboardInterrupt:
@@ -886,9 +886,9 @@ sys.exit(cli.main(["index"]))
 # A broad `except Exception` that swallows the interrupt (an import it cut short raises ImportError in its place).
 _SWALLOWED = """
 import os, signal, sys
-from api import cli
-def swallowed(args):
-    with cli._interruptible():
+from api import cli, cli_signals
+def swallowed(command):
+    with cli_signals.interruptible():
         try:
             try:
                 os.kill(os.getpid(), signal.SIGINT)
