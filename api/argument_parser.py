@@ -105,6 +105,6 @@ class Version(argparse.Action):
         from importlib.metadata import version
 
         number = version("memsift")
-        as_json = "--json" in getattr(parser, "argv", ())
+        as_json = _asks_json(getattr(parser, "argv", ()))  # `--js` too, as every command takes it
         print(json.dumps({"version": number}, indent=2) if as_json else f"memsift {number}")
         parser.exit()

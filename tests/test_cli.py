@@ -927,10 +927,11 @@ def test_version_prints_the_installed_version(capsys) -> None:
 
 
 def test_version_json_prints_a_json_document(capsys) -> None:
-    """`memsift --version --json` printed the plain line: a program reading JSON could not parse it."""
+    """`memsift --version --json` printed the plain line: a program reading JSON could not parse it. So did
+    `--version --js`, an abbreviation every command takes for `--json`."""
     from importlib.metadata import version
 
-    for argv in (["--version", "--json"], ["--json", "--version"]):
+    for argv in (["--version", "--json"], ["--json", "--version"], ["--version", "--js"], ["--js", "--version"]):
         code, out, err = run(capsys, *argv)
         assert (code, json.loads(out), err) == (0, {"version": version("memsift")}, ""), argv
 
