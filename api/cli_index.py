@@ -10,9 +10,10 @@ from typing import Any
 from api.cli_command import Command, for_reader
 from api.cli_signals import stop_if_interrupted
 from api.schemas import MAX_LINES
-from core import MemoryIndex
+from core import Config, MemoryIndex
 from core.estimate import summary
 from core.sources.memory import nothing_found
+from core.sync_plan import SyncReport
 
 
 def cmd_index(command: Command) -> int:
@@ -41,7 +42,7 @@ def cmd_index(command: Command) -> int:
     return 0
 
 
-def _print_report(config: Any, r: Any) -> None:
+def _print_report(config: Config, r: SyncReport) -> None:
     """SPEC's summary of a run (core.sync_plan.SyncReport); its warnings are on stderr already."""
     if r.plan:
         print(f"plan: {summary(r.plan)}")
@@ -56,7 +57,7 @@ def _print_report(config: Any, r: Any) -> None:
     print(f"seconds: {r.seconds:.2f}")
 
 
-def _dry_run(command: Command, config: Any) -> int:
+def _dry_run(command: Command, config: Config) -> int:
     args = command.args
     with MemoryIndex(config) as index:
         plan = index.plan(force=args.force).to_dict()
