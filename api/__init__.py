@@ -1,1 +1,1 @@
-"""memsift's front doors: the CLI (and, later, the REST API). Thin layers over `core` and `flows`."""
+"""memsift's front doors: the CLI, the REST API, MCP and `memsift up`. Thin layers over `core` and `flows`."""

@@ -31,6 +31,8 @@ from core.errors import MemsiftError
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 4200  # Prefect's own default: the UI address stays the same from one start to the next
+#: How long a server someone else runs (PREFECT_API_URL) may take to answer /health.
+EXTERNAL_SERVER_TIMEOUT = 30.0
 
 
 class ServerError(MemsiftError, RuntimeError):

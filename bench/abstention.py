@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core import calibration  # noqa: E402
+from core import calibration_model  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.memory import MemoryIndex  # noqa: E402
 
@@ -53,9 +53,9 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.model is not None:
-        # the search reads calibration.default_model(), which loads DEFAULT_MODEL once
-        calibration.DEFAULT_MODEL = args.model
-        calibration.default_model.cache_clear()
+        # the search reads calibration_model.default_model(), which loads DEFAULT_MODEL once
+        calibration_model.DEFAULT_MODEL = args.model
+        calibration_model.default_model.cache_clear()
     config = load_config(None, overrides={"rerank.method": "learned"} if args.learned else {})
     floor = config.search.minScore if args.floor is None else args.floor
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from train_calibration import ANSWERABLE  # noqa: E402
 
-from core import calibration  # noqa: E402
+from core import calibration, calibration_model  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.evaluate import score_query  # noqa: E402
 
@@ -59,7 +59,7 @@ def main() -> None:
     rows = [r for rows in pickle.loads(args.cache.read_bytes()).values() for r in rows]
     rows = [r for r in rows if r["q"]["kind"] in ANSWERABLE and r["y"].max() > 0]
     floor = load_config(None).search.minScore
-    model = calibration.default_model()
+    model = calibration_model.default_model()
     parts = [calibration.estimates(model, r["inputs"]) for r in rows]
     rules: dict[str, Rule] = {"flat": band(1e9)}
     rules |= {f"band k={k:g}": band(k) for k in (9, 3, 1, 0.5)}

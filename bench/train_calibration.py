@@ -25,7 +25,7 @@ where scores fall, and 0.85 puts the default floor `search.minScore` 0.35 (SPEC'
 locomo-dev recall and abstains on questions about something absent (bench/README.md, "Issue 18").
 
 Each question goes through the real search once (default configuration, no floor); what calibration reads
-(`core.calibration.Inputs`) and the labels of the ordered hits are cached per set in --cache, so fitting and
+(`core.calibration_features.Inputs`) and the labels of the ordered hits are cached per set in --cache, so fitting and
 the CV run offline in minutes (delete the cache when what a set asks or what calibration reads changes). The
 CV fits on four conversations (every kind, their small workspaces included) plus cosqa and scores the
 fifth; cosqa is scored by a model fitted on locomo-dev alone.
@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core import calibration  # noqa: E402
+from core import calibration, calibration_features, calibration_model  # noqa: E402
 from core.config import load_config  # noqa: E402
 from core.evaluate import load_queries, query_index, score_query  # noqa: E402
 from core.ranker_training import Span  # noqa: E402
@@ -217,7 +217,7 @@ def ask(config: Any, base: Path, queries: list[dict[str, Any]], label: str) -> l
             seen: list = []
             index.search(
                 q["query"],
-                max_results=calibration.HEAD,
+                max_results=calibration_features.HEAD,
                 min_score=0.0,
                 collect_calibration=lambda inp, cands, chunk, seen=seen: seen.append(
                     (inp, [Span(chunk[c.id].path, chunk[c.id].start_line, chunk[c.id].end_line) for c in cands])
@@ -292,23 +292,24 @@ KIND_WEIGHT = {
 }
 
 
-def fit(rows: list[dict[str, Any]], l2: float, prior: float, meta: dict | None = None) -> calibration.Calibrator:
+def fit(rows: list[dict[str, Any]], l2: float, prior: float, meta: dict | None = None) -> calibration_model.Calibrator:
     """The question model on answerable kinds (answerable when a hit of the head is relevant) and on the
     questions about something absent, each weighted by its kind (`KIND_WEIGHT`) and so that a share `prior` of
     what it sees is answerable (the share of questions an agent asks that its memory answers: it sets where
     the default floor falls); the hit model on the hits of answerable questions."""
     asked = [r for r in rows if r["q"]["kind"] in ANSWERABLE or about_absent(r)]
-    qx = np.vstack([calibration.features(r["inputs"])[:1, : len(calibration.QUESTION_FEATURES)] for r in asked])
+    questions = len(calibration_features.QUESTION_FEATURES)
+    qx = np.vstack([calibration_features.features(r["inputs"])[:1, :questions] for r in asked])
     qy = np.array([float(r["y"].max()) for r in asked])
     kind = np.array([KIND_WEIGHT.get(r["q"]["kind"], 1.0) for r in asked])
     pos, neg = max(float(kind[qy > 0].sum()), 1e-9), max(float(kind[qy == 0].sum()), 1e-9)
     weight = kind * np.where(qy > 0, prior * len(qy) / pos, (1 - prior) * len(qy) / neg)
     answered = [r for r in rows if r["q"]["kind"] in ANSWERABLE and r["y"].max() > 0]
-    hx = np.vstack([calibration.features(r["inputs"]) for r in answered])
+    hx = np.vstack([calibration_features.features(r["inputs"]) for r in answered])
     hy = np.concatenate([r["y"] for r in answered])
-    return calibration.Calibrator(
-        calibration.fit(qx, qy, calibration.QUESTION_FEATURES, l2=l2, weight=weight),
-        calibration.fit(hx, hy, calibration.FEATURES, l2=l2),
+    return calibration_model.Calibrator(
+        calibration_model.fit(qx, qy, calibration_features.QUESTION_FEATURES, l2=l2, weight=weight),
+        calibration_model.fit(hx, hy, calibration_features.FEATURES, l2=l2),
         meta or {},
     )
 
@@ -387,7 +388,7 @@ def main() -> None:
         help="a kind's weight in the question model for this run, over KIND_WEIGHT (repeatable; own=2)",
     )
     ap.add_argument("--cv-only", action="store_true")
-    ap.add_argument("--out", type=Path, default=calibration.DEFAULT_MODEL)
+    ap.add_argument("--out", type=Path, default=calibration_model.DEFAULT_MODEL)
     args = ap.parse_args()
     KIND_WEIGHT.update(args.weight)
     rows = collect(args.shared, args.cache, args.small)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import calibration, dates, ranking, rerankers, threads, timefilter
+from . import calibration_features, dates, ranking, rerankers, threads, timefilter
 from .config_schema import MODES
 from .config_types import Config
 from .embedders import Embedder
@@ -212,7 +212,7 @@ def search(
             degraded_by.append("rerank")
     with clock.stage("shaping"):
         # MMR last (SPEC puts it before the rerank): a reranker scores near-duplicates alike and would undo it.
-        reach = max(limit, calibration.HEAD)  # what calibration reads does not depend on maxResults
+        reach = max(limit, calibration_features.HEAD)  # what calibration reads does not depend on maxResults
         if s.mmrEnabled:
             cands = ranking.mmr_order(cands, {c.id: rows[c.id].text for c in cands}, s.mmrLambda, reach)
         if period:  # before calibration, which then estimates relevance along this order

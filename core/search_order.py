@@ -11,7 +11,7 @@ from datetime import date
 
 import numpy as np
 
-from . import calibration, dates, learned, ranker_features, ranking, rerankers
+from . import calibration, calibration_features, calibration_model, dates, learned, ranker_features, ranking, rerankers
 from .config_types import Config
 from .embedders import Embedder
 from .rerankers import shortlist
@@ -22,7 +22,7 @@ from .store_search import ChunkRow
 #: Receives every candidate the learned ranker scored, their chunks and feature rows (`memsift train-ranker`).
 Collector = Callable[[list[ranking.Candidate], dict[int, ChunkRow], np.ndarray], None]
 #: Receives what calibration read and the ordered candidates it scored (bench/train_calibration.py).
-CalibrationCollector = Callable[[calibration.Inputs, list[ranking.Candidate], dict[int, ChunkRow]], None]
+CalibrationCollector = Callable[[calibration_features.Inputs, list[ranking.Candidate], dict[int, ChunkRow]], None]
 
 
 def calibrate(
@@ -39,13 +39,13 @@ def calibrate(
     the scores never increase down the order, so the floor keeps a prefix of it. Returns the hits kept and,
     when the floor kept none, why the search abstains. `asked`: the hits a question that only names a period
     asks for by their date (`period_first` put them first), scored at least `ASKED_SCORE`."""
-    inputs = calibration.inputs(store, query, ordered, rows, maxsim)
+    inputs = calibration_features.inputs(store, query, ordered, rows, maxsim)
     if collect is not None:
         collect(inputs, ordered, rows)
     # The model's probabilities, before temporal decay (which orders, never drops); none when the fused order
     # or the blend stood.
     ranker = [c.probability for c in ordered] if ordered[0].probability is not None else None
-    for c, p in zip(ordered, calibration.scores(calibration.default_model(), inputs, ranker)):
+    for c, p in zip(ordered, calibration.scores(calibration_model.default_model(), inputs, ranker)):
         c.ranker, c.score = c.score, max(p, ASKED_SCORE) if c.id in asked else p
     kept = [c for c in ordered if c.score >= floor]
     if kept:

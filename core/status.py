@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from . import calibration, learned
+from . import calibration_model, learned
 from .config_types import Config, RerankConfig
 from .embedders import Embedder
 from .identity import change_cause, identity_changes, identity_key, identity_matches, index_identity
@@ -144,7 +144,7 @@ def _rerank_status(config: Config, store: Store, embedder: Embedder | None) -> d
         "ranker": _ranker_identity(r.rankerModel) if method == "learned" else None,
         "tokenBits": store.tokens_count(capture.fingerprint) if capture else None,
         # what hybrid scores are calibrated with: part of what a score means, as the ranker is
-        "calibration": calibration.default_model().fingerprint,
+        "calibration": calibration_model.default_model().fingerprint,
     }
 
 

@@ -18,7 +18,8 @@ from litestar.testing import TestClient
 from api.app import create_app
 from api.cli import main
 from api.mcp import MemoryTools
-from core import calibration, load_config
+from core import calibration, calibration_features, calibration_model, calibration_words, load_config
+from core.calibration_words import identifiers
 from core.memory import MemoryIndex
 from tests.sample import NOTES
 
@@ -157,8 +158,8 @@ def test_notes_the_ranker_rates_far_below_the_answer_fall_under_the_floor(index,
 def test_only_hits_far_below_the_first_by_the_ranker_are_outranked() -> None:
     assert list(calibration.outranked([0.8, 0.01, 0.0007, 1e-5])) == [False, False, True, True]
     inp = _asked("Would Caroline enjoy Dr. Seuss books?", 1000)  # three hits
-    plain = calibration.scores(calibration.default_model(), inp)
-    ranked = calibration.scores(calibration.default_model(), inp, [0.8, 0.01, 1e-5])
+    plain = calibration.scores(calibration_model.default_model(), inp)
+    ranked = calibration.scores(calibration_model.default_model(), inp, [0.8, 0.01, 1e-5])
     assert ranked[:2] == plain[:2]  # the first hit, and so abstention, never moves
     assert ranked[2] < plain[2] and ranked[2] <= calibration.ABSENT_IDENTIFIER * plain[0]
 
@@ -180,7 +181,7 @@ def test_without_the_ranker_notes_found_by_a_distant_meaning_alone_fall_under_th
 
 
 def test_only_meaning_only_hits_below_the_first_under_the_cosine_are_far() -> None:
-    inp = calibration.Inputs(
+    inp = calibration_features.Inputs(
         query="zeppelin museum",
         terms=("zeppelin", "museum"),
         df=(0, 0),
@@ -195,7 +196,7 @@ def test_only_meaning_only_hits_below_the_first_under_the_cosine_are_far() -> No
 def test_a_holder_below_a_note_without_the_identifier_keeps_its_lift() -> None:
     """Only the hits past the last one (of the head) holding the identifier are lowered: a floor keeps a
     prefix of the order, so lowering a hit above a holder would cut the holder too."""
-    inp = calibration.Inputs(
+    inp = calibration_features.Inputs(
         query="what broke ERR_SSL_PROTOCOL",
         terms=("broke", "err_ssl_protocol"),
         df=(1, 2),
@@ -209,14 +210,14 @@ def test_a_holder_below_a_note_without_the_identifier_keeps_its_lift() -> None:
 
 
 def test_identifier_shapes() -> None:
-    assert calibration.identifiers("Why did PR #42 get reverted?") == {"42"}
-    assert calibration.identifiers("orders(customer_id) and ERR_CERT_EXPIRED") == {"customer_id", "err_cert_expired"}
-    assert calibration.identifiers("s3fs on macOS, getUserName") == {"s3fs", "macos", "getusername"}
-    assert calibration.identifiers("JIRA-4412 and INC-2291, CVE-2024-3094") == {"4412", "2291", "2024", "3094"}
-    assert calibration.identifiers("the top-10 list, covid-19 and 2026-12-01") == set()  # no upper-case key
-    assert calibration.identifiers("save it as UTF-8, COVID-19 and MP-3, A-100") == set()  # no ticket number
+    assert identifiers("Why did PR #42 get reverted?") == {"42"}
+    assert identifiers("orders(customer_id) and ERR_CERT_EXPIRED") == {"customer_id", "err_cert_expired"}
+    assert identifiers("s3fs on macOS, getUserName") == {"s3fs", "macos", "getusername"}
+    assert identifiers("JIRA-4412 and INC-2291, CVE-2024-3094") == {"4412", "2291", "2024", "3094"}
+    assert identifiers("the top-10 list, covid-19 and 2026-12-01") == set()  # no upper-case key
+    assert identifiers("save it as UTF-8, COVID-19 and MP-3, A-100") == set()  # no ticket number
     # quantities, dates, plain numbers, names and a leading or trailing underscore are not identifiers
-    assert calibration.identifiers("Met Caroline at 10am on Aug 15th, 2023; ran 5k; __init__ took 42 ms") == set()
+    assert identifiers("Met Caroline at 10am on Aug 15th, 2023; ran 5k; __init__ took 42 ms") == set()
 
 
 TICKETS = {
@@ -239,10 +240,10 @@ def test_a_ticket_id_is_an_identifier(workspace) -> None:
         assert len(index.search("JIRA-9999", min_score=0).results) == 3  # the floor removed them
 
 
-def _inputs(chunks: int, maxsim: tuple[float | None, ...] = (0.3, 0.5)) -> calibration.Inputs:
+def _inputs(chunks: int, maxsim: tuple[float | None, ...] = (0.3, 0.5)) -> calibration_features.Inputs:
     """One question, "why did PR 17 break the ledger deploy": "pr" and "17" found nowhere, "break" nowhere
     (a paraphrase of "failed"), "ledger" and "deploy" in one chunk each."""
-    return calibration.Inputs(
+    return calibration_features.Inputs(
         query="why did PR 17 break the ledger deploy",
         terms=("pr", "17", "break", "ledger", "deploy"),
         df=(0, 0, 0, 1, 1),
@@ -255,18 +256,18 @@ def _inputs(chunks: int, maxsim: tuple[float | None, ...] = (0.3, 0.5)) -> calib
 
 
 def test_size_weight_is_zero_for_small_workspaces_and_one_for_large() -> None:
-    assert [calibration.size_weight(n) for n in (0, 4, 20, 500, 5000)] == [0.0, 0.0, 0.0, 1.0, 1.0]
-    assert calibration.size_weight(100) == pytest.approx(0.5)  # the middle of 20..500 on a log scale
-    assert 0.0 < calibration.size_weight(21) < calibration.size_weight(499) < 1.0
+    assert [calibration_features.size_weight(n) for n in (0, 4, 20, 500, 5000)] == [0.0, 0.0, 0.0, 1.0, 1.0]
+    assert calibration_features.size_weight(100) == pytest.approx(0.5)  # the middle of 20..500 on a log scale
+    assert 0.0 < calibration_features.size_weight(21) < calibration_features.size_weight(499) < 1.0
 
 
 def test_corpus_statistics_are_gated_by_size_and_missing_names_are_not() -> None:
-    names = calibration.QUESTION_FEATURES
-    tiny = dict(zip(names, calibration.features(_inputs(4))[0]))
-    large = dict(zip(names, calibration.features(_inputs(1000))[0]))
-    middle = dict(zip(names, calibration.features(_inputs(100))[0]))
+    names = calibration_features.QUESTION_FEATURES
+    tiny = dict(zip(names, calibration_features.features(_inputs(4))[0]))
+    large = dict(zip(names, calibration_features.features(_inputs(1000))[0]))
+    middle = dict(zip(names, calibration_features.features(_inputs(100))[0]))
     assert large["q_cover"] == pytest.approx(2 / 5) and large["q_missing"] == 3 and large["q_top_vector"] == 0.4
-    for name in calibration.GATED:
+    for name in calibration_features.GATED:
         assert tiny[name] == 0.0 and large[name] > middle[name] > 0.0
     for name in ("q_cover", "q_missing", "q_top_vector", "q_top3_vector", "q_top_text"):  # no idf: size alone
         assert middle[name] == pytest.approx(large[name] / 2)
@@ -282,10 +283,10 @@ def test_corpus_statistics_are_gated_by_size_and_missing_names_are_not() -> None
     )
 
 
-def _asked(query: str, chunks: int) -> calibration.Inputs:
+def _asked(query: str, chunks: int) -> calibration_features.Inputs:
     """A question about Caroline and Dr. Seuss over a memory that knows Caroline and her reading, not the
     author: "dr" and "seuss" found nowhere."""
-    return calibration.Inputs(
+    return calibration_features.Inputs(
         query=query,
         terms=("caroline", "enjoy", "dr", "seuss", "books"),
         df=(40, 3, 0, 0, 12),
@@ -309,9 +310,9 @@ def _asked(query: str, chunks: int) -> calibration.Inputs:
     ],
 )
 def test_a_question_asking_for_an_inference_is_marked_in_a_large_workspace_only(query: str, inference: bool) -> None:
-    names = calibration.QUESTION_FEATURES
-    large = dict(zip(names, calibration.features(_asked(query, 1000))[0]))
-    tiny = dict(zip(names, calibration.features(_asked(query, 4))[0]))
+    names = calibration_features.QUESTION_FEATURES
+    large = dict(zip(names, calibration_features.features(_asked(query, 1000))[0]))
+    tiny = dict(zip(names, calibration_features.features(_asked(query, 4))[0]))
     assert large["q_inference"] == float(inference)
     assert large["q_inference_marked_missing"] == (2.0 if inference else 0.0)  # "Dr" and "Seuss"
     assert tiny["q_inference"] == tiny["q_inference_marked_missing"] == 0.0
@@ -321,7 +322,7 @@ def test_a_question_asking_for_an_inference_is_marked_in_a_large_workspace_only(
 def test_the_shipped_model_reads_names_missing_from_an_inference_question_as_no_absence() -> None:
     """locomo-dev's "Would Caroline enjoy Dr. Seuss books?": the notes hold her reading, not the author; the
     estimate of an answer is higher than for the same question asking for a fact, in a large memory only."""
-    model = calibration.default_model()
+    model = calibration_model.default_model()
     would = calibration.scores(model, _asked("Would Caroline enjoy Dr. Seuss books?", 1000))[0]
     did = calibration.scores(model, _asked("Did Caroline enjoy Dr. Seuss books?", 1000))[0]
     assert would > did
@@ -332,28 +333,28 @@ def test_the_shipped_model_reads_names_missing_from_an_inference_question_as_no_
 def test_a_small_workspace_has_weights_of_its_own() -> None:
     """Each feature of `MIRRORED` is repeated as `q_small_<name>`, times 1 - size_weight: all of it in a tiny
     workspace, half at 100 chunks, none in a large one, so the model weighs a few notes' matches apart."""
-    names = calibration.QUESTION_FEATURES
-    rows = {n: dict(zip(names, calibration.features(_inputs(n))[0])) for n in (4, 100, 1000)}
-    assert {"q_top_maxsim", "q_top_vector", "q_marked_missing"} <= set(calibration.MIRRORED)
-    for name in calibration.MIRRORED:
+    names = calibration_features.QUESTION_FEATURES
+    rows = {n: dict(zip(names, calibration_features.features(_inputs(n))[0])) for n in (4, 100, 1000)}
+    assert {"q_top_maxsim", "q_top_vector", "q_marked_missing"} <= set(calibration_features.MIRRORED)
+    for name in calibration_features.MIRRORED:
         small = "q_small_" + name[2:]
         assert rows[1000][small] == 0.0
-        if name in calibration.GATED:  # at 100 chunks, half the raw value each
+        if name in calibration_features.GATED:  # at 100 chunks, half the raw value each
             assert rows[100][small] == pytest.approx(rows[100][name])
         else:
             assert rows[4][small] == rows[4][name] and rows[100][small] == pytest.approx(rows[100][name] / 2)
     assert rows[4]["q_small_top_vector"] == rows[1000]["q_top_vector"] == 0.4
     # the best MaxSim of the head, not the first hit's
     assert rows[4]["q_small_top_maxsim"] == rows[1000]["q_top_maxsim"] == 0.5
-    assert dict(zip(names, calibration.features(_inputs(4, (None, 0.2)))[0]))["q_small_top_maxsim"] == 0.2
+    assert dict(zip(names, calibration_features.features(_inputs(4, (None, 0.2)))[0]))["q_small_top_maxsim"] == 0.2
 
 
 def test_a_search_without_maxsim_reads_its_features_as_unknown() -> None:
     """No MaxSim (another reranker, or none): the MaxSim features are NaN, which the model reads as its
     training mean, so they neither raise nor lower the estimate."""
-    model = calibration.default_model().question
-    names = calibration.QUESTION_FEATURES
-    without = calibration.features(_inputs(4, (None, None)))[:1, : len(names)]
+    model = calibration_model.default_model().question
+    names = calibration_features.QUESTION_FEATURES
+    without = calibration_features.features(_inputs(4, (None, None)))[:1, : len(names)]
     assert all(np.isnan(without[0, names.index(n)]) == (n in MAXSIM) for n in names)
     at_mean = without.copy()
     for n in MAXSIM:
@@ -444,25 +445,25 @@ def test_mcp_answers_abstained(ws: Path) -> None:
 
 
 def test_the_shipped_model_loads_and_a_foreign_one_is_refused(tmp_path: Path) -> None:
-    model = calibration.default_model()
-    assert model.question.features == calibration.QUESTION_FEATURES
-    assert model.hit.weights.shape == (len(calibration.FEATURES),)
+    model = calibration_model.default_model()
+    assert model.question.features == calibration_features.QUESTION_FEATURES
+    assert model.hit.weights.shape == (len(calibration_features.FEATURES),)
     doc = json.loads(model.to_json())
     doc["question"]["features"] = ["q_cover"]
     wrong = tmp_path / "old.json"
     wrong.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="retrain it"):
-        calibration.load_model(wrong)
+        calibration_model.load_model(wrong)
     wrong.write_text("{")
     with pytest.raises(ValueError, match="cannot be read"):
-        calibration.load_model(wrong)
+        calibration_model.load_model(wrong)
 
 
 def test_fit_learns_a_separable_signal() -> None:
     rng = np.random.default_rng(18)
-    x = rng.normal(size=(400, len(calibration.FEATURES)))
+    x = rng.normal(size=(400, len(calibration_features.FEATURES)))
     y = (x[:, 4] > 0).astype(float)  # q_top_vector decides
-    model = calibration.fit(x, y, calibration.FEATURES, l2=1.0)
+    model = calibration_model.fit(x, y, calibration_features.FEATURES, l2=1.0)
     p = model.predict(x)
     assert ((p > 0.5) == (y == 1)).mean() > 0.97
     assert np.argmax(np.abs(model.weights)) == 4
@@ -472,14 +473,14 @@ def test_row_weights_set_the_prior() -> None:
     """With nothing to tell the rows apart, the fit's estimate is the weighted share of positives."""
     x = np.zeros((100, 1))
     y = (np.arange(100) < 20).astype(float)
-    plain = calibration.fit(x, y, ("q_cover",)).predict(x[:1])[0]
+    plain = calibration_model.fit(x, y, ("q_cover",)).predict(x[:1])[0]
     weight = np.where(y > 0, 0.85 / 0.2, 0.15 / 0.8)
-    weighted = calibration.fit(x, y, ("q_cover",), weight=weight).predict(x[:1])[0]
+    weighted = calibration_model.fit(x, y, ("q_cover",), weight=weight).predict(x[:1])[0]
     assert plain == pytest.approx(0.2, abs=1e-3) and weighted == pytest.approx(0.85, abs=1e-3)
 
 
 def test_words_held_are_the_texts_word_tokens() -> None:
-    """`_words_in` scans for the terms alone; it must answer what splitting the text into `\\w+` words answers,
+    """`words_in` scans for the terms alone; it must answer what splitting the text into `\\w+` words answers,
     at word edges (`_`, digits, punctuation, a prefix of a longer word) and outside ASCII."""
     terms = ("i̇stanbul", "run", "foo", "foo_bar", "café", "東京", "r2d2", "x", "_x_", "a", "b", "runn", "ssl")
     texts = [
@@ -489,15 +490,15 @@ def test_words_held_are_the_texts_word_tokens() -> None:
     ]
     for text in texts:
         low = text.lower()
-        assert calibration._words_in(terms, low) == set(terms) & set(re.findall(r"\w+", low))
-    assert calibration._words_in(terms, texts[1].lower()) == {"run", "ssl"}
-    assert calibration._words_in((), "run") == set()
+        assert calibration_words.words_in(terms, low) == set(terms) & set(re.findall(r"\w+", low))
+    assert calibration_words.words_in(terms, texts[1].lower()) == {"run", "ssl"}
+    assert calibration_words.words_in((), "run") == set()
     rng = random.Random(3)  # and short random texts of word and other characters, a combining mark among them
     alphabet = list("ab_1 .-éİ東") + ["\u0307"]
     for _ in range(3000):
         low = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16))).lower()
         some = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3))).lower() for _ in range(4)}
-        assert calibration._words_in(some, low) == some & set(re.findall(r"\w+", low)), (low, some)
+        assert calibration_words.words_in(some, low) == some & set(re.findall(r"\w+", low)), (low, some)
 
 
 @pytest.mark.parametrize("query", ["the", "The", "and?", "the the"])

@@ -23,7 +23,7 @@ from sample import NOTES
 
 from api.arguments import parser
 from api.cli import main
-from core import MemoryIndex, SearchError, calibration, load_config
+from core import MemoryIndex, SearchError, calibration_model, load_config
 from core.config_home import db_path
 from core.learned import model_for
 from core.query import FTS_TEXT_VERSION
@@ -378,7 +378,7 @@ def test_status_json(capsys, ws: Path, memsift_home: Path) -> None:
     assert doc["rerank"] | {"weight": None} == {
         "enabled": "auto", "active": True, "provider": "local", "model": "maxsim", "endpoint": None,
         "candidates": 30, "weight": None, "method": "learned", "ranker": model_for(None).fingerprint, "tokenBits": 3,
-        "calibration": calibration.default_model().fingerprint,
+        "calibration": calibration_model.default_model().fingerprint,
     }  # fmt: skip
     synced = datetime.fromisoformat(doc["lastSync"])
     assert abs((datetime.now(UTC) - synced).total_seconds()) < 120
@@ -871,9 +871,9 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(workspace, memsift_hom
 # interrupt's place (seen under `memsift up`'s server on a loaded machine); this command does the same.
 _CUT_BY_A_SIGNAL = """
 import os, signal, sys
-from api import cli
-def cut(args):
-    with cli._interruptible():
+from api import cli, cli_signals
+def cut(command):
+    with cli_signals.interruptible():
         try:
             os.kill(os.getpid(), signal.SIGINT)
         except KeyboardInterrupt:
@@ -886,9 +886,9 @@ sys.exit(cli.main(["index"]))
 # A broad `except Exception` that swallows the interrupt (an import it cut short raises ImportError in its place).
 _SWALLOWED = """
 import os, signal, sys
-from api import cli
-def swallowed(args):
-    with cli._interruptible():
+from api import cli, cli_signals
+def swallowed(command):
+    with cli_signals.interruptible():
         try:
             try:
                 os.kill(os.getpid(), signal.SIGINT)
@@ -927,10 +927,11 @@ def test_version_prints_the_installed_version(capsys) -> None:
 
 
 def test_version_json_prints_a_json_document(capsys) -> None:
-    """`memsift --version --json` printed the plain line: a program reading JSON could not parse it."""
+    """`memsift --version --json` printed the plain line: a program reading JSON could not parse it. So did
+    `--version --js`, an abbreviation every command takes for `--json`."""
     from importlib.metadata import version
 
-    for argv in (["--version", "--json"], ["--json", "--version"]):
+    for argv in (["--version", "--json"], ["--json", "--version"], ["--version", "--js"], ["--js", "--version"]):
         code, out, err = run(capsys, *argv)
         assert (code, json.loads(out), err) == (0, {"version": version("memsift")}, ""), argv
 

@@ -17,8 +17,8 @@ import pytest
 from conftest import wait_for
 
 from api.agents import Agents
+from api.cli_servers import agent_configs
 from api.config_reload import ConfigFollower, changed_keys
-from api.up import agent_configs
 from tests.test_api_server import MEMSIFT, free_port
 from tests.test_api_server import wait_for as wait_for_status
 

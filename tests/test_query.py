@@ -272,14 +272,14 @@ def test_memsift_search_of_a_short_sha_answers_with_its_note(workspace, make_con
 def test_the_calibrated_score_counts_a_short_sha_as_held_by_the_note_it_begins():
     """`hit_cover` (the share of the question's terms a hit holds) read the short SHA as absent from the note
     the keyword leg found by it; a word is still held whole only (`defaced` is not held by `defacedly`)."""
-    from core import calibration
+    from core import calibration_features
 
-    cover = calibration.FEATURES.index("hit_cover")
+    cover = calibration_features.FEATURES.index("hit_cover")
 
     def hit_cover(query: str, text: str) -> float:
         terms = tuple(query_terms(query))
-        inputs = calibration.Inputs(query, terms, (1,) * len(terms), 100, (0.5,), (5.0,), (text,))
-        return float(calibration.features(inputs)[0][cover])
+        inputs = calibration_features.Inputs(query, terms, (1,) * len(terms), 100, (0.5,), (5.0,), (text,))
+        return float(calibration_features.features(inputs)[0][cover])
 
     assert hit_cover(SHA[:7], SHA_NOTE) == hit_cover(SHA, SHA_NOTE) == 1.0
     assert hit_cover("9f3c2a2", SHA_NOTE) == 0.0
