@@ -44,11 +44,13 @@ def run_up(
     agent: str = "main",
     ready: Callable[[dict[str, str]], None] | None = None,
 ) -> int:
-    """Run until Ctrl-C (then 130, as a shell expects of an interrupted command) or SIGTERM (0: a service
-    manager's stop is a clean one), ending with one line that says so. Errors (ConfigError, ServerError) propagate
-    after everything started so far has been stopped. With `load` (`configs` read again), `up` follows its
-    configuration file and SIGHUP (api.config_reload, api.up_reload). `agent` (`memsift --agent ID up`)
-    answers the REST requests that name no agent. `ready` (`--json`) is given the addresses once all runs."""
+    """Run until Ctrl-C or SIGTERM, ending with one line that says which. Once serving, either is a clean
+    stop (0, as `serve` and `mcp`: a stop is how a server ends, and SPEC's codes are 0, 1 and 2); a Ctrl-C
+    while it still starts is 130, as for any command stopped before it is done. Errors (ConfigError,
+    ServerError) propagate after everything started so far has been stopped. With `load` (`configs` read
+    again), `up` follows its configuration file and SIGHUP (api.config_reload, api.up_reload). `agent`
+    (`memsift --agent ID up`) answers the REST requests that name no agent. `ready` (`--json`) is given the
+    addresses once all runs."""
     if agent not in configs:  # before anything starts, as `memsift --agent ID serve` refuses it
         raise ConfigError(f"--agent: unknown agent {agent!r} (known: {', '.join(configs)})")
     main = configs["main"]
@@ -69,7 +71,7 @@ def run_up(
             sock = rest_socket(main)  # bound now: a port in use is one line before a Prefect server starts
             stack.callback(sock.close)
             ui = prefect_server(stack, prefect_port, main.home, stopped.servers, _say)
-            _serve(configs, stack, ui, load, sock, agent, ready, stopped.runs)
+            _serve(configs, stack, ui, load, sock, agent, ready, stopped)
     except Terminated:
         pass
     except KeyboardInterrupt:
@@ -78,16 +80,17 @@ def run_up(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _say(stopped.line(stopped_by))
-    return 128 + signal.SIGINT if stopped_by == signal.SIGINT else 0
+    return 128 + signal.SIGINT if stopped_by == signal.SIGINT and not stopped.serving else 0
 
 
 @dataclass
 class Stopped:
     """What `up` stopped on its way out, for its last line: the Prefect server it started (its pid), the runs in
-    progress it cancelled (their names)."""
+    progress it cancelled (their names); and whether it was serving yet, for its exit code."""
 
     servers: list[int] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
+    serving: bool = False
 
     def line(self, signum: signal.Signals) -> str:
         server = "".join(f", with its Prefect server (pid {pid})" for pid in self.servers)
@@ -134,7 +137,7 @@ def _serve(
     sock: socket.socket,
     agent: str,
     ready: Callable[[dict[str, str]], None] | None,
-    cancelled: list[str],
+    stopped: Stopped,
 ) -> None:
     from prefect.exceptions import TerminationSignal
     from prefect.runner import Runner
@@ -203,12 +206,13 @@ def _serve(
     api_url = os.environ["PREFECT_API_URL"]
     _say(f"a sync now: PREFECT_API_URL={api_url} prefect deployment run '{sync_deployment_name('main')}'")
     _say("Ctrl-C stops everything")
+    stopped.serving = True
     try:
         asyncio.run(runner.start())
     except TerminationSignal:
         pass
     finally:  # the Runner has killed the processes of the runs in progress, and reported on none of them
-        cancelled.extend(cancel(unfinished))
+        stopped.runs.extend(cancel(unfinished))
 
 
 def _report_runs(why: str, start: Callable[..., list[Any]], ui: str, kind: str = "sync") -> Callable[..., None]:

@@ -317,7 +317,7 @@ def test_up_indexes_watches_and_stops_everything_on_ctrl_c(tmp_path: Path, works
         assert manual and manual[0].state.is_completed()
         tree = descendants(up.process.pid)
         assert server_pid in tree
-        assert up.stop(signal.SIGINT) == 130, up.output
+        assert up.stop(signal.SIGINT) == 0, up.output
     assert up.output.endswith(f"memsift up: stopped by SIGINT, with its Prefect server (pid {server_pid})\n")
     assert alive(tree) == set(), up.output
     assert not (memsift_home / "prefect-api-url").exists()  # the advertisement goes with the server
@@ -377,7 +377,7 @@ def test_a_second_up_on_a_prefect_home_in_use_leaves_the_first_ones_server_alone
         os.write(fd, b"4242")
         with Up(["--workspace", str(workspace(NOTES)), "up"], env, tmp_path / "up.log") as up:
             wait_for(lambda: "REST API: " in up.output, 120, "the second up to serve")
-            assert up.stop(signal.SIGINT) == 130, up.output
+            assert up.stop(signal.SIGINT) == 0, up.output
     finally:
         os.close(fd)
         first.kill()
@@ -487,7 +487,7 @@ def test_up_after_a_killed_up_stops_the_server_it_left(
             left.add(new)
             assert _servers_on(port) == {new}
             assert up.api_url == f"http://127.0.0.1:{port}/api"
-            assert up.stop(signal.SIGINT) == 130, up.output
+            assert up.stop(signal.SIGINT) == 0, up.output
         assert up.output.endswith(f"memsift up: stopped by SIGINT, with its Prefect server (pid {new})\n")
         assert not _running(new) and not record(memsift_home / "prefect").exists()
     finally:
@@ -595,7 +595,7 @@ def test_up_follows_its_configuration(
 
         wait_for(lambda: not flow_run_processes(up.process.pid), 30, "the flow runs' processes to exit")
         tree = descendants(up.process.pid)
-        assert up.stop(signal.SIGINT) == 130, up.output
+        assert up.stop(signal.SIGINT) == 0, up.output
     assert alive(tree) == set(), up.output
     assert up.output.count("not valid TOML") == 1
     assert "agent main: the index identity changed (chunking); rebuild started" in up.output
@@ -664,14 +664,14 @@ def test_a_restarted_up_marks_the_runs_of_a_killed_up_crashed(
             for r in marked:
                 assert r.state.is_crashed() and f"its process (pid {pid}) ended while it ran" in r.state.message, r
                 assert f"marked the orphaned run {r.name} Crashed: its process (pid {pid})" in up.output
-            assert up.stop() == 130, up.output
+            assert up.stop() == 0, up.output
 
 
-def test_ctrl_c_during_a_run_ends_up_with_one_line_and_130(
+def test_ctrl_c_during_a_run_ends_up_with_one_line_and_0(
     tmp_path: Path, workspace, memsift_home: Path, migrated_prefect: Callable[[Path], Path]
 ) -> None:
     """Ctrl-C in `up`'s terminal (SIGINT to its whole process group) while a flow run's process waits on the
-    provider: `up` stops it all, marks the run Cancelled, and ends with one line, exit 130. The run's process
+    provider: `up` stops it all, marks the run Cancelled, and ends with one line, exit 0. The run's process
     used to be in that group: it took the SIGINT itself and printed a KeyboardInterrupt traceback under `up`'s
     last line."""
     with _two_ups_on_one_server(tmp_path, workspace, memsift_home, migrated_prefect) as (args, env, api, provider, _):
@@ -683,7 +683,7 @@ def test_ctrl_c_during_a_run_ends_up_with_one_line_and_130(
                 (pid,) = flow_run_processes(up.process.pid)
                 assert os.getpgid(pid) != up.process.pid  # out of the terminal's reach: only up takes the SIGINT
                 os.killpg(up.process.pid, signal.SIGINT)
-                assert wait_or_dump(up.process, 120, up.log) == 130, up.output
+                assert wait_or_dump(up.process, 120, up.log) == 0, up.output
                 # the run and its rebuild subflow, Running for good before (until the next up marked them)
                 subflows = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]))
                 ended = [c.read_flow_run(run.id), *c.read_flow_runs(flow_run_filter=subflows)]
@@ -717,7 +717,7 @@ def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
                 subflows = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]))
                 (orphan,) = c.read_flow_runs(flow_run_filter=subflows)
                 assert orphan.name.startswith("rebuild-main-") and orphan.state.is_running()
-            assert up.stop() == 130, up.output
+            assert up.stop() == 0, up.output
         with Up(args, env, tmp_path / "up2.log") as up:
             wait_for(lambda: "REST API: " in up.output or up.process.poll() is not None, 120, "up to start again")
             assert up.process.poll() is None, up.output
@@ -725,4 +725,4 @@ def test_a_restarted_up_marks_the_rebuild_subflow_of_a_killed_run_crashed(
                 marked = c.read_flow_run(orphan.id)
             assert marked.state.is_crashed() and f"its parent run {crashed.name} ended Crashed" in marked.state.message
             assert f"marked the orphaned run {orphan.name} Crashed" in up.output
-            assert up.stop() == 130, up.output
+            assert up.stop() == 0, up.output
