@@ -23,6 +23,7 @@ import pytest
 from index_checks import chunks_without_vectors, integrity
 
 from api.cli import main
+from core.config import load_config
 from core.config_home import db_path
 from core.indexer import UNFINISHED
 from core.query import FTS_TEXT_VERSION
@@ -367,3 +368,82 @@ def test_a_shared_cache_of_without_rowid_tables_moves_into_rowid_ones_and_shrink
     assert path.stat().st_size < before * 0.75
     with SharedCache(path) as cache:  # once only: the second open finds the new tables
         assert cache.count() == 600
+
+
+def stale(cache: SharedCache, count: int, dims: int, token_bytes: int, start: float = 1.0) -> list[str]:
+    """`count` entries of a model used before (no index uses them), last used at `start`, `start` + 1...,
+    each with its token bits: what a model switched away from, or old edits, leave behind."""
+    key = ("local", "old-model", "old")
+    hashes = [f"old{n:05d}" for n in range(count)]
+    rng = np.random.default_rng(count)
+    cache.put(key, {h: rng.standard_normal(dims).astype(np.float32) for h in hashes})
+    cache.tokens_put("maxsim-bits-lines:old", {h: rng.bytes(token_bytes) for h in hashes})
+    with cache.writing():
+        cache.conn.executemany(
+            "UPDATE embeddings SET used_at = ? WHERE hash = ?", [(start + n, h) for n, h in enumerate(hashes)]
+        )
+    return hashes
+
+
+def test_the_shared_cache_is_bounded_by_size_dropping_only_what_no_index_uses(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """`cache.maxMiB` (512 by default; before, nothing bounded the cache: 200 edits of one note left 876 entries for
+    346 chunks). Over it, a run drops the least recently used entries no index uses, with their token bits, down to
+    90% of it; the entries the indexes use stay, so a new agent holding the same notes embeds nothing."""
+    a = agent_workspace(workspace, provider, notes("a", 6), "a")
+    assert load_config(a / "memsift.toml", workspace=a, env={}).cache.maxMiB == 512
+    b = agent_workspace(workspace, provider, notes("b", 6), "b")
+    index(capsys, a, "a")
+    with SharedCache.open(memsift_home) as cache:
+        old = stale(cache, 300, 1536, 10_000)  # ~4.8 MiB of a model used before
+        assert cache.used_bytes() > 4 * 2**20
+    for ws in (a, b):
+        with (ws / "memsift.toml").open("a") as fh:
+            fh.write("[cache]\nmaxMiB = 2\n")
+    report = index(capsys, b, "b")
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.used_bytes() <= 0.9 * 2 * 2**20
+        kept = {h for (h,) in cache.conn.execute("SELECT hash FROM embeddings")}
+        tokens = {h for (h,) in cache.conn.execute("SELECT hash FROM tokens")}
+    dropped = [h for h in old if h not in kept]
+    assert report["cachePruned"] == len(dropped) > 150 and dropped == old[: len(dropped)]  # oldest first
+    assert tokens == {h for h in old if h in kept}
+    for agent, ws in (("a", a), ("b", b)):
+        with Store(db_path(memsift_home, agent, ws.resolve()), readonly=True) as store:
+            assert {h for (h,) in store.conn.execute("SELECT hash FROM chunks")} <= kept
+    assert index(capsys, b, "b")["cachePruned"] == 0  # under the bound: two PRAGMAs
+
+    provider.embedded.clear()
+    c = agent_workspace(workspace, provider, notes("a", 6), "c")
+    report = index(capsys, c, "c")
+    assert report["chunksEmbedded"] == len(embedded(provider)) == 0 and report["cacheHits"] == 6
+
+
+def test_a_bound_the_entries_in_use_exceed_is_not_passed_over_at_every_run(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """When the entries the indexes use alone keep the cache over `cache.maxMiB`, a pass can drop nothing, and it
+    reads every index's chunks: the size left is remembered and the next runs skip the pass until the cache grows
+    by a tenth of the bound past it. Then unused entries go again, and the ones in use stay."""
+    ws = agent_workspace(workspace, provider, notes("big", 60), "ws")
+    with (ws / "memsift.toml").open("a") as fh:
+        fh.write("dimensions = 4096\n[cache]\nmaxMiB = 1\n")  # 60 vectors of 16 KiB: over 1 MiB
+    report = index(capsys, ws)
+    assert report["chunksEmbedded"] == 60 and report["cachePruned"] == 0
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.used_bytes() > 2**20
+        floor = cache.conn.execute("SELECT value FROM state WHERE key = 'live_floor'").fetchone()[0]
+        few = stale(cache, 3, 16, 100)  # far less than a tenth of the bound
+    assert index(capsys, ws)["cachePruned"] == 0
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.count() == 63
+        more = stale(cache, 12, 4096, 0, start=100.0)[3:]  # the three above are replaced: 12 in all
+        assert cache.used_bytes() > floor + 0.1 * 2**20
+    assert index(capsys, ws)["cachePruned"] == 12
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.count() == 60 and not {h for (h,) in cache.conn.execute("SELECT hash FROM embeddings")} & {
+            *few,
+            *more,
+        }
+    assert index(capsys, ws)["chunksEmbedded"] == 0
