@@ -322,11 +322,68 @@ def test_an_index_of_schema_3_answers_then_is_rebuilt_into_rowid_caches_embeddin
     assert report["rebuilt"] is True and report["chunksEmbedded"] == 0 and report["cacheHits"] == 8
     assert embedded(provider) == [] and integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
     with Store(db, readonly=True) as store:
-        assert store.identity()["schema"] == SCHEMA_VERSION == 4
+        assert store.identity()["schema"] == SCHEMA_VERSION
         layouts = store.conn.execute("SELECT sql FROM sqlite_master WHERE name IN ('embedding_cache', 'token_cache')")
         assert [sql for (sql,) in layouts if "WITHOUT ROWID" in sql] == []
         assert store.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0] == 8
     assert index(capsys, ws)["chunksEmbedded"] == 0
+
+
+# An index's vec0 table as schema 4 wrote it: vec0's default chunks of 1,024 vectors.
+SCHEMA_4_VEC0 = """
+DROP TABLE chunks_vec;
+CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[384] distance_metric=cosine);
+INSERT INTO chunks_vec(rowid, embedding)
+    SELECT c.id, e.embedding FROM chunks c JOIN embedding_cache e ON e.hash = c.hash;
+UPDATE meta SET value = '4' WHERE key = 'schema_version';
+"""
+
+
+def vec0_bytes(db: Path) -> int:
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return conn.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'chunks_vec%'").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_an_index_of_schema_4_is_rebuilt_into_small_vec0_chunks_embedding_nothing(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """Schema 5 writes vec0 in chunks of 256 vectors: vec0 allocates a whole chunk at its first vector, so at its
+    default of 1,024 an index of 12 notes held 1.5 MiB of vec0 (a dev index of 90 chunks: 1.5 of its 2.35 MiB).
+    An index written by schema 4 answers as before, and its next sync rebuilds it from its own vectors: nothing
+    embedded, not even with the shared cache gone, the same hits, a smaller file."""
+    ws = agent_workspace(workspace, provider, notes("vec", 12), "ws")
+    with (ws / "memsift.toml").open("a") as fh:
+        fh.write("dimensions = 384\n")
+    index(capsys, ws)
+    db = db_path(memsift_home, "main", ws.resolve())
+    with Store(db) as store, store.transaction():
+        store.conn.execute(SCHEMA_4_VEC0)
+        store.set_identity({**store.identity(), "schema": 4})
+    old = vec0_bytes(db)
+    assert old > 1024 * 384 * 4
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cache_path(memsift_home)}{suffix}").unlink(missing_ok=True)
+
+    def hits() -> list:
+        capsys.readouterr()
+        assert main(["--workspace", str(ws), "search", "vec7 relay bay 7", "--json", "--min-score", "0"]) == 0
+        return [(h["path"], h["score"]) for h in json.loads(capsys.readouterr().out)["results"]]
+
+    before = hits()
+    assert before[0][0] == "memory/vec-007.md"
+    provider.embedded.clear()
+    report = index(capsys, ws)
+    assert report["rebuilt"] is True and report["chunksEmbedded"] == 0 and report["cacheHits"] == 12
+    assert embedded(provider) == [] and integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
+    with Store(db, readonly=True) as store:
+        assert store.identity()["schema"] == SCHEMA_VERSION == 5
+        (sql,) = store.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
+        assert "chunk_size=256" in sql
+    assert vec0_bytes(db) < old / 3
+    assert hits() == before
 
 
 def test_a_shared_cache_of_without_rowid_tables_moves_into_rowid_ones_and_shrinks(tmp_path: Path) -> None:
