@@ -411,6 +411,7 @@ def test_a_shared_cache_of_without_rowid_tables_moves_into_rowid_ones_and_shrink
         assert [(n, "WITHOUT ROWID" in sql) for n, sql in cache.conn.execute(tables)] == [
             ("embeddings", False),
             ("indexes", False),
+            ("state", False),
             ("throughput", False),
             ("tokens", False),
         ]
