@@ -143,6 +143,8 @@ SCHEMA: dict[str, tuple[Any, Parser]] = {
     # embedder costs nothing (the local model, or none), "always", or "never" (SPEC section 1).
     "sync.autoRebuild": ("local", choice("local", "always", "never")),
     "cache.maxEntries": (None, optional(number(int, 1))),
+    # The shared embedding cache's size after every run, in MiB of pages in use; 0: no bound (core.shared_cache).
+    "cache.maxMiB": (512, number(int, 0, 1_048_576)),
     "api.host": ("127.0.0.1", host),
     "api.port": (8000, number(int, 1, 65535)),
     "api.key": (None, optional(secret)),

@@ -111,6 +111,7 @@ class SyncConfig:
 @dataclass(frozen=True)
 class CacheConfig:
     maxEntries: int | None
+    maxMiB: int = 512  # the shared cache's bound in MiB (0: none); entries in use are never dropped
 
 
 @dataclass(frozen=True)

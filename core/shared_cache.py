@@ -15,6 +15,7 @@ Tables
   indexes     the index files that draw on this cache (path, last seen): what "in use" means when pruning;
               the cache never cares what an index file is called, a path that vanished is forgotten
   throughput  measured embedding speed per (provider, model, fingerprint), for `memsift index --dry-run`
+  state       `bound`'s memory: the size the entries in use alone kept the file at, and when
 
 Several agents may sync at once: WAL mode, every write a short BEGIN IMMEDIATE transaction (one writer at
 a time), and a bounded busy wait (`BUSY_TIMEOUT_MS`) before a write gives up with `apsw.BusyError`.
@@ -22,6 +23,7 @@ a time), and a bounded busy wait (`BUSY_TIMEOUT_MS`) before a write gives up wit
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -35,6 +37,10 @@ from .errors import StoreError
 from .store import Store
 
 BUSY_TIMEOUT_MS = 30_000
+#: A pass of `bound` drops entries down to this share of the bound.
+LOW_WATER = 0.9
+#: How long `bound` trusts a remembered floor of entries in use (see there).
+FLOOR_SECONDS = 24 * 3600
 SLICE = 500  # SQLite caps the number of bound parameters
 Key = tuple[str, str, str]  # (provider, model, fingerprint)
 
@@ -50,12 +56,15 @@ CREATE TABLE IF NOT EXISTS embeddings (
     UNIQUE (provider, model, fingerprint, hash)
 );
 CREATE INDEX IF NOT EXISTS embeddings_by_use ON embeddings(used_at);
+CREATE INDEX IF NOT EXISTS embeddings_by_hash ON embeddings(hash);
 CREATE TABLE IF NOT EXISTS tokens (
     fingerprint TEXT NOT NULL,
     hash TEXT NOT NULL,
     tokens BLOB NOT NULL,
     UNIQUE (fingerprint, hash)
 );
+-- an eviction's token bits by text alone (their reranker fingerprint aside): a scan read ~2 KB of page a row
+CREATE INDEX IF NOT EXISTS tokens_by_hash ON tokens(hash);
 CREATE TABLE IF NOT EXISTS indexes (path TEXT PRIMARY KEY, seen_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS throughput (
     provider TEXT NOT NULL,
@@ -68,6 +77,7 @@ CREATE TABLE IF NOT EXISTS throughput (
     measured_at REAL NOT NULL,
     PRIMARY KEY (provider, model, fingerprint)
 );
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value, at REAL NOT NULL);
 """
 
 
@@ -102,7 +112,8 @@ class SharedCache:
                 return
             self.conn.execute(
                 "ALTER TABLE embeddings RENAME TO old_embeddings; ALTER TABLE tokens RENAME TO old_tokens; "
-                "DROP INDEX IF EXISTS embeddings_by_use;"
+                "DROP INDEX IF EXISTS embeddings_by_use; DROP INDEX IF EXISTS embeddings_by_hash; "
+                "DROP INDEX IF EXISTS tokens_by_hash;"
                 f"{_SCHEMA}"
                 "INSERT INTO embeddings SELECT * FROM old_embeddings; INSERT INTO tokens SELECT * FROM old_tokens; "
                 "DROP TABLE old_embeddings; DROP TABLE old_tokens;"
@@ -240,7 +251,47 @@ class SharedCache:
     def prune(self, max_entries: int) -> int:
         """Drop entries no registered index uses, least recently used first, until at most `max_entries`
         remain (fewer are dropped when the rest are in use); token bits follow their text out."""
-        excess = self.count() - max_entries
+        return self._evict(self.count() - max_entries)
+
+    def used_bytes(self) -> int:
+        """Bytes of the file's pages in use (free pages left by deleted rows excluded): two PRAGMAs, no scan."""
+        pages = self.conn.execute("PRAGMA page_count").fetchone()[0]
+        free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return (pages - free) * self.conn.execute("PRAGMA page_size").fetchone()[0]
+
+    def bound(self, max_bytes: int) -> int:
+        """Keep the file's used pages within `max_bytes` (`cache.maxMiB`): over it, entries no registered index
+        uses go, least recently used first, down to LOW_WATER of it (so a pass is not due again for a tenth of
+        the bound's growth); entries dropped. Token bits are most of a local model's entries (10.8 KB a chunk
+        against 1.5 KB of vector), so a size says what a count of entries cannot.
+
+        Below the bound it costs two PRAGMAs. Over it, a pass reads the hashes of every registered index's
+        chunks; when the entries those use alone keep the file over LOW_WATER (a large memory, a small bound),
+        that floor is remembered for a day, or until the file grows by a tenth of the bound past it, so a
+        sync does not pay for a pass that can drop nothing."""
+        used = self.used_bytes()
+        if used <= max_bytes:
+            return 0
+        floor = self.conn.execute("SELECT value, at FROM state WHERE key = 'live_floor'").fetchone()
+        slack = max_bytes * (1 - LOW_WATER)
+        if floor is not None and used <= floor[0] + slack and time.time() - floor[1] < FLOOR_SECONDS:
+            return 0
+        count = self.count()
+        target = LOW_WATER * max_bytes
+        dropped = self._evict(math.ceil((used - target) / (used / count))) if count else 0
+        after = self.used_bytes()
+        with self.writing():
+            if after > target:  # what is left is (mostly) in use: remember it rather than pay this pass again
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO state(key, value, at) VALUES ('live_floor', ?, ?)", (after, time.time())
+                )
+            else:
+                self.conn.execute("DELETE FROM state WHERE key = 'live_floor'")
+        return dropped
+
+    def _evict(self, excess: int) -> int:
+        """Drop up to `excess` entries no registered index uses, least recently used first, and the token bits of
+        the texts left with no vector (looked up by hash: the statement before scanned every token row)."""
         if excess <= 0:
             return 0
         used = self._in_use()
@@ -248,22 +299,26 @@ class SharedCache:
             "CREATE TEMP TABLE IF NOT EXISTS used (provider, model, fingerprint, hash, "
             "PRIMARY KEY (provider, model, fingerprint, hash)) WITHOUT ROWID"
         )
+        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS gone (id INTEGER PRIMARY KEY, hash)")
         with self.writing():
-            self.conn.execute("DELETE FROM temp.used")
+            self.conn.execute("DELETE FROM temp.used; DELETE FROM temp.gone")
             self.conn.executemany("INSERT OR IGNORE INTO temp.used VALUES (?, ?, ?, ?)", used)
             self.conn.execute(
                 """
-                DELETE FROM embeddings WHERE (provider, model, fingerprint, hash) IN (
-                    SELECT provider, model, fingerprint, hash FROM embeddings e
-                    WHERE NOT EXISTS (SELECT 1 FROM temp.used u WHERE u.provider = e.provider AND u.model = e.model
-                                      AND u.fingerprint = e.fingerprint AND u.hash = e.hash)
-                    ORDER BY used_at LIMIT ?
-                )
+                INSERT INTO temp.gone(id, hash)
+                SELECT e.rowid, e.hash FROM embeddings e
+                WHERE NOT EXISTS (SELECT 1 FROM temp.used u WHERE u.provider = e.provider AND u.model = e.model
+                                  AND u.fingerprint = e.fingerprint AND u.hash = e.hash)
+                ORDER BY e.used_at LIMIT ?
                 """,
                 (excess,),
             )
+            self.conn.execute("DELETE FROM embeddings WHERE rowid IN (SELECT id FROM temp.gone)")
             pruned = self.conn.changes()
-            self.conn.execute("DELETE FROM tokens WHERE hash NOT IN (SELECT hash FROM embeddings)")
+            self.conn.execute(
+                "DELETE FROM tokens WHERE hash IN (SELECT hash FROM temp.gone) "
+                "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.hash = tokens.hash)"
+            )
         return pruned
 
     # -- measured speed --------------------------------------------------------------------------------

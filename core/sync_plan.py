@@ -53,7 +53,7 @@ class SyncReport:
     embeddingCalls: int = 0
     inputChars: int = 0  # characters sent to the embedder
     embedSeconds: float = 0.0  # time spent waiting for the embedder (its measured throughput)
-    cachePruned: int = 0  # shared cache entries dropped by cache.maxEntries after this run
+    cachePruned: int = 0  # shared cache entries dropped by cache.maxEntries or cache.maxMiB after this run
     rebuilt: bool = False  # built from empty tables: a first index, or a rebuild (`firstIndex` tells them apart)
     firstIndex: bool = False  # the agent's first index, in the live file: its first run, not a rebuild of one
     fallback: str | None = None  # why this sync ran on embedding.fallback instead of the configured provider

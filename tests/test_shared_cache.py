@@ -23,6 +23,7 @@ import pytest
 from index_checks import chunks_without_vectors, integrity
 
 from api.cli import main
+from core.config import load_config
 from core.config_home import db_path
 from core.indexer import UNFINISHED
 from core.query import FTS_TEXT_VERSION
@@ -321,11 +322,68 @@ def test_an_index_of_schema_3_answers_then_is_rebuilt_into_rowid_caches_embeddin
     assert report["rebuilt"] is True and report["chunksEmbedded"] == 0 and report["cacheHits"] == 8
     assert embedded(provider) == [] and integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
     with Store(db, readonly=True) as store:
-        assert store.identity()["schema"] == SCHEMA_VERSION == 4
+        assert store.identity()["schema"] == SCHEMA_VERSION
         layouts = store.conn.execute("SELECT sql FROM sqlite_master WHERE name IN ('embedding_cache', 'token_cache')")
         assert [sql for (sql,) in layouts if "WITHOUT ROWID" in sql] == []
         assert store.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0] == 8
     assert index(capsys, ws)["chunksEmbedded"] == 0
+
+
+# An index's vec0 table as schema 4 wrote it: vec0's default chunks of 1,024 vectors.
+SCHEMA_4_VEC0 = """
+DROP TABLE chunks_vec;
+CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[384] distance_metric=cosine);
+INSERT INTO chunks_vec(rowid, embedding)
+    SELECT c.id, e.embedding FROM chunks c JOIN embedding_cache e ON e.hash = c.hash;
+UPDATE meta SET value = '4' WHERE key = 'schema_version';
+"""
+
+
+def vec0_bytes(db: Path) -> int:
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return conn.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'chunks_vec%'").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_an_index_of_schema_4_is_rebuilt_into_small_vec0_chunks_embedding_nothing(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """Schema 5 writes vec0 in chunks of 256 vectors: vec0 allocates a whole chunk at its first vector, so at its
+    default of 1,024 an index of 12 notes held 1.5 MiB of vec0 (a dev index of 90 chunks: 1.5 of its 2.35 MiB).
+    An index written by schema 4 answers as before, and its next sync rebuilds it from its own vectors: nothing
+    embedded, not even with the shared cache gone, the same hits, a smaller file."""
+    ws = agent_workspace(workspace, provider, notes("vec", 12), "ws")
+    with (ws / "memsift.toml").open("a") as fh:
+        fh.write("dimensions = 384\n")
+    index(capsys, ws)
+    db = db_path(memsift_home, "main", ws.resolve())
+    with Store(db) as store, store.transaction():
+        store.conn.execute(SCHEMA_4_VEC0)
+        store.set_identity({**store.identity(), "schema": 4})
+    old = vec0_bytes(db)
+    assert old > 1024 * 384 * 4
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cache_path(memsift_home)}{suffix}").unlink(missing_ok=True)
+
+    def hits() -> list:
+        capsys.readouterr()
+        assert main(["--workspace", str(ws), "search", "vec7 relay bay 7", "--json", "--min-score", "0"]) == 0
+        return [(h["path"], h["score"]) for h in json.loads(capsys.readouterr().out)["results"]]
+
+    before = hits()
+    assert before[0][0] == "memory/vec-007.md"
+    provider.embedded.clear()
+    report = index(capsys, ws)
+    assert report["rebuilt"] is True and report["chunksEmbedded"] == 0 and report["cacheHits"] == 12
+    assert embedded(provider) == [] and integrity(db) == ["ok"] and chunks_without_vectors(db) == 0
+    with Store(db, readonly=True) as store:
+        assert store.identity()["schema"] == SCHEMA_VERSION == 5
+        (sql,) = store.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
+        assert "chunk_size=256" in sql
+    assert vec0_bytes(db) < old / 3
+    assert hits() == before
 
 
 def test_a_shared_cache_of_without_rowid_tables_moves_into_rowid_ones_and_shrinks(tmp_path: Path) -> None:
@@ -353,6 +411,7 @@ def test_a_shared_cache_of_without_rowid_tables_moves_into_rowid_ones_and_shrink
         assert [(n, "WITHOUT ROWID" in sql) for n, sql in cache.conn.execute(tables)] == [
             ("embeddings", False),
             ("indexes", False),
+            ("state", False),
             ("throughput", False),
             ("tokens", False),
         ]
@@ -367,3 +426,82 @@ def test_a_shared_cache_of_without_rowid_tables_moves_into_rowid_ones_and_shrink
     assert path.stat().st_size < before * 0.75
     with SharedCache(path) as cache:  # once only: the second open finds the new tables
         assert cache.count() == 600
+
+
+def stale(cache: SharedCache, count: int, dims: int, token_bytes: int, start: float = 1.0) -> list[str]:
+    """`count` entries of a model used before (no index uses them), last used at `start`, `start` + 1...,
+    each with its token bits: what a model switched away from, or old edits, leave behind."""
+    key = ("local", "old-model", "old")
+    hashes = [f"old{n:05d}" for n in range(count)]
+    rng = np.random.default_rng(count)
+    cache.put(key, {h: rng.standard_normal(dims).astype(np.float32) for h in hashes})
+    cache.tokens_put("maxsim-bits-lines:old", {h: rng.bytes(token_bytes) for h in hashes})
+    with cache.writing():
+        cache.conn.executemany(
+            "UPDATE embeddings SET used_at = ? WHERE hash = ?", [(start + n, h) for n, h in enumerate(hashes)]
+        )
+    return hashes
+
+
+def test_the_shared_cache_is_bounded_by_size_dropping_only_what_no_index_uses(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """`cache.maxMiB` (512 by default; before, nothing bounded the cache: 200 edits of one note left 876 entries for
+    346 chunks). Over it, a run drops the least recently used entries no index uses, with their token bits, down to
+    90% of it; the entries the indexes use stay, so a new agent holding the same notes embeds nothing."""
+    a = agent_workspace(workspace, provider, notes("a", 6), "a")
+    assert load_config(a / "memsift.toml", workspace=a, env={}).cache.maxMiB == 512
+    b = agent_workspace(workspace, provider, notes("b", 6), "b")
+    index(capsys, a, "a")
+    with SharedCache.open(memsift_home) as cache:
+        old = stale(cache, 300, 1536, 10_000)  # ~4.8 MiB of a model used before
+        assert cache.used_bytes() > 4 * 2**20
+    for ws in (a, b):
+        with (ws / "memsift.toml").open("a") as fh:
+            fh.write("[cache]\nmaxMiB = 2\n")
+    report = index(capsys, b, "b")
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.used_bytes() <= 0.9 * 2 * 2**20
+        kept = {h for (h,) in cache.conn.execute("SELECT hash FROM embeddings")}
+        tokens = {h for (h,) in cache.conn.execute("SELECT hash FROM tokens")}
+    dropped = [h for h in old if h not in kept]
+    assert report["cachePruned"] == len(dropped) > 150 and dropped == old[: len(dropped)]  # oldest first
+    assert tokens == {h for h in old if h in kept}
+    for agent, ws in (("a", a), ("b", b)):
+        with Store(db_path(memsift_home, agent, ws.resolve()), readonly=True) as store:
+            assert {h for (h,) in store.conn.execute("SELECT hash FROM chunks")} <= kept
+    assert index(capsys, b, "b")["cachePruned"] == 0  # under the bound: two PRAGMAs
+
+    provider.embedded.clear()
+    c = agent_workspace(workspace, provider, notes("a", 6), "c")
+    report = index(capsys, c, "c")
+    assert report["chunksEmbedded"] == len(embedded(provider)) == 0 and report["cacheHits"] == 6
+
+
+def test_a_bound_the_entries_in_use_exceed_is_not_passed_over_at_every_run(
+    capsys, workspace, provider: FakeProvider, memsift_home: Path
+) -> None:
+    """When the entries the indexes use alone keep the cache over `cache.maxMiB`, a pass can drop nothing, and it
+    reads every index's chunks: the size left is remembered and the next runs skip the pass until the cache grows
+    by a tenth of the bound past it. Then unused entries go again, and the ones in use stay."""
+    ws = agent_workspace(workspace, provider, notes("big", 60), "ws")
+    with (ws / "memsift.toml").open("a") as fh:
+        fh.write("dimensions = 4096\n[cache]\nmaxMiB = 1\n")  # 60 vectors of 16 KiB: over 1 MiB
+    report = index(capsys, ws)
+    assert report["chunksEmbedded"] == 60 and report["cachePruned"] == 0
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.used_bytes() > 2**20
+        floor = cache.conn.execute("SELECT value FROM state WHERE key = 'live_floor'").fetchone()[0]
+        few = stale(cache, 3, 16, 100)  # far less than a tenth of the bound
+    assert index(capsys, ws)["cachePruned"] == 0
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.count() == 63
+        more = stale(cache, 12, 4096, 0, start=100.0)[3:]  # the three above are replaced: 12 in all
+        assert cache.used_bytes() > floor + 0.1 * 2**20
+    assert index(capsys, ws)["cachePruned"] == 12
+    with SharedCache.open(memsift_home) as cache:
+        assert cache.count() == 60 and not {h for (h,) in cache.conn.execute("SELECT hash FROM embeddings")} & {
+            *few,
+            *more,
+        }
+    assert index(capsys, ws)["chunksEmbedded"] == 0
