@@ -23,12 +23,20 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from api.catch_up import CatchUps
-from api.progress import FirstIndexLines
+from api.progress import REQUEST_PROGRESS, FirstIndexLines
 from core import Config, EmbedderUnavailable, MemoryIndex, MemsiftError, SearchResponse
 from core.config import every_agent
 from core.config_home import agent_id_problem, home_problem
 from core.embedders import create_embedder, warm_up
 from core.errors import UnknownAgent
+from core.progress import Progress
+
+
+class StartupIndexing(Protocol):
+    """What the agents ask of the server's start-up index (api.first_index, which imports this module)."""
+
+    def wait(self, agent: str, timeout: float, progress: Progress | None = None) -> bool: ...
+    def state(self, agent: str) -> str | None: ...
 
 
 class SearchPool(Protocol):
@@ -74,6 +82,9 @@ class Agents:
         #: Where the server writes its lines (stderr): set, a search that runs an agent's first index says so there,
         #: as it goes (api.progress.FirstIndexLines). Set by `serve`, `mcp` and `up`.
         self.say: Callable[[str], None] | None = None
+        #: The server's first index of its agents, begun at start-up (api.first_index; `serve`, `mcp`): a search
+        #: of an agent it runs or has queued waits for it, `sync.lockTimeoutSeconds` at most.
+        self.startup: StartupIndexing | None = None
 
     @property
     def names(self) -> list[str]:
@@ -127,13 +138,20 @@ class Agents:
     def search(self, agent: str | None, query: str, options: dict[str, Any]) -> tuple[str, SearchResponse]:
         """(agent, answer): in a worker process when there is a pool, else in this thread with a leased index.
         The notes changed since the last sync are synced first (api.catch_up), here: the one writer stays in
-        this process."""
+        this process. While the server's start-up index of the agent runs (or waits for another agent's), the
+        search waits for it `sync.lockTimeoutSeconds` at most, then answers from what it has committed and says
+        so in `degraded`, rather than run the first index itself for minutes."""
+        index_first = True
+        if self.startup is not None:
+            named = self.config(agent)
+            # its progress meanwhile to the client, if it asked for progress (MCP)
+            index_first = self.startup.wait(named.agent, named.sync.lockTimeoutSeconds, REQUEST_PROGRESS.get())
         with self.lease(agent) as index:
             caught = self.catch_ups.before_search(index)
             config = index.config
             # an agent's first index runs here, not in a worker: the server's lines about it are said here
             here = self.pool is None or index.needs_first_index()
-            response = index.search(query, **options) if here else None
+            response = index.search(query, index_first=index_first, **options) if here else None
         if response is None:
             response = self.pool.search(config, query, options)
         caught.tell(response)
@@ -174,6 +192,25 @@ class Agents:
                 found[agent] = "ok"
             except Exception as exc:
                 found[agent] = f"{type(exc).__name__}: {exc}"
+        return found
+
+    def first_index_states(self) -> dict[str, str]:
+        """Per agent whose first index is not complete: how far it is (`not indexed yet`, `12 of 70 files
+        indexed`, or the server's start-up run's figures), for readiness. Reads only: an agent never indexed
+        gets no index file from being asked."""
+        found = {}
+        for agent, config in self.configs.items():
+            running = None if self.startup is None else self.startup.state(agent)
+            try:
+                if not config.db_path.exists():
+                    state = "not indexed yet"
+                else:
+                    with self.lease(agent) as index:
+                        state = index.first_index_state()
+            except Exception:  # an index that cannot be opened: `check` says why
+                continue
+            if state is not None:
+                found[agent] = state if running is None else f"{state}; {running}"
         return found
 
     def close(self) -> None:

@@ -14,8 +14,12 @@ search still stats the few files an agent writes and searches for at once (`writ
 files modified last, compared with their rows as the last look left them): when one differs, it looks as above
 (the whole catch-up: its sync is the ordinary one, and nothing of its scan is repeated here). Before, a note
 appended to and searched for at once on `memsift serve` over 551 notes was missed by 29 searches in 30; the
-stats cost 0.14 ms a search (median, p95 0.3 ms, at 500 and at 5,000 notes). A new note elsewhere written
-within 50-100 ms of a search is still the watcher's to see.
+stats cost 0.14 ms a search (median, p95 0.3 ms, at 500 and at 5,000 notes). It also stats the memory folders
+(`memory_folders`: `memory/`, the extraPaths folders and every folder below them): a note created, renamed
+or deleted anywhere changes its folder's mtime, so a new `memory/projects/x.md` searched for at once is found
+(bench/new_note.py, `memsift serve` over 300 notes: 0 of 15 first searches found it, now 15 of 15). What is
+left to the watcher: an old note edited in place that is not among the `RECENT_FILES`, and a file created in
+the same clock tick (a few ms) as the folder's last change before a look.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 from core import MemoryIndex, MemsiftError
 from core.config_types import Config
 from core.search_response import SearchResponse
-from core.sources.memory import MEMORY_DIR, ROOT_FILES, MemorySource
+from core.sources.memory import MEMORY_DIR, ROOT_FILES, MemorySource, extra_relpath
 from core.watching import MemoryWatching
 
 #: Up to this many indexed files a search looks for changes itself, whatever the watcher saw: 1.6 ms a search
@@ -75,14 +79,16 @@ class CatchUps:
             if _stats([*written_files(index.config), *looked[2]]) == looked[3]:
                 return CaughtUp()  # trust the watcher: nothing seen since the last look, nor just written
         try:  # another sync running, or too much for a search: it, or the watcher's next one, syncs the change
-            before = _stats(written_files(index.config)) if token is not None else ()  # a write during the look
-            said, unsearched = index.catch_up(most_bytes=None if token is None else CATCH_UP_BYTES)  # differs
+            folders = memory_folders(index.config) if token is not None else []
+            # before the look: a write during it differs
+            before = _stats([*written_files(index.config), *folders]) if token is not None else ()
+            said, unsearched = index.catch_up(most_bytes=None if token is None else CATCH_UP_BYTES)
             if token is not None:
                 recent = _recent(index)  # as the look left them: a write since differs from its row
                 self._looked[agent] = (
                     token,
                     index.store.file_count(),
-                    [p for p, _ in recent],
+                    [*folders, *(p for p, _ in recent)],
                     before + tuple(s for _, s in recent),
                 )
         except (MemsiftError, OSError) as exc:  # the search answers from the index as it is
@@ -98,6 +104,34 @@ def written_files(config: Config) -> list[Path]:
     now = date.today()
     days = sorted({now, now - timedelta(days=1), now + timedelta(days=1), datetime.now(UTC).date()})
     return [*(ws / name for name in ROOT_FILES), *(ws / MEMORY_DIR / f"{day}.md" for day in days)]
+
+
+def memory_folders(config: Config) -> list[Path]:
+    """The folders that list the agent's memory files: `memory/`, the extraPaths folders, and every folder below
+    them that the scan walks (not hidden, not excluded, no symlink). A note created, renamed or deleted in one
+    changes that folder's mtime, which a search compares (a new `memory/projects/x.md` is none of
+    `written_files`): one `os.scandir` per folder at a look, one `stat` per folder at a search."""
+    ws = config.workspace
+    roots = [ws / MEMORY_DIR]
+    for extra in config.extra_paths:
+        rel = extra_relpath(ws, extra)
+        roots.append(ws / rel if rel is not None else Path(os.path.normpath(ws / os.path.expanduser(extra))))
+    exclude = set(config.exclude)
+    found: list[Path] = []
+    stack = [root for root in dict.fromkeys(roots) if root.is_dir() and not root.is_symlink()]
+    while stack:
+        folder = stack.pop()
+        found.append(folder)
+        try:
+            with os.scandir(folder) as entries:
+                stack.extend(
+                    Path(e.path)
+                    for e in entries
+                    if not e.name.startswith(".") and e.name not in exclude and e.is_dir(follow_symlinks=False)
+                )
+        except OSError:  # unreadable or gone: its own stat says so at the next search
+            continue
+    return list(dict.fromkeys(found))
 
 
 def _recent(index: MemoryIndex) -> list[tuple[Path, tuple[int, int]]]:

@@ -314,6 +314,7 @@ def run_mcp(
     agent is answered for `agent` (`memsift --agent ID mcp`); `configs`, when given, are the agents served instead.
     Over HTTP, `ready` gets the address once the
     socket listens (`--json`)."""
+    from api.first_index import StartupIndexing
     from api.runs import IndexRuns
     from api.serve import STOP_SECONDS, exit_mid_step, http_address, interrupt, is_loopback, listen_socket
     from api.watching import Watch
@@ -330,7 +331,9 @@ def run_mcp(
         sock = listen_socket(host, port, choose="--port")  # a port in use: one line, not uvicorn's exit 3
     server = build_server(tools)
     runs = IndexRuns()
-    watch = Watch(tools.agents.configs, runs, tools.agents.config, _say)
+    startup = StartupIndexing(tools.agents, _say)  # before the watcher: its catch-up leaves these agents out
+    startup.start()
+    watch = Watch(tools.agents.configs, runs, tools.agents.config, _say, first_indexes=startup.due)
     tools.catch_ups.watching = watch.watching
     # Both raise KeyboardInterrupt at once, as in `serve`: SIGTERM then ends in exit 0, not death by signal, and
     # SIGINT no longer goes through asyncio's cancellation, which waited for the thread reading stdin.
@@ -367,13 +370,14 @@ def run_mcp(
         pass
     finally:
         watch.stop()
+        startup.stop()
         runs.close()
         if sock is not None:
             sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     # a first index (of a search) or a sync (of the watcher) mid-step: not waited for, as `serve` does
-    if not (tools.settled(STOP_SECONDS) and runs.stopped(STOP_SECONDS)):
+    if not (tools.settled(STOP_SECONDS) and runs.stopped(STOP_SECONDS) and startup.stopped(STOP_SECONDS)):
         exit_mid_step(runs.recorded_in_progress(), _say, "memsift mcp")
     tools.close()
     return 0

@@ -81,10 +81,19 @@ class FirstIndexLines:
     one when it ends (files, chunks, seconds) or fails. A client's log (an MCP client keeps the server's
     stderr) or the terminal then tells minutes of work from a hang: both servers said nothing for 470 s."""
 
-    def __init__(self, say: Callable[[str], None], agent: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        agent: str,
+        clock: Callable[[], float] = time.monotonic,
+        when: str = "before answering a search",
+    ) -> None:
+        """`when` ends the first line: a search's first index runs "before answering a search", the server's own
+        at start-up (api.first_index) says so."""
         self._say = say
         self._clock = clock
         self._agent = agent
+        self._when = when
         self._last = 0.0
         self._planned = False
 
@@ -96,7 +105,7 @@ class FirstIndexLines:
     def started(self, done: int) -> None:
         self._last = self._clock()
         self._planned = False
-        self._say(f"{first_index_note(self._agent, done)} before answering a search")
+        self._say(f"{first_index_note(self._agent, done)} {self._when}")
 
     def progress(self, event: ProgressEvent) -> None:
         if (client := REQUEST_PROGRESS.get()) is not None:

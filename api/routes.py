@@ -186,13 +186,25 @@ class MemoryController(Controller):
 
 
 def _readiness(agents: Agents) -> Readiness:
-    """Ready once the model has loaded, every agent's index opens and every search worker has started."""
+    """Ready once the model has loaded, every agent's index opens, every search worker has started and the
+    default agent's first index is complete (a server starts it at start-up, api.first_index): before, a
+    server of an agent never indexed said ready at once, and its first search then took minutes, or answered
+    from part of the notes. The other agents' first indexes are listed without holding it."""
     indexes = agents.check()
     ready = agents.ready.is_set() and all(state == "ok" for state in indexes.values())
     config = UNSET if agents.config_state is None else msgspec.convert(agents.config_state, ConfigState)
     workers = UNSET if agents.pool is None else agents.pool.state
     ready = ready and (agents.pool is None or agents.pool.started)
-    return Readiness(ready=ready, embedder=agents.embedder_state, agents=indexes, config=config, workers=workers)
+    first = agents.first_index_states()
+    ready = ready and agents.default not in first
+    return Readiness(
+        ready=ready,
+        embedder=agents.embedder_state,
+        agents=indexes,
+        config=config,
+        workers=workers,
+        firstIndex=first or UNSET,
+    )
 
 
 def _answer(run: Run) -> IndexRun:
@@ -220,7 +232,11 @@ class HealthController(Controller):
         summary="Readiness",
         responses={
             **problems(),
-            503: ResponseSpec(Readiness, description="Not ready: the model is loading or an index cannot be opened"),
+            503: ResponseSpec(
+                Readiness,
+                description="Not ready: the model is loading, an index cannot be opened or the default agent's "
+                "first index is not complete",
+            ),
         },
     )
     def readyz(self, agents: NamedDependency[Agents]) -> Response[Readiness]:

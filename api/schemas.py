@@ -390,6 +390,13 @@ class Readiness(msgspec.Struct):
         str | UnsetType,
         Meta(description="with api.workers > 0: the search worker processes, 'N of N started' when ready"),
     ] = UNSET
+    firstIndex: Annotated[
+        dict[str, str] | UnsetType,
+        Meta(
+            description="per agent whose first index is not complete: how far it is. The server is not ready "
+            "until the default agent's is; the others' are listed without holding readiness"
+        ),
+    ] = UNSET
 
 
 class Health(msgspec.Struct):

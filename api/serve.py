@@ -27,6 +27,7 @@ import uvicorn
 from api.agents import DEFAULT_AGENT
 from api.app import create_app
 from api.docs import DOCS_PATH
+from api.first_index import StartupIndexing
 from api.watching import Watch
 from core import Config, ConfigError
 
@@ -69,6 +70,7 @@ def run_serve(
     agents.say = _say  # a search's first index: its start, progress and end (api.progress.FirstIndexLines)
     stop = threading.Event()
     watch: Watch | None = None
+    startup: StartupIndexing | None = None
     # SIGINT too: a script's `memsift serve &` (a shell without job control) starts it ignoring SIGINT, and a
     # `kill -INT` before uvicorn took the signal over was lost, the server going on to serve (`up` and `mcp`
     # take SIGINT back the same way).
@@ -83,7 +85,9 @@ def run_serve(
             _say(f"a request that names no agent is answered for agent {agent} (--agent)")
         if config.api.workers:
             _say(f"searches run in {config.api.workers} worker processes (api.workers)")
-        watch = Watch(agents.configs, app.state.runs, agents.config, _say)
+        startup = StartupIndexing(agents, _say)  # before the watcher: its catch-up leaves these agents out
+        startup.start()
+        watch = Watch(agents.configs, app.state.runs, agents.config, _say, first_indexes=startup.due)
         agents.catch_ups.watching = watch.watching  # a search syncs first only after a change it saw
         if load is not None:
             from api.config_reload import follow_api
@@ -100,11 +104,13 @@ def run_serve(
     finally:
         if watch is not None:
             watch.stop()
+        if startup is not None:
+            startup.stop()
         sock.close()
         stop.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if not app.state.runs.stopped(STOP_SECONDS):
+    if not (app.state.runs.stopped(STOP_SECONDS) and (startup is None or startup.stopped(STOP_SECONDS))):
         exit_mid_step(app.state.runs.recorded_in_progress(), _say, "memsift serve")
     # The warm-up thread loading the model (api.agents): the interpreter's exit while it is inside onnxruntime
     # aborts the process ("terminate called without an active exception", status 134): let it end first, and

@@ -4,11 +4,11 @@ for a sync.
 With `sync.watch` on (the default), a memory file written, changed, renamed or deleted is synced a debounce
 after the change (`sync.watchDebounceMs`, core.watching), the way `POST /v1/index` syncs (api.runs: through a
 deployment `memsift up` serves, else in this process, on the one index-run thread). At start, every watched
-agent whose index exists gets one sync too, so files changed while no server ran are caught up. An agent never
-indexed is left to its first search, which indexes it (SPEC section 5) and must not wait on a background
-sync's writer lock meanwhile. When the configuration changes (`memsift serve` follows its file), every agent
-whose settings changed is synced at once, which rebuilds an index whose identity changed (local model).
-`memsift up` watches through its own deployments (flows.watch); these servers do not need Prefect at all.
+agent whose index exists gets one sync too, so files changed while no server ran are caught up, except the
+agents whose first index the server starts itself (api.first_index: never indexed, or interrupted). When the
+configuration changes (`memsift serve` follows its file), every agent whose settings changed is synced at once,
+which rebuilds an index whose identity changed (local model). `memsift up` watches through its own deployments
+(flows.watch); these servers do not need Prefect at all.
 """
 
 from __future__ import annotations
@@ -124,8 +124,15 @@ class Watch:
     """The watcher and its syncs, following the configuration as the server does."""
 
     def __init__(
-        self, configs: Configs, runs: IndexRuns, config: Callable[[str], Config], say: Callable[[str], None]
+        self,
+        configs: Configs,
+        runs: IndexRuns,
+        config: Callable[[str], Config],
+        say: Callable[[str], None],
+        first_indexes: Iterable[str] = (),
     ) -> None:
+        """`first_indexes`: the agents whose first index the server runs at start-up (api.first_index), left
+        out of the start-up catch-up: its sync would wait on that run's writer lock, then say it waits."""
         self.syncs = WatchedSyncs(runs, config, say)
         self.watching = MemoryWatching(
             reported("files changed", self.syncs.request, say, _started),
@@ -134,7 +141,8 @@ class Watch:
         )
         self._say = say
         self.watching.start(configs)
-        self._catch_up("catch-up", configs)
+        skipped = set(first_indexes)
+        self._catch_up("catch-up", {a: c for a, c in configs.items() if a not in skipped})
 
     def follow(self, old: Configs, new: Configs) -> None:
         """After the configuration changed: watch the new agent list, and sync every agent whose settings

@@ -25,7 +25,7 @@ from .get import get_lines
 from .identity import identity_matches, index_identity
 from .indexer import REBUILD_HELD, UNFINISHED, sync
 from .legacy import adopt_legacy
-from .locking import POLL_SECONDS, writer_pid
+from .locking import POLL_SECONDS, writer_lock, writer_pid
 from .memory_sync import SyncRuns
 from .progress import Progress
 from .search import search
@@ -113,13 +113,16 @@ class MemoryIndex(SyncRuns):
         self.close()
 
     @unreadable_as_such
-    def search(self, query: str, **options: Any) -> SearchResponse:
+    def search(self, query: str, *, index_first: bool = True, **options: Any) -> SearchResponse:
         """Hybrid search; an agent that was never indexed is synced first (SPEC section 5), with whatever
-        embedder works: a provider that cannot start gives a keyword index and a degraded answer."""
+        embedder works: a provider that cannot start gives a keyword index and a degraded answer. With
+        `index_first=False` (a server whose own start-up index of the agent is running or queued, and which
+        waited for it as long as a search waits), an unfinished first index is not run here: the answer comes
+        from the batches committed so far and `degraded` says so."""
         check_request(query, *(options.get(k) for k in ("max_results", "min_score", "after", "before", "path_prefix")))
         if self.config.rerank.method == "learned":  # an unreadable model: one error before any indexing
             learned.model_for(self.config.rerank.rankerModel)
-        partial, said = self._first_index()
+        partial, said = self._first_index() if index_first else (self._unstarted(), None)
         embedder, error = self.embedder(), self.embedder_error
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
@@ -170,20 +173,7 @@ class MemoryIndex(SyncRuns):
                 with self._writing(lock_timeout=0) as notes:
                     if not self._unfinished():  # somebody finished it meanwhile
                         return None, None
-                    if self.before_first_index is not None:
-                        self.before_first_index(sum(self.store.stats()["files"].values()))
-                    embedder = self.embedder() or self._stand_in(refused=True)  # keyword-only, vectors pending
-                    try:
-                        report = sync(
-                            self.store, self.config, embedder, estimator=estimate, progress=self.first_index_progress
-                        )
-                    except BaseException as exc:
-                        if self.after_first_index is not None:
-                            self.after_first_index(exc)
-                        raise
-                    if self.after_first_index is not None:
-                        self.after_first_index(report)
-                    self._tend_cache(report)
+                    report = self._index_first()
                     return None, "; ".join([*notes, *report.warnings]) or None
             except LockTimeout:
                 store = self.store
@@ -196,6 +186,65 @@ class MemoryIndex(SyncRuns):
                     raise
                 return stopped, None
             time.sleep(POLL_SECONDS)  # the running first index commits its start within moments
+
+    def _index_first(self) -> SyncReport:
+        """The first index (or the rest of an interrupted one), under the writer lock, told to the hooks."""
+        if self.before_first_index is not None:
+            self.before_first_index(sum(self.store.stats()["files"].values()))
+        embedder = self.embedder() or self._stand_in(refused=True)  # keyword-only, vectors pending
+        try:
+            report = sync(self.store, self.config, embedder, estimator=estimate, progress=self.first_index_progress)
+        except BaseException as exc:
+            if self.after_first_index is not None:
+                self.after_first_index(exc)
+            raise
+        if self.after_first_index is not None:
+            self.after_first_index(report)
+        self._tend_cache(report)
+        return report
+
+    def complete_first_index(self) -> SyncReport | None:
+        """Run the agent's first index now, or the rest of an interrupted one, as its first search would: a
+        server starts it at start-up (api.first_index), so that the first search finds the memory indexed, or
+        being indexed, rather than start minutes of work itself. None when it is not due, or another process or
+        thread holds the agent's writer lock (that run completes it)."""
+        if not self.first_index_due():
+            return None
+        try:
+            with self._writing(lock_timeout=0):
+                return self._index_first() if self._unfinished() else None
+        except LockTimeout:
+            return None
+
+    def first_index_due(self) -> bool:
+        """Whether the agent has no index or an unfinished first index, asked without creating the index file
+        (readiness, and a server's start-up, ask this of agents nobody indexed yet)."""
+        return not self._indexed() or self._unfinished()
+
+    def first_index_state(self) -> str | None:
+        """How far an unfinished first index is, for readiness (`not indexed yet`, `12 of 70 files indexed`);
+        None when the index is complete. Reads only: never creates the index file."""
+        if not self._indexed():
+            return "not indexed yet"
+        store = self.store
+        unfinished = json.loads(store.get_meta(UNFINISHED) or "null")
+        if unfinished is None and store.identity() is not None:
+            return None
+        done = sum(store.stats()["files"].values())
+        return f"{done} of {counted(unfinished['files'], 'file')} indexed" if unfinished else "not indexed yet"
+
+    def _unstarted(self) -> str | None:
+        """`_first_index` for a search that must not run it (`index_first=False`): why the answer may miss
+        files, from the batches committed so far; the run may not have started yet (a server indexes its
+        agents one at a time). None when the index is complete."""
+        if not self._unfinished():
+            return None
+        try:
+            with writer_lock(self.config.db_path, 0):
+                pass  # free: nobody runs it yet
+        except LockTimeout:
+            return self._partial(self.store)
+        return "the first index of this agent has not started yet: no answer before its first batch is in"
 
     def needs_first_index(self) -> bool:
         """Whether a search would index the agent first (never indexed, or its first index interrupted): a server

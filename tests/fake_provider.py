@@ -75,6 +75,9 @@ class FakeProvider:
     delay: float = 0.0
     #: request number at which the server stops answering until `close` (a client to kill mid-run); 0: never
     hold_at: int = 0
+    #: text whose first request (any input holding it) is held as `hold_at` holds: a client's requests whose order
+    #: is not known (a server's start-up probes, made by threads) cannot be held by number
+    hold_text: str | None = None
     #: a request holding an input this says is bad is answered 400 naming that input (as OpenAI does for an
     #: input over the model's context length); e.g. `lambda t: len(t) > 500` or `lambda t: "BAD" in t`
     reject: Callable[[str], bool] | None = None
@@ -131,7 +134,7 @@ class FakeProvider:
             self.requests.append(Request(h.path, body, dict(h.headers), time.monotonic(), fault))
         if not self._serves(h.path):
             return self._send(h, 404, self._error(h.path, 404, f"no route for POST {h.path}"))
-        if number == self.hold_at:
+        if number == self.hold_at or self._hold_text(raw):
             self.held.set()
             self._release.wait()
             if not self._answer_held:
@@ -170,6 +173,14 @@ class FakeProvider:
             message = f"input[{bad[0]}] is invalid: this model's maximum context length was exceeded"
             return self._send(h, 400, self._error(h.path, 400, message, param=f"input[{bad[0]}]"))
         self._send(h, 200, self._answer(h.path, body, fault))
+
+    def _hold_text(self, raw: bytes) -> bool:
+        """Whether this request is the first to carry `hold_text` (in whatever shape the API sends inputs)."""
+        with self._lock:
+            if self.hold_text is None or self.hold_text.encode() not in raw:
+                return False
+            self.hold_text = None
+        return True
 
     # -- what the real APIs document (a subclass speaks another API) ---------------------------------------
 

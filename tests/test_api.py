@@ -489,19 +489,29 @@ def test_api_key_guards_v1_and_leaves_health_open(ws: Path, make_config, monkeyp
 
 def test_health_and_readiness(client) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.post("/v1/search", json={"query": "deploy"}).status_code == 200  # the first index
     assert client.get("/readyz").json() == {"ready": True, "embedder": "loaded", "agents": {"main": "ok"}}
 
 
-def test_readiness_of_an_agent_never_indexed_writes_nothing(ws: Path, make_config) -> None:
-    """/readyz opened the index to ask it, creating an empty file: the watcher then took the agent for indexed
-    and ran its first index at the next edit, not at its first search. Asking must write nothing."""
+def test_readiness_of_an_agent_never_indexed_is_503_and_writes_nothing(ws: Path, make_config) -> None:
+    """Not ready until the default agent's first index is complete (`serve` and `mcp` start it at start-up;
+    here the app alone, as `memsift up` serves it, whose deployments run it): a server of an agent never indexed
+    said ready at once, and its first search then took minutes. /readyz opened the index to ask it, creating an
+    empty file: the watcher then took the agent for indexed. Asking must write nothing."""
     config = make_config(ws)
     with serving(config) as client:
         for _ in range(2):
-            assert client.get("/readyz").json() == {"ready": True, "embedder": "loaded", "agents": {"main": "ok"}}
+            r = client.get("/readyz")
+            assert r.status_code == 503 and r.json() == {
+                "ready": False,
+                "embedder": "loaded",
+                "agents": {"main": "ok"},
+                "firstIndex": {"main": "not indexed yet"},
+            }
         assert not config.db_path.exists()
         assert client.post("/v1/search", json={"query": "deploy"}).status_code == 200  # the first search indexes
         assert config.db_path.exists()
+        assert client.get("/readyz").json() == {"ready": True, "embedder": "loaded", "agents": {"main": "ok"}}
 
 
 def test_readiness_503_when_the_index_cannot_be_opened(ws: Path, make_config, memsift_home: Path) -> None:

@@ -14,12 +14,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import stop_process
 from conftest import wait_for as poll
 
 import core.sync_plan
@@ -118,28 +118,52 @@ def test_a_search_after_a_killed_first_index_completes_it(ws: Path, env, provide
     assert not status["dirty"] and status["files"] == {"memory": NOTES}
 
 
-def test_rest_search_right_after_post_index_of_a_never_indexed_agent(
+#: The text of the second batch's first embedding request (notes 64 to 67): held, the first batch is committed
+SECOND_BATCH = "The relay64 pump"
+
+
+def test_serve_indexes_a_never_indexed_agent_at_start_up_and_a_search_meanwhile_waits_a_bounded_time(
     ws: Path, env, provider: FakeProvider, memsift_home: Path
 ) -> None:
-    """`memsift serve`: the first index runs on the server's index thread, the search on a request thread."""
+    """`memsift serve` started no index until a search came, and that search then waited for all of it (88 s
+    for locomo-dev's conv-26, 19 notes, on 2 busy cores; no bound), while /readyz said ready at once. It now
+    starts the first index itself at start-up; a search meanwhile waits for it `sync.lockTimeoutSeconds` (2 s
+    here) at most, then answers from the batch committed, saying so; /readyz is 503, naming how far the index
+    is, until it is complete."""
+    provider.hold_at, provider.hold_text = 0, SECOND_BATCH
     server, port = _serve(ws, env)
     try:
+        assert provider.held.wait(180), "the server did not start the first index by itself"
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-            poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
-            provider.hold_at = len(provider.requests) + HOLD  # after the server's own probe and warm-up
-            run = http.post("/v1/index", json={}).json()
-            assert provider.held.wait(180), "the first index never reached its second batch"
+            poll(lambda: _answers(http, server), 120, "memsift serve to answer")
+            r = http.get("/readyz")
+            assert r.status_code == 503 and r.json()["ready"] is False, r.text
+            assert r.json()["firstIndex"]["main"].startswith(f"64 of {NOTES} files indexed; indexing since start-up: ")
+            started = time.monotonic()
             r = http.post("/v1/search", json={"query": "relay pump bay", "maxResults": 3})
+            waited = time.monotonic() - started
             assert r.status_code == 200, r.text
             assert r.json()["degraded"].startswith(running(64, server.pid)) and len(r.json()["results"]) == 3
-            assert http.get(f"/v1/index/{run['runId']}").json()["state"] == "RUNNING"
+            assert 2 <= waited < 60, waited  # sync.lockTimeoutSeconds, then the answer: not the whole index
             provider.release()
-            done = poll(lambda: _finished(http, run["runId"]), 120, "the index run to end")
-            assert done["state"] == "COMPLETED" and done["summary"]["added"] == NOTES, done
-            assert "degraded" not in http.post("/v1/search", json={"query": "relay pump bay"}).json()
+            poll(lambda: _ready(http, server), 120, "the first index to complete")
+            assert "firstIndex" not in http.get("/readyz").json()
+            found = http.post("/v1/search", json={"query": "relay69 pump"}).json()
+            assert "degraded" not in found and found["results"][0]["path"] == "memory/relay-069.md", found
     finally:
-        stop_process(server)
+        server.terminate()  # a user's Ctrl-C; its stderr, whole
+        stderr = server.communicate(timeout=60)[1].decode(errors="replace")
+    assert "memsift serve: agent main is not indexed yet: indexing it at start-up\n" in stderr, stderr
+    assert f"memsift serve: first index of main done: {NOTES} files, " in stderr, stderr
     assert db_path(memsift_home, "main", ws.resolve()).exists()
+
+
+def _answers(http: httpx.Client, server: subprocess.Popen[bytes]) -> bool:
+    assert server.poll() is None, server.stderr.read().decode(errors="replace") if server.stderr else ""
+    try:
+        return http.get("/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def _serve(ws: Path, env, *options: str) -> tuple[subprocess.Popen[bytes], int]:
@@ -157,17 +181,14 @@ def _ready(http: httpx.Client, server: subprocess.Popen[bytes]) -> bool:
         return False
 
 
-def _finished(http: httpx.Client, run_id: str) -> dict | None:
-    doc = http.get(f"/v1/index/{run_id}").json()
-    return doc if doc["state"] not in ("PENDING", "RUNNING", "SCHEDULED") else None
-
-
+@pytest.mark.parametrize("run", ["start-up", "route"])
 def test_serve_stopped_during_an_index_run_exits_at_once_and_the_next_sync_completes_it(
-    ws: Path, env, provider: FakeProvider
+    ws: Path, env, provider: FakeProvider, run: str
 ) -> None:
-    """SIGTERM while the server's index run waits on an embedding request: the server exits at once with 0,
-    not when the request ends; the first batch stays, and the next `memsift index` adds only the rest."""
-    code, stderr, _ = _stop_serve_mid_index(ws, env, provider)
+    """SIGTERM while the server's index run (its start-up first index, or a `POST /v1/index`) waits on an
+    embedding request: the server exits at once with 0, not when the request ends; the first batch stays, and
+    the next `memsift index` adds only the rest."""
+    code, stderr, _ = _stop_serve_mid_index(ws, env, provider, run == "route")
     assert code == 0, stderr
     assert "stopped during an index run: the index is as its last completed batch left it" in stderr
     assert "Traceback" not in stderr
@@ -196,7 +217,7 @@ def test_serve_stopped_during_a_recorded_index_run_marks_its_flow_run_crashed(
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
-    code, stderr, pid = _stop_serve_mid_index(ws, env | {"PREFECT_API_URL": PREFECT_API_URL.value()}, provider)
+    code, stderr, pid = _stop_serve_mid_index(ws, env | {"PREFECT_API_URL": PREFECT_API_URL.value()}, provider, True)
     assert code == 0 and "its flow run is marked Crashed in Prefect" in stderr, stderr
     with get_client(sync_client=True) as client:
         (run,) = [r for r in client.read_flow_runs() if r.parameters.get("workspace") == str(ws.resolve())]
@@ -204,18 +225,26 @@ def test_serve_stopped_during_a_recorded_index_run_marks_its_flow_run_crashed(
     assert f"memsift serve (pid {pid}) stopped during this run" in run.state.message
 
 
-def _stop_serve_mid_index(ws: Path, env, provider: FakeProvider) -> tuple[int, str, int]:
-    """SIGTERM to `memsift serve` while its index run waits on an embedding request (held here; the
-    provider's timeout is 600 s): (its exit code, its stderr, its pid)."""
+def _stop_serve_mid_index(ws: Path, env, provider: FakeProvider, route: bool) -> tuple[int, str, int]:
+    """SIGTERM to `memsift serve` while its index run waits on an embedding request of the second batch (held
+    here; the provider's timeout is 600 s): (its exit code, its stderr, its pid). The run is the server's
+    start-up first index, or with `route` a `POST /v1/index` (a flow run when Prefect answers): the server then
+    starts over an index of no note, and the notes come back once it is ready."""
     toml = ws / "memsift.toml"
     toml.write_text(toml.read_text().replace("retries = 0\n", "retries = 0\ntimeoutSeconds = 600\n"))
+    provider.hold_at, provider.hold_text = 0, SECOND_BATCH
+    if route:
+        toml.write_text(toml.read_text() + "watch = false\n")  # the notes coming back are the route's to sync
+        (ws / "memory").rename(ws / "aside")
+        assert memsift(env, ws, "index", "--no-prefect").returncode == 0
     server, port = _serve(ws, env)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-            poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
-            provider.hold_at = len(provider.requests) + HOLD
-            http.post("/v1/index", json={})
-            assert provider.held.wait(180), "the first index never reached its second batch"
+        if route:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+                poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
+                (ws / "aside").rename(ws / "memory")
+                assert http.post("/v1/index", json={}).status_code == 202
+        assert provider.held.wait(180), "the index run never reached its second batch"
         server.send_signal(signal.SIGTERM)
         code = server.wait(60)  # a deadline, not a measure: before, the server waited for the held request
         return code, server.stderr.read().decode(errors="replace"), server.pid
@@ -258,15 +287,15 @@ FEW = 3  # notes of the servers' first-index tests: each one chunk, one embeddin
 
 
 @pytest.fixture
-def few(workspace, memsift_home: Path) -> Iterator[tuple[Path, dict[str, str]]]:
-    """A never-indexed workspace of `FEW` notes on the fake provider, and the environment to serve it."""
+def few(workspace, memsift_home: Path) -> Iterator[tuple[Path, dict[str, str], FakeProvider]]:
+    """A never-indexed workspace of `FEW` notes on the fake provider, the environment to serve it, the provider."""
     provider = FakeProvider()
     root = workspace({f"memory/valve-{n}.md": f"# valve {n}\n- The valve{n} is in bay {n}.\n" for n in range(FEW)})
     (root / "memsift.toml").write_text(
         f'[embedding]\nprovider = "openai"\nbaseUrl = "{provider.url}"\nmodel = "fake-model"\nbatchMaxInputs = 4\n'
     )
     env = os.environ | {"MEMSIFT_HOME": str(memsift_home), "PREFECT_API_URL": "", "OPENAI_API_KEY": "sk-test"}
-    yield root, env
+    yield root, env, provider
     provider.close()
 
 
@@ -275,25 +304,24 @@ def _first_index_lines(stderr: str, server: str) -> list[str]:
 
 
 @pytest.mark.parametrize("workers", [[], ["--workers", "1"]], ids=["threads", "workers"])
-def test_serve_says_on_stderr_when_a_search_s_first_index_starts_and_ends(few, workers: list[str]) -> None:
-    """A search of a never-indexed agent through `memsift serve` indexes it first (SPEC section 5): minutes for
-    thousands of notes, and the server said nothing meanwhile (470 s on 229 notes), so its terminal or log could
-    not tell that work from a hang. It now says it starts, how much there is, and what it did, once; with search
-    workers too (that search runs in the server process)."""
-    ws, env = few
+def test_serve_says_on_stderr_when_its_start_up_first_index_starts_and_ends(few, workers: list[str]) -> None:
+    """`memsift serve` of a never-indexed agent indexes it at start-up: minutes for thousands of notes, and a
+    server that said nothing meanwhile (470 s on 229 notes) could not be told from a hung one. It says it
+    starts, how much there is, and what it did, once; with search workers too (it runs in the server process)."""
+    ws, env, _ = few
     server, port = _serve(ws, env, *workers)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             poll(lambda: _ready(http, server), 120, "memsift serve to be ready")
-            for _ in range(2):  # the second search finds the index: no more lines
+            for _ in range(2):  # the index is complete: the searches say nothing more
                 r = http.post("/v1/search", json={"query": "valve bay", "minScore": 0})
-                assert r.status_code == 200 and r.json()["results"], r.text
+                assert r.status_code == 200 and r.json()["results"] and "degraded" not in r.json(), r.text
     finally:
         server.terminate()  # a user's Ctrl-C; its stderr, whole
         stderr = server.communicate(timeout=30)[1].decode()
     lines = _first_index_lines(stderr, "serve")
     assert lines[:2] == [
-        "memsift serve: agent main is not indexed yet: indexing it before answering a search",
+        "memsift serve: agent main is not indexed yet: indexing it at start-up",
         f"memsift serve: first index of main: {FEW} files to index, {FEW} chunks to embed",
     ], stderr
     assert len(lines) == 3 and lines[2].startswith(
@@ -301,12 +329,17 @@ def test_serve_says_on_stderr_when_a_search_s_first_index_starts_and_ends(few, w
     ), stderr
 
 
-def test_mcp_says_a_search_s_first_index_on_stderr_and_as_progress_notifications(few) -> None:
-    """`memsift mcp` over stdio, raw JSON-RPC as a client sends it: the first `memory_search` with a
-    `_meta.progressToken` gets `notifications/progress` for its first index before its answer (progress only
-    growing, the last one complete), and the server's stderr (which MCP clients log) says it starts and ends;
-    stdout carries nothing but the protocol. Both said nothing: the client saw a silent call for minutes."""
-    ws, env = few
+def test_mcp_says_its_start_up_first_index_on_stderr_and_as_progress_of_a_call_waiting_for_it(few) -> None:
+    """`memsift mcp` over stdio, raw JSON-RPC as a client sends it: the agent, never indexed, is indexed at
+    start-up; a `memory_search` with a `_meta.progressToken` that comes meanwhile waits for it and gets its
+    `notifications/progress` before the answer (progress only growing, the last one complete), so a client that
+    resets its request timeout on progress (the TypeScript SDK's `resetTimeoutOnProgress`) sees work, not a
+    silent call; the answer then covers every note. stderr (which MCP clients log) says it starts and ends;
+    stdout carries nothing but the protocol."""
+    ws, env, provider = few
+    provider.hold_text = "The valve0 is"  # the notes' one embedding request, held until the call waits
+    toml = ws / "memsift.toml"
+    toml.write_text(toml.read_text() + "[sync]\nlockTimeoutSeconds = 120\n")  # the call waits it out
     opening = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}
     search = {"name": "memory_search", "arguments": {"query": "valve bay", "minScore": 0}}
     lines = [
@@ -314,21 +347,36 @@ def test_mcp_says_a_search_s_first_index_on_stderr_and_as_progress_notifications
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {**search, "_meta": {"progressToken": "p1"}}},
     ]
-    done = subprocess.run(
-        [MEMSIFT, "--workspace", str(ws), "mcp"], env=env, capture_output=True, text=True, timeout=180,
-        input="".join(json.dumps(line) + "\n" for line in lines),
+    proc = subprocess.Popen(
+        [MEMSIFT, "--workspace", str(ws), "mcp"], env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    messages = [json.loads(line) for line in done.stdout.splitlines()]
-    answer = next(i for i, m in enumerate(messages) if m.get("id") == 2)
-    progress = [m["params"] for m in messages[:answer] if m.get("method") == "notifications/progress"]
+    try:
+        assert provider.held.wait(120), "the server did not start the first index by itself"
+        proc.stdin.write("".join(json.dumps(line) + "\n" for line in lines))
+        proc.stdin.flush()
+        messages = [json.loads(proc.stdout.readline())]  # the handshake's answer
+        messages.append(json.loads(proc.stdout.readline()))  # the call waits: the run's progress so far
+        assert messages[-1].get("method") == "notifications/progress", messages
+        provider.release()
+        while messages[-1].get("id") != 2:
+            messages.append(json.loads(proc.stdout.readline()))
+        proc.stdin.close()  # the client is done: the server ends
+        assert proc.wait(60) == 0
+        stderr = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    progress = [m["params"] for m in messages if m.get("method") == "notifications/progress"]
     assert progress and all(p["progressToken"] == "p1" for p in progress), messages
     values = [p["progress"] for p in progress]
     assert values == sorted(set(values)) and values[-1] == progress[-1]["total"] == 2 * FEW, progress
     assert progress[0]["message"] == f"first index of this agent: 0/{FEW} chunks embedded", progress
-    assert messages[answer]["result"]["structuredContent"]["results"], messages[answer]
-    said = _first_index_lines(done.stderr, "mcp")
-    assert said[0] == "memsift mcp: agent main is not indexed yet: indexing it before answering a search"
+    answer = messages[-1]["result"]["structuredContent"]
+    assert len(answer["results"]) == FEW and "degraded" not in answer, answer
+    said = _first_index_lines(stderr, "mcp")
+    assert said[0] == "memsift mcp: agent main is not indexed yet: indexing it at start-up"
     assert len(said) == 3 and said[2].startswith(f"memsift mcp: first index of main done: {FEW} files, "), said
 
 
