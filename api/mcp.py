@@ -387,14 +387,20 @@ def guarded(app: ASGIApp, key: str | None) -> ASGIApp:
     """The MCP HTTP app behind what guards `serve`'s routes: with `api.key`, every request wants
     `Authorization: Bearer <key>` (401 otherwise); without one, a request a web page sent (a Host that is not
     this machine: 421, an Origin of another site: 403; api.local_only). The key was ignored, and the SDK's
-    own check of Host and Origin left a server on 127.0.0.2 or [::1] open to any web page."""
+    own check of Host and Origin left a server on 127.0.0.2 or [::1] open to any web page. An absolute-form
+    target (`POST http://127.0.0.1:PORT/mcp`) is taken as `serve` takes it, its authority standing for the Host
+    (api.app.origin_form): it was a 404."""
     from litestar.exceptions import HTTPException
 
-    from api.app import BEARER_CHALLENGE, UNAUTHORIZED, has_key
+    from api.app import BEARER_CHALLENGE, UNAUTHORIZED, has_key, origin_form, refuse_early
     from api.local_only import check
 
     async def guarded_app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            scope, not_ours = origin_form(scope)
+            if not_ours is not None:
+                await refuse_early(send, *not_ours)
+                return
             headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
             refusal: tuple[int, str, dict[str, str]] | None = None
             if key:

@@ -534,6 +534,34 @@ def test_http_on_any_loopback_address_refuses_a_web_page(ws: Path, memsift_home:
         stop_process(proc)
 
 
+def test_http_takes_an_absolute_form_target_with_its_authority_as_the_host(ws: Path, memsift_home: Path) -> None:
+    """`POST http://127.0.0.1:PORT/mcp HTTP/1.1` (RFC 9112 section 3.2.2) was a 404; it is answered as its
+    path, as `serve` answers it, and its authority meets the loopback guard in place of the Host header sent."""
+    proc, url = _http_mcp(ws, _env(memsift_home))
+    try:
+        parts = httpx.URL(url)
+        body = json.dumps(INITIALIZE).encode()
+
+        def post(target: str) -> tuple[int, str]:
+            with socket.create_connection((parts.host, parts.port), timeout=30) as sock:
+                head = (
+                    f"POST {target} HTTP/1.1\r\nHost: {parts.host}:{parts.port}\r\nConnection: close\r\n"
+                    f"Content-Type: application/json\r\nAccept: {ACCEPT['accept']}\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                )
+                sock.sendall(head.encode() + body)
+                answer = b"".join(iter(lambda: sock.recv(65536), b""))
+            status_line, _, rest = answer.partition(b"\r\n")
+            return int(status_line.split()[1]), rest.decode(errors="replace")
+
+        ours, answered = post(f"http://{parts.host}:{parts.port}{parts.path}")
+        assert ours == 200 and '"serverInfo"' in answered, answered
+        assert post(f"http://evil.example:{parts.port}{parts.path}")[0] == 421  # the guard reads the authority
+        assert post(f"http://{parts.host}:{parts.port + 1}{parts.path}")[0] == 421  # another server: no proxy
+    finally:
+        stop_process(proc)
+
+
 def test_calls_during_the_start_up_first_index_answer_within_a_bound(workspace, memsift_home: Path) -> None:
     """While the agent's first index runs (the server's, begun at start-up; an embedding request held here;
     minutes for thousands of notes), a `memory_get` reads its lines at once, and a search waits for the index
