@@ -323,7 +323,10 @@ def test_client_errors_are_not_retried_and_never_show_the_key(
     assert KEY not in message and KEY[:8] not in message  # nor the part of it before a cut
 
 
-@pytest.mark.parametrize(("fault", "words"), [("count", "asked for 2 vectors, got 1"), ("dim", "dimension 17")])
+@pytest.mark.parametrize(
+    ("fault", "words"),
+    [("count", "asked for 2 vectors, got 1"), ("dim", "dimension 17"), ("nan", "NaN or infinity"), ("inf", "NaN")],
+)
 def test_wrong_answers_are_errors(fake: FakeProvider, provider: Callable[..., HostedEmbedder], fault, words):
     fake.fault = lambda n: fault if n > 1 else None
     embedder = provider("openai")
@@ -506,3 +509,19 @@ def test_the_key_can_come_from_the_config_and_is_never_shown(fake: FakeProvider,
     assert KEY not in repr(config)
     fallback = MemoryIndex(replace(config, embedding=replace(config.embedding, fallback="gemini")))._fallback_config()
     assert fallback.apiKey is None  # a key is for the provider it was configured with
+
+
+def test_an_answer_holding_nan_is_refused_so_the_index_keeps_answering(fake: FakeProvider, workspace, capsys):
+    """A provider answering a NaN in one vector: stored, it made every later vector search of the index fail
+    with a TypeError. The sync refuses the answer (the first index fails naming it) and searches answer."""
+    from api.cli import main
+
+    ws = workspace({"MEMORY.md": "# Memory\n- the heron nests by the pond\n", "memory/b.md": "- otters\n"})
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake-model"\nretries = 0\n'
+    )
+    fake.fault = lambda n: "nan" if n == 2 else None  # the probe is fine, the first batch is not
+    assert main(["--workspace", str(ws), "index"]) == 1
+    assert "NaN or infinity" in capsys.readouterr().err
+    assert main(["--workspace", str(ws), "search", "heron", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["path"] == "MEMORY.md"

@@ -294,6 +294,13 @@ class HostedEmbedder(JsonEndpoint):
                 f"{self.provider}: vectors of dimension {vectors.shape[1]}, expected {self.dims} "
                 f"(model {self.model}; check embedding.dimensions)"
             )
+        if not np.isfinite(vectors).all():
+            # Stored, a NaN row made every later vector search of the index fail (sqlite-vec gives it no
+            # distance): a broken answer is refused as a wrong count or dimension is.
+            raise EmbeddingError(
+                f"{self.provider}: vectors holding NaN or infinity from {public_url(self.base_url)} "
+                f"(model {self.model})"
+            )
         return _normalise(vectors)
 
 
