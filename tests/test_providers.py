@@ -325,6 +325,28 @@ def test_client_errors_are_not_retried_and_never_show_the_key(
 
 
 @pytest.mark.parametrize(
+    ("how", "named"),
+    [
+        ("env", "the key from OPENAI_API_KEY was refused"),
+        ("config", "the key from embedding.apiKey was refused"),
+        ("none", "no key was sent: set OPENAI_API_KEY or embedding.apiKey"),
+    ],
+)
+def test_a_refused_key_names_the_setting_it_came_from(
+    fake: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how, named
+):
+    """A 401 said "invalid or missing API key" and no more: which setting was read (the environment's
+    key or the file's, which wins) was left to guess. It is named, never the key; and not retried."""
+    fake.key = "the-key-the-server-wants-0123"
+    if how == "env":
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    extra = {"apiKey": KEY} if how == "config" else {}
+    with pytest.raises(EmbedderUnavailable, match=named) as err:
+        create_embedder(config(tmp_path, fake.url, **extra).embedding)
+    assert "HTTP 401" in str(err.value) and KEY not in str(err.value) and len(fake.requests) == 1
+
+
+@pytest.mark.parametrize(
     ("fault", "words"),
     [("count", "asked for 2 vectors, got 1"), ("dim", "dimension 17"), ("nan", "NaN or infinity"), ("inf", "NaN")],
 )

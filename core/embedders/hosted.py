@@ -88,6 +88,8 @@ class HostedEmbedder(JsonEndpoint):
         known = self.catalogue_name(self.model)
         self.base_url = (config.baseUrl or self.default_base_url).rstrip("/")
         self._key = config.apiKey or (os.environ.get(self.key_env) if self.key_env else None)
+        self.key_origin = "embedding.apiKey" if config.apiKey else self.key_env
+        self.key_settings = f"{self.key_env} or embedding.apiKey" if self.key_env else "embedding.apiKey"
         if self.key_env and not self._key and not config.baseUrl:
             raise EmbedderUnavailable(f"{self.provider}: set {self.key_env} in the environment (or embedding.apiKey)")
         query_prefix, document_prefix = self.model_prefixes.get(known, ("", ""))
