@@ -24,6 +24,7 @@ from tenacity import (
 )
 
 from .limiter import PastDeadline, RateLimiter
+from .progress import RETRY_WAITS
 
 #: Backoff when the server gives no Retry-After: 0.5 s, 1 s, 2 s ... plus up to 0.5 s jitter, at most 30 s.
 BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_JITTER = 0.5, 30.0, 0.5
@@ -205,6 +206,16 @@ class JsonEndpoint:
     def _count_retry(self, state: RetryCallState) -> None:
         with self._count_lock:
             self.retries += 1
+        listener = RETRY_WAITS.get()
+        exc = state.outcome.exception() if state.outcome else None
+        if listener is not None and isinstance(exc, Transient):
+            why = f"HTTP {exc.status}" if exc.status else exc.reason
+            seconds = state.next_action.sleep if state.next_action else 0.0
+            source = "Retry-After" if exc.retry_after is not None else "backoff"
+            listener(
+                f"{self.provider} {why}: retry {state.attempt_number} of {self.retries_allowed} "
+                f"in {seconds:.1f} s ({source})"
+            )
 
     def _exhausted(self, exc: Transient, n: int, waited: str = "") -> str:
         """The reason, after `n` attempts; `waited` says when a caller's deadline, not the retries, ended them."""

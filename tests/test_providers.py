@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from core.config_types import Config
 from core.embedders import EmbedderUnavailable, EmbeddingError, create_embedder
 from core.embedders.hosted import HostedEmbedder, split_utf8
 from core.embedders.local import LocalEmbedder
+from core.progress import ProgressEvent
 from tests.fake_provider import FakeProvider, fake_vector
 
 KEY = "sk-test-SECRET-0123456789abcdef"
@@ -548,3 +550,20 @@ def test_an_answer_holding_nan_is_refused_so_the_index_keeps_answering(fake: Fak
     assert "NaN or infinity" in capsys.readouterr().err
     assert main(["--workspace", str(ws), "search", "heron", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["path"] == "MEMORY.md"
+
+
+def test_a_wait_before_a_retry_is_shown_by_the_progress_until_the_next_answer(
+    fake: FakeProvider, workspace, monkeypatch: pytest.MonkeyPatch
+):
+    """A 429's Retry-After (or a 5xx's backoff) held `memsift index`'s bar still with nothing said: its
+    progress events now say what the request waits for, and for how long, until an answer comes."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    fake.fault = lambda n: {2: "503", 3: "429-zero"}.get(n)  # after the probe: a backoff, then Retry-After 0
+    events: list[ProgressEvent] = []
+    with MemoryIndex(config(workspace({"MEMORY.md": "- the heron nests by the pond\n"}), fake.url)) as index:
+        report = index.sync(progress=events.append)
+    assert report.chunksEmbedded == 1 and len(fake.requests) == 4
+    said = [e.describe() for e in events if e.waiting]
+    assert re.search(r"waiting: openai HTTP 503: retry 1 of 2 in (0\.[5-9]|1\.0) s \(backoff\)$", said[0])
+    assert said[1].endswith("waiting: openai HTTP 429: retry 2 of 2 in 0.0 s (Retry-After)")
+    assert events[-1].waiting is None and events[-1].chunksDone == 1

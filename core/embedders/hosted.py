@@ -8,6 +8,7 @@ are `JsonEndpoint`'s (core/json_endpoint.py), shared with the hosted reranker.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import threading
@@ -228,7 +229,10 @@ class HostedEmbedder(JsonEndpoint):
         (`answered_before`): a step of embedding is many requests, each paid for."""
         groups, owners = self._requests(texts)
         check = _RequestCheck(self, query)
-        futures = [self._pool.submit(self._embed_or_split, g, query, check) for g in groups]
+        # Each request in the caller's context: who hears of its retries (core.progress.RETRY_WAITS) is the caller's.
+        futures = [
+            self._pool.submit(contextvars.copy_context().run, self._embed_or_split, g, query, check) for g in groups
+        ]
         try:
             results = [f.result() for f in futures]
         except BaseException as exc:  # a request failed for good, or Ctrl-C: keep what came back, send no more
