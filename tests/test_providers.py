@@ -567,3 +567,22 @@ def test_a_wait_before_a_retry_is_shown_by_the_progress_until_the_next_answer(
     assert re.search(r"waiting: openai HTTP 503: retry 1 of 2 in (0\.[5-9]|1\.0) s \(backoff\)$", said[0])
     assert said[1].endswith("waiting: openai HTTP 429: retry 2 of 2 in 0.0 s (Retry-After)")
     assert events[-1].waiting is None and events[-1].chunksDone == 1
+
+
+def test_a_keyword_search_pays_the_provider_nothing_unless_a_note_changed(fake: FakeProvider, workspace, capsys):
+    """`memsift search --mode keyword` (or `search.mode = "keyword"`) paid a start-up probe every time, to learn
+    nothing a keyword search uses: now only a note changed since the last sync costs requests (its chunks)."""
+    from api.cli import main
+
+    ws = workspace({"MEMORY.md": "# Memory\n- the heron nests by the pond\n"})
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake-model"\napiKey = "{KEY}"\n'
+    )
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 0
+    paid = len(fake.requests)
+    assert main(["--workspace", str(ws), "search", "heron", "--mode", "keyword"]) == 0
+    assert "MEMORY.md" in capsys.readouterr().out and len(fake.requests) == paid
+    (ws / "MEMORY.md").write_text("# Memory\n- the heron nests by the pond\n- the otter fishes at dawn\n")
+    assert main(["--workspace", str(ws), "search", "otter", "--mode", "keyword", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["snippet"].count("otter") == 1
+    assert len(fake.requests) == paid + 2  # the sync of the changed note: its probe and its chunk
