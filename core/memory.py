@@ -120,9 +120,10 @@ class MemoryIndex(SyncRuns):
         if self.config.rerank.method == "learned":  # an unreadable model: one error before any indexing
             learned.model_for(self.config.rerank.rankerModel)
         partial, said = self._first_index()
-        # A keyword search embeds nothing: the provider described from the configuration and the index, as for
-        # `status`, and no start-up probe (every `memsift search --mode keyword` paid one request).
-        described = self.unprobed() if (options.get("mode") or self.config.search.mode) == "keyword" else None
+        # A keyword search, or one of an index of no file, embeds nothing: the provider described from the
+        # configuration and the index, as for `status`, and no start-up probe (each paid one request).
+        keyword = (options.get("mode") or self.config.search.mode) == "keyword"
+        described = self.unprobed() if keyword or not self.store.file_count() else None
         embedder, error = (described, None) if described is not None else (self.embedder(), self.embedder_error)
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches

@@ -1,9 +1,10 @@
 """`memsift index --dry-run` (core/estimate.py): what a run would embed and cost, before it spends anything.
 
 Against the fake OpenAI-compatible provider, which records every request: the dry run sends nothing but the
-start-up probe (and not even that once an index tells the model's dimension), and its chunks, requests and tokens are exactly what the real run then sends (tokens counted
-as the rate limiter counts them); the real run's report opens with the same plan. The local model's speed is
-measured on a sample when no run has measured it yet.
+start-up probe (and not even that once an index tells the model's dimension), and its chunks, requests and
+tokens are exactly what the real run then sends (tokens counted as the rate limiter counts them); the real
+run's report opens with the same plan. The local model's speed is measured on a sample when no run has
+measured it yet.
 """
 
 from __future__ import annotations

@@ -586,3 +586,21 @@ def test_a_keyword_search_pays_the_provider_nothing_unless_a_note_changed(fake: 
     assert main(["--workspace", str(ws), "search", "otter", "--mode", "keyword", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["snippet"].count("otter") == 1
     assert len(fake.requests) == paid + 2  # the sync of the changed note: its probe and its chunk
+
+
+def test_a_search_of_an_index_of_no_file_pays_the_provider_nothing(fake: FakeProvider, workspace, capsys):
+    """A workspace with no memory yet: each `memsift search` paid the start-up probe and the query's
+    embedding (2 requests) to rank no vector at all."""
+    from api.cli import main
+
+    ws = workspace({})
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake-model"\napiKey = "{KEY}"\n'
+    )
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 0
+    paid = len(fake.requests)
+    capsys.readouterr()
+    assert main(["--workspace", str(ws), "search", "heron", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["results"] == [] and answer["mode"] == "hybrid" and "degraded" not in answer
+    assert len(fake.requests) == paid
