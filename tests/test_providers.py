@@ -604,3 +604,16 @@ def test_a_search_of_an_index_of_no_file_pays_the_provider_nothing(fake: FakePro
     answer = json.loads(capsys.readouterr().out)
     assert answer["results"] == [] and answer["mode"] == "hybrid" and "degraded" not in answer
     assert len(fake.requests) == paid
+
+
+def test_a_request_failing_for_good_stops_the_requests_of_its_step_not_yet_sent(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder]
+):
+    """The pool's thread took the next request of the step as soon as its own failed, before the caller
+    cancelled it: a provider down cost each thread one more request's retries and waits."""
+    fake.fault = lambda n: "500" if n > 1 else None
+    embedder = provider("openai", retries=0, concurrency=1, batchMaxInputs=1)
+    for _ in range(5):
+        with pytest.raises(EmbeddingError, match="HTTP 500"):
+            embedder.embed_documents(["one", "two", "three", "four"])
+    assert len(fake.requests) == 1 + 5  # the probe, then one request a call

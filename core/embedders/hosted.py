@@ -231,7 +231,7 @@ class HostedEmbedder(JsonEndpoint):
         check = _RequestCheck(self, query)
         # Each request in the caller's context: who hears of its retries (core.progress.RETRY_WAITS) is the caller's.
         futures = [
-            self._pool.submit(contextvars.copy_context().run, self._embed_or_split, g, query, check) for g in groups
+            self._pool.submit(contextvars.copy_context().run, self._embed_group, g, query, check) for g in groups
         ]
         try:
             results = [f.result() for f in futures]
@@ -255,6 +255,18 @@ class HostedEmbedder(JsonEndpoint):
                 rejected,
             )
         return vectors
+
+    def _embed_group(self, texts: list[str], query: bool, check: _RequestCheck) -> tuple[np.ndarray, dict[int, str]]:
+        """One request's group of a call, not sent once another of the call failed for good: a pool thread took
+        the next group before the caller could cancel it, so a provider down cost every thread one more
+        group's retries (23 requests and 21 s where 17 and 8 s told the same)."""
+        if check.failed:
+            raise EmbeddingError(f"{self.provider}: not sent: another request of this step failed")
+        try:
+            return self._embed_or_split(texts, query, check)
+        except BaseException:
+            check.failed = True
+            raise
 
     def _embed_or_split(
         self, texts: list[str], query: bool, check: _RequestCheck, depth: int = 0
@@ -324,6 +336,8 @@ class _RequestCheck:
 
     def __init__(self, embedder: HostedEmbedder, query: bool) -> None:
         self._embedder, self._query = embedder, query
+        #: a request of the call failed for good: the groups not started yet are not sent (`_embed_group`)
+        self.failed = False
         self._lock = threading.Lock()
         self._refused: str | None = None
         self._asked = False
