@@ -24,6 +24,7 @@ from tenacity import (
 )
 
 from .limiter import PastDeadline, RateLimiter
+from .progress import RETRY_WAITS
 
 #: Backoff when the server gives no Retry-After: 0.5 s, 1 s, 2 s ... plus up to 0.5 s jitter, at most 30 s.
 BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_JITTER = 0.5, 30.0, 0.5
@@ -99,6 +100,10 @@ class JsonEndpoint:
     outage: type[Exception] | None = None
     quota_advice = "Check the plan and quota of the API key."
     _key: str | None = None
+    #: Where the key sent was read (`OPENAI_API_KEY`, `embedding.apiKey`), and where one may be set when none
+    #: was: a 401 or 403 names them, as "invalid API key" alone left the user to guess which setting was read.
+    key_origin: str | None = None
+    key_settings: str = ""
 
     def _connect(self, headers: dict[str, str], retries: int, timeout: float, limiter: RateLimiter) -> None:
         """Open the client on `base_url` with the configured `headers` and the key's (`_auth_headers`)."""
@@ -176,6 +181,7 @@ class JsonEndpoint:
         if status >= 400:
             failure = self.failure(
                 f"{self.provider}: HTTP {status} from {public_url(self.base_url)}: {self._server_message(response)}"
+                + (f" ({self._key_hint()})" if status in (401, 403) else "")
             )
             failure.status = status  # type: ignore[attr-defined]  # read by HostedEmbedder to split and skip
             raise failure
@@ -183,6 +189,12 @@ class JsonEndpoint:
             return response.json()
         except ValueError:
             raise Transient("the answer is not valid JSON") from None
+
+    def _key_hint(self) -> str:
+        """Which key a 401 or 403 refused, or where to set one when none was sent (names, never the value)."""
+        if self._key:
+            return f"the key from {self.key_origin} was refused" if self.key_origin else "the key was refused"
+        return f"no key was sent: set {self.key_settings}" if self.key_settings else "no key was sent"
 
     def _wait(self, state: RetryCallState) -> float:
         """Retry-After when the server sent one, else exponential backoff with jitter."""
@@ -194,6 +206,16 @@ class JsonEndpoint:
     def _count_retry(self, state: RetryCallState) -> None:
         with self._count_lock:
             self.retries += 1
+        listener = RETRY_WAITS.get()
+        exc = state.outcome.exception() if state.outcome else None
+        if listener is not None and isinstance(exc, Transient):
+            why = f"HTTP {exc.status}" if exc.status else exc.reason
+            seconds = state.next_action.sleep if state.next_action else 0.0
+            source = "Retry-After" if exc.retry_after is not None else "backoff"
+            listener(
+                f"{self.provider} {why}: retry {state.attempt_number} of {self.retries_allowed} "
+                f"in {seconds:.1f} s ({source})"
+            )
 
     def _exhausted(self, exc: Transient, n: int, waited: str = "") -> str:
         """The reason, after `n` attempts; `waited` says when a caller's deadline, not the retries, ended them."""

@@ -123,7 +123,11 @@ class MemoryIndex(SyncRuns):
         if self.config.rerank.method == "learned":  # an unreadable model: one error before any indexing
             learned.model_for(self.config.rerank.rankerModel)
         partial, said = self._first_index() if index_first else (self._unstarted(), None)
-        embedder, error = self.embedder(), self.embedder_error
+        # A keyword search, or one of an index of no file, embeds nothing: the provider described from the
+        # configuration and the index, as for `status`, and no start-up probe (each paid one request).
+        keyword = (options.get("mode") or self.config.search.mode) == "keyword"
+        described = self.unprobed() if keyword or not self.store.file_count() else None
+        embedder, error = (described, None) if described is not None else (self.embedder(), self.embedder_error)
         store = self.store
         with store.snapshot():  # one state of the index for every leg, even while a sync commits batches
             response = search(

@@ -76,10 +76,15 @@ class SyncRuns(EmbedderChoice):
         holds more than that: embedding 100 rewritten notes held a search 9-18 s. Deleted files' rows go then
         all the same (it costs nothing): no hit points at a note that is gone.
         """
-        try:  # as a sync: with the provider down, its index still takes the new text through a stand-in
-            embedder = self.require_embedder()
-        except EmbedderUnavailable:
-            embedder = None  # the identities differ below, and the note says so
+        # Whether anything changed needs the provider's identity, not an answer: described as for `status`
+        # (no start-up probe: every `memsift search` paid one, even with nothing to sync); the sync below, if
+        # there is one, starts the provider.
+        embedder = self.unprobed()
+        if embedder is None:
+            try:  # as a sync: with the provider down, its index still takes the new text through a stand-in
+                embedder = self.require_embedder()
+            except EmbedderUnavailable:
+                embedder = None  # the identities differ below, and the note says so
         store = self.store  # after the calls above: each may reopen a file a rebuild swapped in, closing this one
         identity = store.identity()
         if identity is None or store.get_meta(UNFINISHED):
@@ -146,7 +151,14 @@ class SyncRuns(EmbedderChoice):
         """What `sync(force=force)` would read, embed and cost, without embedding anything (a dry run). When
         the identity changed and the rebuild waits for `--force`, the figures are the forced rebuild's and
         `rebuildHeld` says why the plain sync does nothing."""
-        embedder = self.embedder() or (self._stand_in() if self.fallback_record() is None else None)
+        # Described from the configuration and the index when that tells its dimension: a dry run sends
+        # nothing (it paid the start-up probe); an unknown model's first index still asks the provider.
+        described = self.unprobed()
+        embedder = (
+            described
+            if described is not None and described.dims
+            else self.embedder() or (self._stand_in() if self.fallback_record() is None else None)
+        )
         held = None
         if not force and not identity_matches(self.store.identity(), index_identity(self.config, embedder)):
             held = self._rebuild_held(embedder)

@@ -10,7 +10,9 @@ with a default to carry more (e.g. what the embedding has cost so far) and both 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 
@@ -26,6 +28,9 @@ class ProgressEvent:
     #: `embedding.pricePerMillionTokens` is set (else None).
     tokensSent: int = 0
     spent: float | None = None
+    #: A request waiting to be retried, and why (`openai HTTP 429: retry 1 of 3 in 2.0 s (Retry-After)`), until
+    #: the next answer: a provider's Retry-After or backoff held the bar still with nothing said.
+    waiting: str | None = None
 
     @property
     def rate(self) -> float | None:
@@ -57,10 +62,26 @@ class ProgressEvent:
         if self.tokensSent:
             cost = f" (${self.spent:.4f})" if self.spent is not None else ""
             parts.append(f"~{self.tokensSent:,} tokens sent{cost}")
+        if self.waiting:
+            parts.append(f"waiting: {self.waiting}")
         return ", ".join(parts)
 
 
 Progress = Callable[[ProgressEvent], None]
+
+#: Who hears that a hosted request waits before its retry (core.json_endpoint says it, in the request's thread):
+#: the progress of the sync that sent it, set for its embedding calls by `retry_waits_to`.
+RETRY_WAITS: ContextVar[Callable[[str], None] | None] = ContextVar("memsift_retry_waits", default=None)
+
+
+@contextmanager
+def retry_waits_to(tracker: ProgressTracker | None) -> Iterator[None]:
+    """Within the block, a request's wait before a retry is shown by `tracker` (none: nobody hears it)."""
+    token = RETRY_WAITS.set(tracker.waiting if tracker is not None else None)
+    try:
+        yield
+    finally:
+        RETRY_WAITS.reset(token)
 
 
 class ProgressTracker:
@@ -84,12 +105,19 @@ class ProgressTracker:
         self.chunks_total = chunks
         self.files_done = 0
         self.chunks_done = 0
+        self._waiting: str | None = None
         self.emit()
 
     def embedded(self, chunks: int, tokens: int = 0) -> None:
         """`chunks` more embedded by a request that sent `tokens` to a paid provider (0: nothing paid)."""
         self.chunks_done += chunks
         self.tokens_sent += tokens
+        self._waiting = None
+        self.emit()
+
+    def waiting(self, why: str) -> None:
+        """A request waits before its retry (`why`: the status, the seconds, Retry-After or backoff)."""
+        self._waiting = why
         self.emit()
 
     def written(self, files: int) -> None:
@@ -106,6 +134,7 @@ class ProgressTracker:
                 seconds=self._clock() - self._started,
                 tokensSent=self.tokens_sent,
                 spent=None if self._price is None else round(self.tokens_sent / 1e6 * self._price, 6),
+                waiting=self._waiting,
             )
         )
 

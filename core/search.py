@@ -146,7 +146,8 @@ def search(
     text_hits = keyword_leg() if mode != "vector" else []
 
     vector_hits: list[tuple[int, float]] = []
-    if mode != "keyword":
+    # An index of no file has no vector to rank: the query's embedding, a paid request, would buy nothing.
+    if mode != "keyword" and store.file_count():
         assert embedder is not None
         try:
             with clock.stage("embed"):

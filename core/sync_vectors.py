@@ -19,7 +19,7 @@ from .config_types import Config
 from .embedders import Embedder, EmbeddingError, InputsRejected, answered_before
 from .identity import cache_key
 from .limiter import request_tokens
-from .progress import ProgressTracker
+from .progress import ProgressTracker, retry_waits_to
 from .shared_cache import SharedCache
 from .store import Store
 from .sync_plan import SyncReport
@@ -82,7 +82,8 @@ def embed_missing(
             tokens.update(bits)
         else:
             try:
-                embedded = embedder.embed_documents(inputs)
+                with retry_waits_to(progress):
+                    embedded = embedder.embed_documents(inputs)
             except InputsRejected as exc:  # the others' vectors are good: skip those, keep the rest
                 if rejected is None:
                     raise

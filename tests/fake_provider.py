@@ -29,10 +29,12 @@ import numpy as np
 
 #: 429 with Retry-After 1 s, 429 with an HTTP date ~2 s ahead, 429 with Retry-After 0, 500, 503, a stall past
 #: the client's timeout, a dropped connection, malformed JSON, one vector too few, vectors of the wrong
-#: dimension, 400 and 401 (whose message echoes the Authorization header, as careless servers do; 401-long puts
-#: it across the 500th character). Apart from these, `reject` answers 400 to requests holding an input it names bad.
+#: dimension, a vector holding NaN or one holding infinity (JSON has neither: written as Python's json writes them,
+#: `NaN`/`Infinity`, which a lenient decoder such as httpx's reads), 400 and 401 (whose message echoes the
+#: Authorization header, as careless servers do; 401-long puts it across the 500th character). Apart from these,
+#: `reject` answers 400 to requests holding an input it names bad.
 FAULTS = (
-    *("429", "429-date", "429-zero", "500", "503", "stall", "drop", "malformed", "count", "dim"),
+    *("429", "429-date", "429-zero", "500", "503", "stall", "drop", "malformed", "count", "dim", "nan", "inf"),
     *("400", "401", "401-long"),
 )
 
@@ -219,6 +221,8 @@ class FakeProvider:
         if fault == "count":
             texts = texts[:-1]
         vectors = [fake_vector(t, dims + (1 if fault == "dim" else 0)).tolist() for t in texts]
+        if fault in ("nan", "inf"):
+            vectors[-1][0] = float(fault)
         if fault is None:
             with self._lock:
                 self.embedded.extend(texts)

@@ -1,9 +1,10 @@
 """`memsift index --dry-run` (core/estimate.py): what a run would embed and cost, before it spends anything.
 
 Against the fake OpenAI-compatible provider, which records every request: the dry run sends nothing but the
-start-up probe, and its chunks, requests and tokens are exactly what the real run then sends (tokens counted
-as the rate limiter counts them); the real run's report opens with the same plan. The local model's speed is
-measured on a sample when no run has measured it yet.
+start-up probe (and not even that once an index tells the model's dimension), and its chunks, requests and
+tokens are exactly what the real run then sends (tokens counted as the rate limiter counts them); the real
+run's report opens with the same plan. The local model's speed is measured on a sample when no run has
+measured it yet.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def test_a_dry_run_embeds_nothing_and_predicts_the_run_exactly(capsys, workspace
     assert report["plan"] == plan  # the run's report opens with the same figures
     assert report["embeddingRequests"] == report["embeddingCalls"] == len(requests)  # each request one call
 
+    served = len(provider.requests)
     again = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--force", "--json")
     assert again["chunksToEmbed"] == again["estimatedRequests"] == 0 and again["estimatedCost"] == 0
     assert again["cacheHits"] == plan["chunksToEmbed"]
@@ -89,6 +91,7 @@ def test_a_dry_run_embeds_nothing_and_predicts_the_run_exactly(capsys, workspace
     incremental = cli_json(capsys, "--workspace", ws, "index", "--dry-run", "--json")
     assert incremental["rebuild"] is False and incremental["filesToRead"] == 1
     assert incremental["chunksToEmbed"] == 1 and incremental["secondsFrom"] == "limits+measured"
+    assert len(provider.requests) == served  # once an index tells the dimension, a dry run sends nothing at all
 
 
 def test_without_a_price_the_cost_is_null_and_the_human_output_says_how_to_know_it(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from core.config_types import Config
 from core.embedders import EmbedderUnavailable, EmbeddingError, create_embedder
 from core.embedders.hosted import HostedEmbedder, split_utf8
 from core.embedders.local import LocalEmbedder
+from core.progress import ProgressEvent
 from tests.fake_provider import FakeProvider, fake_vector
 
 KEY = "sk-test-SECRET-0123456789abcdef"
@@ -218,7 +220,8 @@ def test_gemini_batches_hold_at_most_100_requests_naming_the_model_of_the_url(
     """Gemini refuses a batch of more than 100 requests, and a request whose model is not the URL's: a larger
     batchMaxInputs cost a refused request and a halving each time, and `models/<id>` (as Google's examples
     write it) asked for `/models/models/<id>`, which does not exist."""
-    embedder = provider("gemini", model=model, dimensions=16, batchMaxInputs=150)
+    # 5 s, not the fixture's 0.5 s: on a loaded machine a 100-input answer took longer, and its retry doubled it
+    embedder = provider("gemini", model=model, dimensions=16, batchMaxInputs=150, timeoutSeconds=5)
     texts = [f"text {i}" for i in range(250)]
     vectors = embedder.embed_documents(texts)
     sent = fake.requests[1:]
@@ -317,13 +320,39 @@ def test_client_errors_are_not_retried_and_never_show_the_key(
     embedder = provider("openai")
     with pytest.raises(EmbeddingError) as err:
         embedder.embed_documents(["x"])
-    assert len(fake.requests) == 2 and embedder.retries == 0
+    # a 400 costs one request more, the probe text, which tells a refused request from refused inputs
+    assert len(fake.requests) == (3 if status == 400 else 2) and embedder.retries == 0
     message = str(err.value)
     assert f"HTTP {status}" in message and "openai" in message and server_says in message
     assert KEY not in message and KEY[:8] not in message  # nor the part of it before a cut
 
 
-@pytest.mark.parametrize(("fault", "words"), [("count", "asked for 2 vectors, got 1"), ("dim", "dimension 17")])
+@pytest.mark.parametrize(
+    ("how", "named"),
+    [
+        ("env", "the key from OPENAI_API_KEY was refused"),
+        ("config", "the key from embedding.apiKey was refused"),
+        ("none", "no key was sent: set OPENAI_API_KEY or embedding.apiKey"),
+    ],
+)
+def test_a_refused_key_names_the_setting_it_came_from(
+    fake: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how, named
+):
+    """A 401 said "invalid or missing API key" and no more: which setting was read (the environment's
+    key or the file's, which wins) was left to guess. It is named, never the key; and not retried."""
+    fake.key = "the-key-the-server-wants-0123"
+    if how == "env":
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    extra = {"apiKey": KEY} if how == "config" else {}
+    with pytest.raises(EmbedderUnavailable, match=named) as err:
+        create_embedder(config(tmp_path, fake.url, **extra).embedding)
+    assert "HTTP 401" in str(err.value) and KEY not in str(err.value) and len(fake.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "words"),
+    [("count", "asked for 2 vectors, got 1"), ("dim", "dimension 17"), ("nan", "NaN or infinity"), ("inf", "NaN")],
+)
 def test_wrong_answers_are_errors(fake: FakeProvider, provider: Callable[..., HostedEmbedder], fault, words):
     fake.fault = lambda n: fault if n > 1 else None
     embedder = provider("openai")
@@ -506,3 +535,86 @@ def test_the_key_can_come_from_the_config_and_is_never_shown(fake: FakeProvider,
     assert KEY not in repr(config)
     fallback = MemoryIndex(replace(config, embedding=replace(config.embedding, fallback="gemini")))._fallback_config()
     assert fallback.apiKey is None  # a key is for the provider it was configured with
+
+
+def test_an_answer_holding_nan_is_refused_so_the_index_keeps_answering(fake: FakeProvider, workspace, capsys):
+    """A provider answering a NaN in one vector: stored, it made every later vector search of the index fail
+    with a TypeError. The sync refuses the answer (the first index fails naming it) and searches answer."""
+    from api.cli import main
+
+    ws = workspace({"MEMORY.md": "# Memory\n- the heron nests by the pond\n", "memory/b.md": "- otters\n"})
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake-model"\nretries = 0\n'
+    )
+    fake.fault = lambda n: "nan" if n == 2 else None  # the probe is fine, the first batch is not
+    assert main(["--workspace", str(ws), "index"]) == 1
+    assert "NaN or infinity" in capsys.readouterr().err
+    assert main(["--workspace", str(ws), "search", "heron", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["path"] == "MEMORY.md"
+
+
+def test_a_wait_before_a_retry_is_shown_by_the_progress_until_the_next_answer(
+    fake: FakeProvider, workspace, monkeypatch: pytest.MonkeyPatch
+):
+    """A 429's Retry-After (or a 5xx's backoff) held `memsift index`'s bar still with nothing said: its
+    progress events now say what the request waits for, and for how long, until an answer comes."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    fake.fault = lambda n: {2: "503", 3: "429-zero"}.get(n)  # after the probe: a backoff, then Retry-After 0
+    events: list[ProgressEvent] = []
+    with MemoryIndex(config(workspace({"MEMORY.md": "- the heron nests by the pond\n"}), fake.url)) as index:
+        report = index.sync(progress=events.append)
+    assert report.chunksEmbedded == 1 and len(fake.requests) == 4
+    said = [e.describe() for e in events if e.waiting]
+    assert re.search(r"waiting: openai HTTP 503: retry 1 of 2 in (0\.[5-9]|1\.0) s \(backoff\)$", said[0])
+    assert said[1].endswith("waiting: openai HTTP 429: retry 2 of 2 in 0.0 s (Retry-After)")
+    assert events[-1].waiting is None and events[-1].chunksDone == 1
+
+
+def test_a_keyword_search_pays_the_provider_nothing_unless_a_note_changed(fake: FakeProvider, workspace, capsys):
+    """`memsift search --mode keyword` (or `search.mode = "keyword"`) paid a start-up probe every time, to learn
+    nothing a keyword search uses: now only a note changed since the last sync costs requests (its chunks)."""
+    from api.cli import main
+
+    ws = workspace({"MEMORY.md": "# Memory\n- the heron nests by the pond\n"})
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake-model"\napiKey = "{KEY}"\n'
+    )
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 0
+    paid = len(fake.requests)
+    assert main(["--workspace", str(ws), "search", "heron", "--mode", "keyword"]) == 0
+    assert "MEMORY.md" in capsys.readouterr().out and len(fake.requests) == paid
+    (ws / "MEMORY.md").write_text("# Memory\n- the heron nests by the pond\n- the otter fishes at dawn\n")
+    assert main(["--workspace", str(ws), "search", "otter", "--mode", "keyword", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["snippet"].count("otter") == 1
+    assert len(fake.requests) == paid + 2  # the sync of the changed note: its probe and its chunk
+
+
+def test_a_search_of_an_index_of_no_file_pays_the_provider_nothing(fake: FakeProvider, workspace, capsys):
+    """A workspace with no memory yet: each `memsift search` paid the start-up probe and the query's
+    embedding (2 requests) to rank no vector at all."""
+    from api.cli import main
+
+    ws = workspace({})
+    (ws / "memsift.toml").write_text(
+        f'[embedding]\nprovider = "openai"\nbaseUrl = "{fake.url}"\nmodel = "fake-model"\napiKey = "{KEY}"\n'
+    )
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 0
+    paid = len(fake.requests)
+    capsys.readouterr()
+    assert main(["--workspace", str(ws), "search", "heron", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["results"] == [] and answer["mode"] == "hybrid" and "degraded" not in answer
+    assert len(fake.requests) == paid
+
+
+def test_a_request_failing_for_good_stops_the_requests_of_its_step_not_yet_sent(
+    fake: FakeProvider, provider: Callable[..., HostedEmbedder]
+):
+    """The pool's thread took the next request of the step as soon as its own failed, before the caller
+    cancelled it: a provider down cost each thread one more request's retries and waits."""
+    fake.fault = lambda n: "500" if n > 1 else None
+    embedder = provider("openai", retries=0, concurrency=1, batchMaxInputs=1)
+    for _ in range(5):
+        with pytest.raises(EmbeddingError, match="HTTP 500"):
+            embedder.embed_documents(["one", "two", "three", "four"])
+    assert len(fake.requests) == 1 + 5  # the probe, then one request a call

@@ -98,6 +98,21 @@ def test_a_request_every_input_of_which_is_refused_stops_the_run(capsys, workspa
     assert "HTTP 400" in capsys.readouterr().err
 
 
+def test_a_provider_refusing_every_request_stops_the_run_without_a_split_storm(
+    capsys, workspace, provider: FakeProvider
+) -> None:
+    """A server that took the start-up probe, then answers 400 to every request (a proxy or a plan refusing
+    them): each request was halved and its inputs split, 666 paid requests for 41 chunks before the run
+    stopped. One request more, the probe text again, tells the request from its inputs: the run stops."""
+    ws = configured(workspace, provider, NOTES)
+    (ws / "memsift.toml").write_text((ws / "memsift.toml").read_text() + "batchMaxInputs = 2\nconcurrency = 1\n")
+    provider.fault = lambda n: "400" if n > 1 else None
+    capsys.readouterr()
+    assert main(["--workspace", str(ws), "index", "--no-prefect"]) == 1
+    assert "HTTP 400" in capsys.readouterr().err
+    assert len(provider.requests) == 3  # the start's probe, the first batch, the probe again
+
+
 @pytest.mark.usefixtures("prefect_harness")
 def test_the_flow_completes_and_reports_the_skipped_input(workspace, provider: FakeProvider) -> None:
     from flows.sync import run_sync

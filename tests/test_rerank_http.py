@@ -204,6 +204,28 @@ def test_client_errors_are_not_retried_and_never_show_the_key(
     assert f"HTTP {status}" in message and server_says in message and KEY not in message
 
 
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"COHERE_API_KEY": KEY}, "the key from COHERE_API_KEY was refused"),
+        ({"MEMSIFT_RERANK_API_KEY": KEY, "COHERE_API_KEY": "x"}, "the key from MEMSIFT_RERANK_API_KEY was refused"),
+        ({}, "no key was sent: set MEMSIFT_RERANK_API_KEY or COHERE_API_KEY"),
+    ],
+)
+def test_a_refused_key_names_the_variable_it_came_from(
+    fake: FakeReranker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env, named
+):
+    """ "invalid API key" alone left the user to guess which of two variables was read."""
+    fake.key = "the-key-the-service-wants-0123"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    ranker = CohereReranker(rerank_config(tmp_path, baseUrl=fake.url))
+    with pytest.raises(RerankError, match=named) as err:
+        ranker.score(QUERY, DOCUMENTS)
+    ranker.close()
+    assert len(fake.requests) == 1 and KEY not in str(err.value)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_each_service_error_body_is_read_as_its_message(
     fake: FakeReranker, reranker: Callable[..., CohereReranker], shape

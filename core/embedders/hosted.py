@@ -8,8 +8,10 @@ are `JsonEndpoint`'s (core/json_endpoint.py), shared with the hosted reranker.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -88,6 +90,8 @@ class HostedEmbedder(JsonEndpoint):
         known = self.catalogue_name(self.model)
         self.base_url = (config.baseUrl or self.default_base_url).rstrip("/")
         self._key = config.apiKey or (os.environ.get(self.key_env) if self.key_env else None)
+        self.key_origin = "embedding.apiKey" if config.apiKey else self.key_env
+        self.key_settings = f"{self.key_env} or embedding.apiKey" if self.key_env else "embedding.apiKey"
         if self.key_env and not self._key and not config.baseUrl:
             raise EmbedderUnavailable(f"{self.provider}: set {self.key_env} in the environment (or embedding.apiKey)")
         query_prefix, document_prefix = self.model_prefixes.get(known, ("", ""))
@@ -231,7 +235,11 @@ class HostedEmbedder(JsonEndpoint):
         the requests not started are not sent and the error carries the answers already received
         (`answered_before`): a step of embedding is many requests, each paid for."""
         groups, owners = self._requests(texts)
-        futures = [self._pool.submit(self._embed_or_split, g, query) for g in groups]
+        check = _RequestCheck(self, query)
+        # Each request in the caller's context: who hears of its retries (core.progress.RETRY_WAITS) is the caller's.
+        futures = [
+            self._pool.submit(contextvars.copy_context().run, self._embed_group, g, query, check) for g in groups
+        ]
         try:
             results = [f.result() for f in futures]
         except BaseException as exc:  # a request failed for good, or Ctrl-C: keep what came back, send no more
@@ -255,25 +263,41 @@ class HostedEmbedder(JsonEndpoint):
             )
         return vectors
 
-    def _embed_or_split(self, texts: list[str], query: bool, depth: int = 0) -> tuple[np.ndarray, dict[int, str]]:
+    def _embed_group(self, texts: list[str], query: bool, check: _RequestCheck) -> tuple[np.ndarray, dict[int, str]]:
+        """One request's group of a call, not sent once another of the call failed for good: a pool thread took
+        the next group before the caller could cancel it, so a provider down cost every thread one more
+        group's retries (23 requests and 21 s where 17 and 8 s told the same)."""
+        if check.failed:
+            raise EmbeddingError(f"{self.provider}: not sent: another request of this step failed")
+        try:
+            return self._embed_or_split(texts, query, check)
+        except BaseException:
+            check.failed = True
+            raise
+
+    def _embed_or_split(
+        self, texts: list[str], query: bool, check: _RequestCheck, depth: int = 0
+    ) -> tuple[np.ndarray, dict[int, str]]:
         """One request's rows, and the inputs the server rejected (index -> reason). When it refuses the
         request's inputs (HTTP 400/413/422), its halves are tried apart, so one bad input costs a few requests
         and not the batch; a lone input is split in two (up to SPLIT_DEPTH times: "too long" by the server's
-        count, not ours) and averaged, and one refused even so is left out, its row zeros."""
+        count, not ours) and averaged, and one refused even so is left out, its row zeros. Before the first
+        split, `check` makes sure the server refuses these inputs and not every request."""
         try:
             return self._embed_batch(texts, query), {}
         except EmbeddingError as exc:
             if getattr(exc, "status", None) not in _REJECTED_STATUS or not self.dims:
                 raise  # not the inputs' fault, or the start-up probe: the run stops with the reason
             reason = str(exc)
+        check.inputs_at_fault(reason)
         if len(texts) > 1:
             mid = len(texts) // 2
-            head, bad_head = self._embed_or_split(texts[:mid], query, depth)
-            tail, bad_tail = self._embed_or_split(texts[mid:], query, depth)
+            head, bad_head = self._embed_or_split(texts[:mid], query, check, depth)
+            tail, bad_tail = self._embed_or_split(texts[mid:], query, check, depth)
             return np.concatenate([head, tail]), {**bad_head, **{mid + i: r for i, r in bad_tail.items()}}
         size = len(texts[0].encode("utf-8"))
         if depth < SPLIT_DEPTH and size > 1:
-            rows, bad = self._embed_or_split(split_utf8(texts[0], (size + 1) // 2), query, depth + 1)
+            rows, bad = self._embed_or_split(split_utf8(texts[0], (size + 1) // 2), query, check, depth + 1)
             if not bad:
                 return _normalise(rows.sum(axis=0, keepdims=True)), {}
         return np.zeros((1, self.dims), dtype=np.float32), {0: reason}
@@ -301,7 +325,43 @@ class HostedEmbedder(JsonEndpoint):
                 f"{self.provider}: vectors of dimension {vectors.shape[1]}, expected {self.dims} "
                 f"(model {self.model}; check embedding.dimensions)"
             )
+        if not np.isfinite(vectors).all():
+            # Stored, a NaN row made every later vector search of the index fail (sqlite-vec gives it no
+            # distance): a broken answer is refused as a wrong count or dimension is.
+            raise EmbeddingError(
+                f"{self.provider}: vectors holding NaN or infinity from {public_url(self.base_url)} "
+                f"(model {self.model})"
+            )
         return _normalise(vectors)
+
+
+class _RequestCheck:
+    """Whether a refusal (HTTP 400/413/422) is the inputs' fault, asked once per `_embed` call at its first
+    refusal: the server is sent PROBE_TEXT, which it took at start. Where it refuses that too (a proxy or a
+    plan refusing every request with a 400), halving and splitting every request cost 666 requests for 41
+    chunks before the run stopped with the same error; now it stops at once with the reason."""
+
+    def __init__(self, embedder: HostedEmbedder, query: bool) -> None:
+        self._embedder, self._query = embedder, query
+        #: a request of the call failed for good: the groups not started yet are not sent (`_embed_group`)
+        self.failed = False
+        self._lock = threading.Lock()
+        self._refused: str | None = None
+        self._asked = False
+
+    def inputs_at_fault(self, reason: str) -> None:
+        """Return when the server takes a known-good input; raise EmbeddingError when it refuses that too."""
+        with self._lock:
+            if not self._asked:
+                self._asked = True
+                try:
+                    self._embedder._embed_batch([PROBE_TEXT], self._query)
+                except EmbeddingError as exc:
+                    if getattr(exc, "status", None) not in _REJECTED_STATUS:
+                        raise
+                    self._refused = f"{reason} (every request is refused, even one of {PROBE_TEXT!r})"
+            if self._refused:
+                raise EmbeddingError(self._refused)
 
 
 def _assemble(

@@ -120,6 +120,8 @@ class CohereReranker(JsonEndpoint):
         self.model, _ = service(config)
         dialect_env = DIALECT_KEY_ENV.get(self.dialect)
         self._key = os.environ.get(KEY_ENV) or (os.environ.get(dialect_env) if dialect_env else None)
+        self.key_origin = KEY_ENV if os.environ.get(KEY_ENV) else dialect_env
+        self.key_settings = f"{KEY_ENV} or {dialect_env}" if dialect_env else KEY_ENV
         if dialect_env and not self._key and not config.baseUrl:
             raise RerankError(f"{self.provider}: set {KEY_ENV} or {dialect_env} in the environment")
         self.max_documents = MAX_DOCUMENTS.get(self.dialect, HOSTED_MAX_DOCUMENTS)
