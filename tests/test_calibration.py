@@ -17,7 +17,7 @@ from litestar.testing import TestClient
 
 from api.app import create_app
 from api.cli import main
-from api.mcp import MemoryTools
+from api.mcp_tools import MemoryTools
 from core import calibration, calibration_features, calibration_model, calibration_words, load_config
 from core.calibration_words import identifiers
 from core.memory import MemoryIndex

@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from api.mcp import MemoryTools, tools_for
+from api.mcp_tools import MemoryTools, tools_for
 from core import load_config
 from core.memory import MemoryIndex
 from tests.fake_provider import FakeProvider

@@ -21,7 +21,7 @@ import pytest
 from index_checks import chunks_without_vectors, content
 
 from api.cli import main
-from api.mcp import MemoryTools
+from api.mcp_tools import MemoryTools
 from core import MemoryIndex, load_config, memory_embedder
 from core.config_types import Config
 from core.embedders.hosted import PROBE_TEXT
